@@ -1,0 +1,243 @@
+"""Integration declarations: what kind of external operation this is and what the remote allows.
+
+A declaration is validated by pydantic; a bad one raises one :class:`DeclarationError` that lists
+every problem with its path. Each declaration has a stable digest (canonical JSON, sha256)
+recorded on ``Intended``, so the rules an operation ran under are always known.
+Source: DESIGN §3 ('integration'), §5 (delivery modes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from enum import StrEnum
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ledger.errors import DeclarationError, UnknownIntegrationError
+
+NAME_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$"
+SECRET_REF_PREFIX = "secretref:"
+"""Secret payload fields hold a reference (``secretref:NAME``) resolved at egress, never a value."""
+
+
+class DeliveryMode(StrEnum):
+    """What the remote system allows after a lost response (DESIGN §5)."""
+
+    IDEMPOTENT = "idempotent"
+    """The provider dedupes on our idempotency key: retry with the same key."""
+    RECOVERABLE_REMOTE_ID = "recoverable_remote_id"
+    """The provider can be asked whether it received operation X: look it up, then decide."""
+    NON_IDEMPOTENT = "non_idempotent"
+    """Neither: record ``Ambiguous`` and stop for an operator."""
+    CALLBACK = "callback"
+    """The provider reports the result by calling us; wait for the authenticated callback."""
+    READ_ONLY = "read_only"
+    """No side effect: retry freely."""
+
+
+class Classification(StrEnum):
+    """How a payload field may be shown and stored."""
+
+    PUBLIC = "public"
+    """Shown everywhere, including timelines and logs."""
+    INTERNAL = "internal"
+    """Stored and sent, redacted in timelines and logs."""
+    SECRET = "secret"
+    """Never stored as a value: the payload holds a ``secretref:NAME`` resolved at egress."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class RetryPolicy(_Strict):
+    """Attempt budget and backoff. Delays are computed by ``executors.retry`` (exponential with
+    jitter); these are its inputs, in seconds."""
+
+    max_attempts: int = Field(default=5, ge=1, le=1000)
+    base_backoff_seconds: float = Field(default=1.0, gt=0, le=86_400)
+    max_backoff_seconds: float = Field(default=300.0, gt=0, le=7 * 86_400)
+    jitter: float = Field(default=0.2, ge=0, le=1, description="fraction of the delay, 0..1")
+
+    @model_validator(mode="after")
+    def _backoff_ordered(self) -> RetryPolicy:
+        if self.max_backoff_seconds < self.base_backoff_seconds:
+            raise ValueError("max_backoff_seconds must be >= base_backoff_seconds")
+        return self
+
+
+class Deadlines(_Strict):
+    """A deadline in seconds for every non-terminal execution state (invariant 6).
+
+    ``ambiguous`` has none by design: it waits for an operator and is always on the attention
+    queue (docs/adr/0001-operation-lifecycle.md).
+    """
+
+    pending: float = Field(default=3600.0, gt=0)
+    claimed: float = Field(default=300.0, gt=0)
+    dispatching: float = Field(default=600.0, gt=0)
+    accepted: float = Field(default=86_400.0, gt=0)
+
+
+class SettlementAction(_Strict):
+    """The entity action that applies the outcome to the source entity (DESIGN §1.5).
+
+    ``method`` is called as ``entity.<method>(outcome)`` with a ``SettlementOutcome``.
+    """
+
+    entity_type: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", description="topic 'module:Class'")
+    method: str = Field(pattern=r"^[A-Za-z_]\w*$")
+    max_attempts: int = Field(default=5, ge=1, le=100)
+    backoff_seconds: float = Field(default=1.0, gt=0, le=3600)
+
+
+class Budgets(_Strict):
+    """Call budgets checked before egress, never after (DESIGN §7)."""
+
+    calls_per_window: int | None = Field(default=None, ge=1)
+    window_seconds: float = Field(default=60.0, gt=0)
+    scope: str = Field(default="integration", pattern=r"^(integration|tenant)$")
+
+
+class Integration(_Strict):
+    """One declared kind of external operation (DESIGN §3 'integration').
+
+    Build with :meth:`parse` to get a single :class:`DeclarationError` listing every problem.
+    """
+
+    name: str = Field(pattern=NAME_PATTERN, max_length=200)
+    version: int = Field(ge=1)
+    adapter: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    delivery_mode: DeliveryMode
+    endpoint: str | None = Field(default=None, max_length=2048, description="default target URL")
+    request_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    retry: RetryPolicy = RetryPolicy()
+    deadlines: Deadlines = Deadlines()
+    settlement: SettlementAction | None = None
+    requires_approval: bool = False
+    budgets: Budgets = Budgets()
+    payload: Mapping[str, Classification] = Field(default_factory=dict)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Integration:
+        if self.endpoint is not None and not self.endpoint.startswith(("http://", "https://")):
+            raise ValueError("endpoint must be an http:// or https:// URL")
+        for field in self.payload:
+            if not field or len(field) > 200:
+                raise ValueError(f"payload field name {field!r} must be 1-200 characters")
+        return self
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any]) -> Integration:
+        """Validate a declaration from plain data.
+
+        Args:
+            data: a mapping as written in code, YAML or JSON.
+
+        Returns:
+            The frozen declaration.
+
+        Raises:
+            DeclarationError: listing every problem, each with its dotted path.
+        """
+        name = data.get("name", "?") if isinstance(data, Mapping) else "?"
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            problems = [
+                (".".join(str(p) for p in err["loc"]) or "(declaration)", err["msg"])
+                for err in exc.errors()
+            ]
+            raise DeclarationError(str(name), problems) from None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """``(name, version)``."""
+        return (self.name, self.version)
+
+    def digest(self) -> str:
+        """Return ``sha256:<hex>`` of the canonical JSON form (sorted keys, no spaces)."""
+        return "sha256:" + hashlib.sha256(canonical_json(self.model_dump(mode="json"))).hexdigest()
+
+    def classification_of(self, field: str) -> Classification | None:
+        """Return how ``field`` is classified, or None when the declaration does not list it."""
+        return self.payload.get(field)
+
+
+def canonical_json(value: Any) -> bytes:
+    """Encode plain JSON data canonically: sorted keys, no spaces, UTF-8, finite numbers only.
+
+    Raises:
+        ValueError: a float is NaN or infinite, or a value is not plain JSON data.
+    """
+    def check(v: Any) -> None:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError("payload numbers must be finite")
+        if isinstance(v, dict):
+            for k, item in v.items():
+                if not isinstance(k, str):
+                    raise ValueError("payload keys must be strings")
+                check(item)
+        elif isinstance(v, (list, tuple)):
+            for item in v:
+                check(item)
+        elif not isinstance(v, (str, int, float, bool, type(None))):
+            raise ValueError(f"payload values must be plain JSON data, got {type(v).__name__}")
+
+    check(value)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class Registry:
+    """The integrations declared in this process, by name and version.
+
+    ``get(name)`` returns the highest version; ``get(name, version)`` an exact one.
+    """
+
+    def __init__(self, integrations: list[Integration] | None = None) -> None:
+        self._by_key: dict[tuple[str, int], Integration] = {}
+        for integration in integrations or []:
+            self.declare(integration)
+
+    def declare(self, integration: Integration | Mapping[str, Any]) -> Integration:
+        """Add a declaration (an :class:`Integration` or plain data, validated).
+
+        Raises:
+            DeclarationError: the data is malformed, or the same name and version is declared
+                again with a different digest.
+        """
+        if not isinstance(integration, Integration):
+            integration = Integration.parse(integration)
+        existing = self._by_key.get(integration.key)
+        if existing is not None and existing.digest() != integration.digest():
+            raise DeclarationError(
+                integration.name,
+                [("version", f"version {integration.version} is already declared differently; "
+                  "bump the version when a declaration changes")],
+            )
+        self._by_key[integration.key] = integration
+        return integration
+
+    def get(self, name: str, version: int | None = None) -> Integration:
+        """Return the declaration.
+
+        Raises:
+            UnknownIntegrationError: nothing with that name (and version) is declared.
+        """
+        if version is not None:
+            try:
+                return self._by_key[(name, version)]
+            except KeyError:
+                raise UnknownIntegrationError(f"integration {name!r} version {version} is not declared") from None
+        versions = [v for (n, v) in self._by_key if n == name]
+        if not versions:
+            raise UnknownIntegrationError(f"integration {name!r} is not declared")
+        return self._by_key[(name, max(versions))]
+
+    def __iter__(self):
+        return iter(sorted(self._by_key.values(), key=lambda i: i.key))

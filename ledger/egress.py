@@ -1,0 +1,64 @@
+"""The outbound adapter seam: what an executor hands an adapter, and what comes back.
+
+One small protocol (STYLE rule 6): ``send`` performs one egress and returns an ``Outcome``
+value; ``lookup`` answers "did you receive operation X?" for ``recoverable_remote_id`` mode.
+Adapters never raise for a provider's behaviour, only for bugs (STYLE rule 5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+from uuid import UUID
+
+from ledger.declarations import DeliveryMode
+from ledger.outcomes import Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class EgressRequest:
+    """One attempt's request, built by the executor after ``AttemptStarted`` was committed.
+
+    Attributes:
+        operation_id: the operation id; also the ``Idempotency-Key`` and ``webhook-id`` (stable
+            across attempts).
+        attempt_id: this attempt's id (``X-Attempt-Id`` on HTTP).
+        attempt_number: 1-based.
+        integration: the integration name.
+        delivery_mode: the declared mode; adapters use it (e.g. redirects are never followed in
+            non-idempotent modes).
+        target: the URL to call.
+        payload: the payload with secret references already resolved (never stored).
+        traceparent: the W3C trace context to send.
+        timeout_seconds: the request timeout, seconds.
+        tenant: the tenant.
+    """
+
+    operation_id: UUID
+    attempt_id: UUID
+    attempt_number: int
+    integration: str
+    delivery_mode: DeliveryMode
+    target: str | None
+    payload: Mapping[str, Any]
+    traceparent: str | None = None
+    timeout_seconds: float = 10.0
+    tenant: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class Adapter(Protocol):
+    """An outbound provider adapter."""
+
+    def send(self, request: EgressRequest) -> Outcome:
+        """Perform one egress and classify the result (DESIGN §5)."""
+        ...
+
+    def lookup(self, request: EgressRequest) -> Outcome | None:
+        """Ask the provider whether it received ``request.operation_id``.
+
+        Returns:
+            The remote result when the provider knows the operation; ``None`` when it says it
+            never received it (safe to retry); an ``Ambiguous`` when the lookup itself failed.
+        """
+        ...

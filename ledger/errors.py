@@ -1,0 +1,167 @@
+"""Every error opledger raises on purpose, under one root.
+
+Each class is named after the rule it enforces; its docstring says what happened and how to fix
+it. Database errors are translated once, at the persistence seam (STYLE rule 9).
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+
+class LedgerError(Exception):
+    """Root of every error opledger raises on purpose."""
+
+
+class NaiveDatetimeError(LedgerError, ValueError):
+    """A datetime without a timezone reached the ledger.
+
+    Every time in opledger is timezone-aware UTC and injected by the caller (DESIGN §7). Fix: pass
+    ``datetime.now(timezone.utc)`` from a clock, never ``datetime.now()``.
+    """
+
+
+class IllegalTransitionError(LedgerError):
+    """A command was called in a state the lifecycle table does not allow it from.
+
+    Source: docs/adr/0001-operation-lifecycle.md, the transition table. Fix: reload the operation
+    and decide again from its current state.
+    """
+
+    def __init__(self, command: str, state: str, detail: str = "") -> None:
+        self.command = command
+        self.state = state
+        self.detail = detail
+        text = f"'{command}' is not allowed while the operation is {state}"
+        super().__init__(f"{text}: {detail}" if detail else text)
+
+
+class StaleEpochError(LedgerError):
+    """A worker acted with a fencing epoch that is no longer current (DESIGN §4 invariant 5).
+
+    Another worker claimed the operation after this one. Fix: none; the stale worker must stop
+    touching this operation.
+    """
+
+    def __init__(self, operation_id: UUID, given: int, current: int) -> None:
+        self.operation_id = operation_id
+        self.given = given
+        self.current = current
+        super().__init__(
+            f"operation {operation_id}: epoch {given} is stale (current epoch is {current}); "
+            "this worker lost its claim and must stop touching the operation"
+        )
+
+
+class LeaseExpiredError(LedgerError):
+    """A worker tried to act after its lease ran out (DESIGN §7).
+
+    A worker that cannot renew its lease must not start egress: another worker may already be
+    reclaiming the operation. Fix: none; let recovery reclaim it with a new epoch.
+    """
+
+
+class AttemptBudgetExceededError(LedgerError):
+    """Starting another attempt would exceed the integration's attempt budget (invariant 2).
+
+    Fix: record ``exhaust_budget`` instead, which ends the operation honestly.
+    """
+
+
+class IntentConflictError(LedgerError):
+    """The same source transition was intended twice with a different caller intent.
+
+    The operation id is derived from the source (DESIGN §6), so a second ``intend`` for the same
+    transition must carry the same fingerprint. Fix: the caller changed its payload, target or
+    integration version for a transition already recorded; use a new effect index or transition.
+    """
+
+    def __init__(self, operation_id: UUID, stored: str, given: str) -> None:
+        self.operation_id = operation_id
+        self.stored_fingerprint = stored
+        self.given_fingerprint = given
+        super().__init__(
+            f"operation {operation_id} was already intended with fingerprint {stored}; "
+            f"this intent has fingerprint {given}"
+        )
+
+
+# Python-style alias: the issue text names this rule ``IntentConflict``.
+IntentConflict = IntentConflictError
+
+
+class DeclarationError(LedgerError, ValueError):
+    """An integration declaration is malformed. ``problems`` lists every problem with its path.
+
+    Fix: correct each listed field; the message names all of them at once.
+    """
+
+    def __init__(self, name: str, problems: list[tuple[str, str]]) -> None:
+        self.name = name
+        self.problems = problems
+        lines = "\n".join(f"  - {path}: {message}" for path, message in problems)
+        super().__init__(f"integration declaration {name!r} is invalid:\n{lines}")
+
+
+class UnknownIntegrationError(LedgerError, KeyError):
+    """An operation names an integration that is not declared in this process.
+
+    Fix: declare it (``Registry.declare``) in every process that handles it.
+    """
+
+
+class CorruptRecordError(LedgerError):
+    """A stored ledger record cannot be decoded exactly; the ledger fails closed.
+
+    Names the operation and position. Fix: restore the record from a backup or write an upcaster
+    under ``migrations/``; opledger never builds a half-decoded aggregate.
+    """
+
+    def __init__(self, originator_id: object, position: int, topic: str, reason: str) -> None:
+        self.originator_id = originator_id
+        self.position = position
+        self.topic = topic
+        self.reason = reason
+        super().__init__(
+            f"stored event of operation {originator_id} at position {position} "
+            f"(topic {topic!r}) is corrupt: {reason}"
+        )
+
+
+class ConfigurationError(LedgerError, ValueError):
+    """opledger's settings are invalid or do not match the store they point at.
+
+    Fix: as the message says (database URL, schema version, store identity).
+    """
+
+
+class StoreLockedError(LedgerError):
+    """Another process owns the embedded SQLite store for writing (DESIGN §8).
+
+    Fix: stop the other process, or open the store read-only for inspection.
+    """
+
+
+class OperationNotFoundError(LedgerError, KeyError):
+    """No operation with this id is recorded. Fix: check the id (``opledger ops list``)."""
+
+
+class SettlementError(LedgerError):
+    """A settlement action could not be applied to the source entity (DESIGN §1.5).
+
+    Recorded as ``SettlementFailed`` and retried without any new egress.
+    """
+
+
+class PayloadError(LedgerError, ValueError):
+    """An intent's payload breaks its declaration's classification.
+
+    Every field must be classified; secret fields hold a ``secretref:NAME`` reference, never the
+    value; values are plain JSON data. ``problems`` lists each problem. Fix: as listed.
+    """
+
+    def __init__(self, integration: str, problems: list[str]) -> None:
+        self.integration = integration
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"payload for integration {integration!r} is invalid:\n{lines}")
