@@ -1,0 +1,152 @@
+"""The co-commit API: a host ``eventsourcing`` application with the ledger mixed in.
+
+The host's command calls :meth:`LedgerApplication.intend` and then ``save(entity, operation)``;
+the library records both aggregates' events in one transaction, atomic on SQLite and
+PostgreSQL, so an intent can never diverge from the transition that authorized it.
+Source: DESIGN §6; issue "Ledger core" item 6.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar, Mapping, Sequence
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.domain import Aggregate
+from eventsourcing.persistence import Mapper
+from eventsourcing.utils import get_topic
+
+from ledger.clock import Clock, SystemClock
+from ledger.declarations import Integration, Registry
+from ledger.errors import IntentConflictError, OperationNotFoundError
+from ledger.identity import Source, fingerprint, operation_id
+from ledger.operation import Operation
+
+
+class LedgerApplication(Application):
+    """Base for host applications whose entities authorize external operations.
+
+    Subclass it, list the integrations in ``integrations`` and write commands as usual::
+
+        class Orders(LedgerApplication):
+            integrations = [Integration.parse({...})]
+
+            def place(self, order_id: UUID) -> UUID:
+                order = self.repository.get(order_id)
+                order.place()
+                op = self.intend(order, "payments.charge", payload={...})
+                self.save(order, op)  # one transaction: both events or neither
+                return op.id
+
+    Class attributes:
+        integrations: the declarations this application intends (validated at construction).
+        tenant: the default tenant for intents.
+
+    Construction takes the library's ``env`` plus an optional injected ``clock`` (UTC).
+    Ledger events use ``ledger.codec.LedgerMapper``; the host's own events keep the library's
+    transcoder and any transcodings the host registers.
+    """
+
+    integrations: ClassVar[Sequence[Integration | Mapping[str, Any]]] = ()
+    tenant: ClassVar[str] = "default"
+
+    def __init__(self, env: Mapping[str, str] | None = None, *, clock: Clock | None = None) -> None:
+        self.registry = Registry()
+        for declaration in type(self).integrations:
+            self.registry.declare(declaration)
+        self.clock: Clock = clock or SystemClock()
+        super().__init__(env=dict(env) if env is not None else None)
+
+    def construct_mapper(self) -> Mapper[Any]:
+        """Use the msgspec ledger mapper; it delegates host events to the library's transcoder."""
+        from ledger.codec import LedgerMapper
+
+        return self.factory.mapper(transcoder=self.construct_transcoder(), mapper_class=LedgerMapper)
+
+    def intend(
+        self,
+        entity: Aggregate,
+        integration: str,
+        *,
+        payload: Mapping[str, Any],
+        target: str | None = None,
+        effect_index: int = 0,
+        principal: str = "system",
+        traceparent: str | None = None,
+        tenant: str | None = None,
+        now: datetime | None = None,
+        code_digest: str = "",
+    ) -> Operation:
+        """Create the operation an entity transition authorizes, to be saved with the entity.
+
+        Call it *after* the entity's command method, so ``entity.version`` is the version after
+        the transition; then ``self.save(entity, operation)``.
+
+        Args:
+            entity: the source aggregate, with its new event pending.
+            integration: a declared integration name (latest version is used).
+            payload: plain JSON data classified by the declaration.
+            target: URL override; defaults to the declaration's endpoint.
+            effect_index: which effect of this transition (0, 1, ...).
+            principal: who authorized it.
+            traceparent: W3C trace context of the authorizing request.
+            tenant: defaults to the class attribute ``tenant``.
+            now: UTC-aware instant; defaults to the application's clock.
+            code_digest: digest of the code that issued the intent.
+
+        Returns:
+            A new ``Operation`` with a pending ``Intended``, or, for an exact retry (same derived
+            id, same fingerprint, already recorded), the stored operation with nothing pending.
+
+        Raises:
+            IntentConflictError: the derived id exists with another fingerprint.
+            UnknownIntegrationError: the integration is not declared.
+            PayloadError: the payload breaks the declaration.
+        """
+        declaration = self.registry.get(integration)
+        source = Source(
+            tenant=tenant or type(self).tenant,
+            entity_type=get_topic(type(entity)),
+            entity_id=entity.id,
+            entity_version=entity.version,
+            effect_index=effect_index,
+        )
+        resolved_target = target if target is not None else declaration.endpoint
+        existing = self._find_operation(operation_id(source, declaration.name))
+        if existing is not None:
+            given = fingerprint(declaration, payload, resolved_target)
+            if existing.fingerprint != given:
+                raise IntentConflictError(existing.id, existing.fingerprint, given)
+            return existing
+        return Operation.intend(
+            now=now or self.clock.now(),
+            integration=declaration,
+            source=source,
+            payload=payload,
+            target=resolved_target,
+            principal=principal,
+            traceparent=traceparent,
+            code_digest=code_digest,
+        )
+
+    def get_operation(self, op_id: UUID) -> Operation:
+        """Load an operation by id.
+
+        Raises:
+            OperationNotFoundError: no such operation.
+            CorruptRecordError: a stored event cannot be decoded exactly.
+        """
+        found = self._find_operation(op_id)
+        if found is None:
+            raise OperationNotFoundError(f"no operation {op_id}")
+        return found
+
+    def _find_operation(self, op_id: UUID) -> Operation | None:
+        try:
+            aggregate = self.repository.get(op_id)
+        except AggregateNotFoundError:
+            return None
+        if not isinstance(aggregate, Operation):
+            raise OperationNotFoundError(f"{op_id} is a {type(aggregate).__name__}, not an operation")
+        return aggregate

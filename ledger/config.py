@@ -1,0 +1,158 @@
+"""opledger's settings: one pydantic-settings object, from ``OPLEDGER_*`` and CLI flags.
+
+The database URL is rendered into the ``eventsourcing`` library's own environment keys
+(``PERSISTENCE_MODULE``, ``SQLITE_DBNAME``, ``POSTGRES_*``), so the library's recorders do the
+storage. Source: DESIGN §8, issue "Ledger core" item 8.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ledger.errors import ConfigurationError
+
+DEFAULT_DATABASE_URL = "sqlite:///.opledger/opledger.db"
+DEFAULT_LEASE_SECONDS = 30.0
+DEFAULT_POLL_INTERVAL_SECONDS = 0.2
+SQLITE_LOCK_TIMEOUT_SECONDS = 30
+
+
+@dataclass(frozen=True, slots=True)
+class Database:
+    """A parsed database URL.
+
+    Attributes:
+        backend: ``"sqlite"`` or ``"postgres"``.
+        path: the SQLite file (absolute), for sqlite.
+        host, port, user, password, dbname: connection parameters, for postgres.
+        schema: the PostgreSQL schema (``?schema=NAME``); None means the server default.
+    """
+
+    backend: str
+    path: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 5432
+    user: str = ""
+    password: str = ""
+    dbname: str = ""
+    schema: str | None = None
+
+    @classmethod
+    def parse(cls, url: str) -> Database:
+        """Parse ``sqlite:///relative/or//absolute/path`` or ``postgresql://user[:pw]@host[:port]/db[?schema=S]``.
+
+        Raises:
+            ConfigurationError: an unsupported scheme or a URL missing its parts.
+        """
+        parts = urlsplit(url)
+        if parts.scheme == "sqlite":
+            raw = unquote(url[len("sqlite://"):])
+            if not raw.startswith("/") or raw == "/":
+                raise ConfigurationError(f"SQLite URL must look like sqlite:///path/to/file.db, got {url!r}")
+            # sqlite:///rel/file.db is relative to the working directory; sqlite:////abs/file.db absolute.
+            return cls(backend="sqlite", path=Path(raw[1:]).resolve())
+        if parts.scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+            dbname = parts.path.lstrip("/")
+            if not dbname:
+                raise ConfigurationError(f"PostgreSQL URL must name a database, got {url!r}")
+            query = parse_qs(parts.query)
+            schema = query.get("schema", [None])[0]
+            if schema is not None and not schema.replace("_", "").isalnum():
+                raise ConfigurationError(f"schema must be letters, digits and underscores, got {schema!r}")
+            return cls(
+                backend="postgres",
+                host=parts.hostname or "127.0.0.1",
+                port=parts.port or 5432,
+                user=unquote(parts.username or ""),
+                password=unquote(parts.password or ""),
+                dbname=dbname,
+                schema=schema,
+            )
+        raise ConfigurationError(
+            f"unsupported database URL {url!r}: use sqlite:///path or postgresql://user@host/db"
+        )
+
+    def conninfo(self) -> str:
+        """Return a libpq connection string (postgres only)."""
+        assert self.backend == "postgres"
+        parts = [f"host={self.host}", f"port={self.port}", f"dbname={self.dbname}"]
+        if self.user:
+            parts.append(f"user={self.user}")
+        if self.password:
+            parts.append(f"password={self.password}")
+        return " ".join(parts)
+
+    def library_env(self, *, create_table: bool, read_only: bool = False) -> dict[str, str]:
+        """Render the ``eventsourcing`` environment for this database.
+
+        Args:
+            create_table: whether the library may create its tables (only ``opledger migrate``).
+            read_only: open an SQLite store for inspection only (no lock, no writes).
+
+        Returns:
+            Keys for ``Application(env=...)``. The database-function insert path stays off: it
+            drops the table lock that keeps notification ids in commit order (DESIGN §8).
+        """
+        env = {"CREATE_TABLE": "y" if create_table else "n"}
+        if self.backend == "sqlite":
+            assert self.path is not None
+            name = f"file:{self.path}?mode=ro" if read_only else f"file:{self.path}"
+            env.update({
+                "PERSISTENCE_MODULE": "ledger.persistence:LedgerSQLiteFactory",
+                "SQLITE_DBNAME": name,
+                "SQLITE_LOCK_TIMEOUT": str(SQLITE_LOCK_TIMEOUT_SECONDS),
+            })
+        else:
+            env.update({
+                "PERSISTENCE_MODULE": "eventsourcing.postgres",
+                "POSTGRES_DBNAME": self.dbname,
+                "POSTGRES_HOST": self.host,
+                "POSTGRES_PORT": str(self.port),
+                "POSTGRES_USER": self.user,
+                "POSTGRES_PASSWORD": self.password,
+                "POSTGRES_ENABLE_DB_FUNCTIONS": "n",
+                "POSTGRES_POOL_SIZE": "10",
+                "POSTGRES_MAX_OVERFLOW": "10",
+                "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
+            })
+            if self.schema:
+                env["POSTGRES_SCHEMA"] = self.schema
+        return env
+
+
+class Settings(BaseSettings):
+    """Every opledger setting. Environment variables are ``OPLEDGER_<FIELD>``; CLI flags override.
+
+    Attributes:
+        database_url: ``sqlite:///path`` (default under ``./.opledger/``) or ``postgresql://...``.
+        app: topic (``module:Class``) of the host ``LedgerApplication`` that owns the log.
+        lease_seconds: executor lease length, seconds.
+        poll_interval_seconds: how long an idle worker waits before looking for work, seconds.
+        worker_threads: concurrent egress threads per worker process.
+        log_format: ``json`` (production) or ``console``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="OPLEDGER_", extra="ignore")
+
+    database_url: str = DEFAULT_DATABASE_URL
+    app: str = "adapters.demo.orders:OrdersApp"
+    lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, gt=0)
+    poll_interval_seconds: float = Field(default=DEFAULT_POLL_INTERVAL_SECONDS, gt=0)
+    worker_threads: int = Field(default=8, ge=1, le=256)
+    log_format: str = Field(default="console", pattern=r"^(json|console)$")
+
+    @field_validator("database_url")
+    @classmethod
+    def _parsable(cls, value: str) -> str:
+        Database.parse(value)
+        return value
+
+    @property
+    def database(self) -> Database:
+        """The parsed database URL."""
+        return Database.parse(self.database_url)

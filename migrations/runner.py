@@ -1,0 +1,140 @@
+"""``opledger migrate``: create every table once, before any worker starts (DESIGN §8).
+
+Runs the ``eventsourcing`` library's table creation for the host application's recorders, then
+applies this project's numbered read-model migrations with yoyo-migrations, then records the
+store identity (store id, owner application) that ``ledger.persistence`` checks on every open.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from yoyo import get_backend, read_migrations
+
+from ledger.config import Database
+from ledger.errors import ConfigurationError
+from ledger.persistence import STORE_TABLE, StoreLock
+
+HERE = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class MigrationReport:
+    """What ``migrate`` did.
+
+    Attributes:
+        applied: ids of read-model migrations applied in this run (empty when up to date).
+        store_id: the store's identity (created on first migrate).
+        app_name: the application that owns the store.
+    """
+
+    applied: list[str]
+    store_id: str
+    app_name: str
+
+
+def _yoyo_url(database: Database) -> str:
+    if database.backend == "sqlite":
+        return f"sqlite:///{database.path}"
+    auth = database.user + (f":{database.password}" if database.password else "")
+    url = f"postgresql+psycopg://{auth}@{database.host}:{database.port}/{database.dbname}"
+    return url + (f"?schema={database.schema}" if database.schema else "")
+
+
+def _ensure_container(database: Database) -> None:
+    if database.backend == "sqlite":
+        assert database.path is not None
+        database.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(database.path)
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise ConfigurationError(f"cannot put {database.path} in WAL mode (got {mode})")
+        finally:
+            conn.close()
+    elif database.schema:
+        import psycopg
+
+        with psycopg.connect(database.conninfo(), autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{database.schema}"')
+
+
+def _create_library_tables(app_class: type, database: Database) -> None:
+    # Constructing the application with CREATE_TABLE=y makes its recorders create their tables.
+    app: Any = app_class(env=database.library_env(create_table=True))
+    app.close()
+
+
+def _record_identity(database: Database, app_name: str) -> str:
+    new_id = str(uuid.uuid4())
+    if database.backend == "sqlite":
+        conn = sqlite3.connect(database.path)
+        try:
+            with conn:
+                rows = dict(conn.execute(f"SELECT key, value FROM {STORE_TABLE}").fetchall())
+                _check_owner(rows, app_name)
+                conn.execute(f"INSERT OR IGNORE INTO {STORE_TABLE} VALUES ('store_id', ?)", (new_id,))
+                conn.execute(f"INSERT OR IGNORE INTO {STORE_TABLE} VALUES ('app_name', ?)", (app_name,))
+                conn.execute(f"INSERT OR IGNORE INTO {STORE_TABLE} VALUES ('backend', 'sqlite')")
+                return conn.execute(f"SELECT value FROM {STORE_TABLE} WHERE key='store_id'").fetchone()[0]
+        finally:
+            conn.close()
+    import psycopg
+
+    table = f'"{database.schema}".{STORE_TABLE}' if database.schema else STORE_TABLE
+    with psycopg.connect(database.conninfo()) as conn:
+        rows = dict(conn.execute(f"SELECT key, value FROM {table}").fetchall())
+        _check_owner(rows, app_name)
+        for key, value in (("store_id", new_id), ("app_name", app_name), ("backend", "postgres")):
+            conn.execute(f"INSERT INTO {table} VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", (key, value))
+        return conn.execute(f"SELECT value FROM {table} WHERE key='store_id'").fetchone()[0]
+
+
+def _check_owner(rows: dict[str, str], app_name: str) -> None:
+    owner = rows.get("app_name")
+    if owner is not None and owner != app_name:
+        raise ConfigurationError(f"the store belongs to application {owner!r}, not {app_name!r}")
+
+
+def migrate(database: Database, app_class: type) -> MigrationReport:
+    """Create the library's tables and apply pending read-model migrations, once.
+
+    Args:
+        database: where the store lives.
+        app_class: the host ``LedgerApplication`` subclass; its ``name`` names the tables on
+            PostgreSQL and is recorded as the store's owner.
+
+    Returns:
+        A :class:`MigrationReport`.
+
+    Raises:
+        ConfigurationError: the database is unreachable, or belongs to another application.
+        StoreLockedError: another process owns the SQLite store.
+    """
+    app_name = app_class.name
+    lock = StoreLock(database.path) if database.backend == "sqlite" else None
+    if lock is not None:
+        lock.acquire()
+    try:
+        try:
+            _ensure_container(database)
+        except Exception as exc:  # psycopg.OperationalError et al.: unreachable server
+            if isinstance(exc, ConfigurationError):
+                raise
+            raise ConfigurationError(f"cannot prepare the database: {exc}") from None
+        _create_library_tables(app_class, database)
+        backend = get_backend(_yoyo_url(database))
+        migrations = read_migrations(str(HERE / database.backend / "schema"))
+        with backend.lock():
+            pending = backend.to_apply(migrations)
+            backend.apply_migrations(pending)
+        applied = [m.id for m in pending]
+        store_id = _record_identity(database, app_name)
+        return MigrationReport(applied=applied, store_id=store_id, app_name=app_name)
+    finally:
+        if lock is not None:
+            lock.release()

@@ -1,0 +1,46 @@
+"""The status view on PostgreSQL (a small psycopg pool, in the store's schema)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any, Iterator, Sequence
+
+from psycopg_pool import ConnectionPool
+
+from ledger.config import Database
+from projections.rows import StatusRow
+from projections.sql_view import SqlStatusView, row_values
+from projections.view import MAIN_TABLE, REBUILD_TABLE
+
+
+class PostgresStatusView(SqlStatusView):
+    """``StatusView`` on PostgreSQL; thread-safe through the pool."""
+
+    backend = "postgres"
+
+    def __init__(self, database: Database, *, max_size: int = 4) -> None:
+        super().__init__()
+        kwargs: dict[str, Any] = {}
+        if database.schema:
+            kwargs["options"] = f"-c search_path={database.schema}"
+        self._pool = ConnectionPool(database.conninfo(), min_size=1, max_size=max_size, kwargs=kwargs,
+                                    open=True)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            yield cur
+
+    def _to_db(self, row: StatusRow) -> dict[str, Any]:
+        return row_values(row)
+
+    def _from_db(self, values: Sequence[Any]) -> StatusRow:
+        # psycopg returns the session's zone (ZoneInfo 'Etc/UTC'); rows carry timezone.utc.
+        return StatusRow(*(v.astimezone(timezone.utc) if isinstance(v, datetime) else v for v in values))
+
+    def _create_rebuild_table(self, cur: Any) -> None:
+        cur.execute(f"CREATE TABLE {REBUILD_TABLE} (LIKE {MAIN_TABLE} INCLUDING ALL)")
+
+    def close(self) -> None:
+        self._pool.close()

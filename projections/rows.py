@@ -1,0 +1,111 @@
+"""The operation status row: one per operation, derived from the aggregate alone (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.utils import get_topic
+
+from ledger.operation import Operation
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRow:
+    """An operation's status as the read model shows it. Times are UTC-aware.
+
+    Execution and settlement state are separate fields; ``status`` is derived from both
+    (``ledger.status.derive_status``); attention and disposition are separate too
+    (docs/adr/0001-operation-lifecycle.md).
+    """
+
+    operation_id: UUID
+    version: int
+    tenant: str
+    integration: str
+    integration_version: int
+    delivery_mode: str
+    status: str
+    execution: str
+    settlement: str
+    approval: str
+    attempts: int
+    max_attempts: int
+    epoch: int
+    worker_id: str | None
+    lease_expires_at: datetime | None
+    next_due_at: datetime | None
+    remote_id: str | None
+    attention: str | None
+    disposition: str | None
+    failure_category: str | None
+    ambiguity_reason: str | None
+    cancel_requested: bool
+    source_entity_type: str
+    source_entity_id: UUID
+    source_entity_version: int
+    effect_index: int
+    created_at: datetime
+    updated_at: datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as plain data (UUIDs and datetimes kept as objects)."""
+        return asdict(self)
+
+    def as_json(self) -> dict[str, Any]:
+        """The row as JSON-ready data (UUIDs as strings, datetimes ISO 8601 UTC)."""
+        out: dict[str, Any] = {}
+        for key, value in asdict(self).items():
+            if isinstance(value, UUID):
+                value = str(value)
+            elif isinstance(value, datetime):
+                value = value.isoformat()
+            out[key] = value
+        return out
+
+
+COLUMNS: tuple[str, ...] = tuple(StatusRow.__dataclass_fields__)
+
+
+def row_from_operation(op: Operation) -> StatusRow:
+    """Derive the status row of ``op`` (pure; no I/O)."""
+    return StatusRow(
+        operation_id=op.id,
+        version=op.version,
+        tenant=op.tenant,
+        integration=op.integration_name,
+        integration_version=op.integration_version,
+        delivery_mode=op.delivery_mode.value,
+        status=op.status.value,
+        execution=op.execution.value,
+        settlement=op.settlement.value,
+        approval=op.approval,
+        attempts=op.attempts,
+        max_attempts=op.max_attempts,
+        epoch=op.epoch,
+        worker_id=op.worker_id,
+        lease_expires_at=op.lease_expires_at,
+        next_due_at=op.next_due_at,
+        remote_id=op.remote_id,
+        attention=op.attention,
+        disposition=op.disposition,
+        failure_category=(op.failure or {}).get("category"),
+        ambiguity_reason=op.ambiguity_reason,
+        cancel_requested=op.cancel_requested,
+        source_entity_type=op.source.entity_type,
+        source_entity_id=op.source.entity_id,
+        source_entity_version=op.source.entity_version,
+        effect_index=op.source.effect_index,
+        created_at=op.created_on,
+        updated_at=op.modified_on,
+    )
+
+
+def ledger_topics() -> tuple[str, ...]:
+    """Topics of every ``Operation`` event class: the part of the log projections read."""
+    return tuple(
+        get_topic(cls) for cls in vars(Operation).values()
+        if isinstance(cls, type) and issubclass(cls, Operation.Event) and cls is not Operation.Event
+    )

@@ -1,0 +1,99 @@
+"""The SQL status view shared by both backends; subclasses supply connections and types."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, Iterable, Sequence
+from uuid import UUID
+
+from migrations.queries import load_queries
+from projections.rows import COLUMNS, StatusRow
+from projections.view import MAIN_TABLE, REBUILD_TABLE
+
+
+class SqlStatusView:
+    """``StatusView`` over DB-API connections. Subclasses implement ``_transaction`` (a context
+    manager yielding a cursor, committing on success), ``_to_db`` and ``_from_db``."""
+
+    backend: str = ""
+
+    def __init__(self) -> None:
+        self.queries = load_queries(self.backend)
+
+    # -- hooks
+    def _transaction(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _to_db(self, row: StatusRow) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _from_db(self, values: Sequence[Any]) -> StatusRow:
+        raise NotImplementedError
+
+    def _create_rebuild_table(self, cur: Any) -> None:
+        raise NotImplementedError
+
+    # -- StatusView
+    def position(self, projection: str, upstream: str) -> int:
+        with self._transaction() as cur:
+            cur.execute(self.queries["select_tracking"], {"projection": projection, "upstream": upstream})
+            found = cur.fetchone()
+        return int(found[0]) if found else 0
+
+    def write(self, rows: Iterable[StatusRow], *, projection: str, upstream: str, position: int,
+              table: str = MAIN_TABLE) -> None:
+        upsert = self.queries["upsert_status"].replace("{table}", table)
+        params = [self._to_db(row) for row in rows]
+        with self._transaction() as cur:
+            if params:
+                cur.executemany(upsert, params)
+            cur.execute(self.queries["upsert_tracking"],
+                        {"projection": projection, "upstream": upstream, "notification_id": position})
+
+    def due(self, now: datetime, limit: int) -> list[StatusRow]:
+        return self._select("select_due", {"now": self._time(now), "limit": limit})
+
+    def get(self, operation_id: UUID) -> StatusRow | None:
+        rows = self._select("select_one", {"operation_id": self._id(operation_id)})
+        return rows[0] if rows else None
+
+    def list(self, *, status: str | None = None, limit: int = 100) -> list[StatusRow]:
+        return self._select("select_many", {"status": status, "limit": limit})
+
+    def attention(self, limit: int = 100) -> list[StatusRow]:
+        return self._select("select_attention", {"limit": limit})
+
+    def counts(self) -> dict[str, int]:
+        with self._transaction() as cur:
+            cur.execute(self.queries["count_by_status"])
+            return {str(status): int(n) for status, n in cur.fetchall()}
+
+    def begin_rebuild(self) -> None:
+        with self._transaction() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {REBUILD_TABLE}")
+            self._create_rebuild_table(cur)
+
+    def finish_rebuild(self, *, projection: str, upstream: str, position: int) -> None:
+        with self._transaction() as cur:
+            cur.execute(f"DROP TABLE {MAIN_TABLE}")
+            cur.execute(f"ALTER TABLE {REBUILD_TABLE} RENAME TO {MAIN_TABLE}")
+            cur.execute(self.queries["upsert_tracking"],
+                        {"projection": projection, "upstream": upstream, "notification_id": position})
+
+    # -- helpers
+    def _select(self, name: str, params: dict[str, Any]) -> list[StatusRow]:
+        with self._transaction() as cur:
+            cur.execute(self.queries[name], params)
+            return [self._from_db(values) for values in cur.fetchall()]
+
+    def _time(self, value: datetime) -> Any:
+        return value
+
+    def _id(self, value: UUID) -> Any:
+        return value
+
+
+def row_values(row: StatusRow) -> dict[str, Any]:
+    """The row's fields by column name, in ``COLUMNS`` order."""
+    return {name: getattr(row, name) for name in COLUMNS}

@@ -1,0 +1,100 @@
+"""The status view on the embedded SQLite store (its own connection to the same file)."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any, Iterator, Sequence
+from uuid import UUID
+
+from ledger.config import SQLITE_LOCK_TIMEOUT_SECONDS, Database
+from projections.rows import StatusRow
+from projections.sql_view import SqlStatusView, row_values
+from projections.view import MAIN_TABLE, REBUILD_TABLE
+
+_TIME_FIELDS = ("lease_expires_at", "next_due_at", "created_at", "updated_at")
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%f+00:00"  # fixed width, so text order is time order
+
+
+def _encode_time(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(timezone.utc).strftime(_TIME_FORMAT)
+
+
+class SQLiteStatusView(SqlStatusView):
+    """``StatusView`` on SQLite. Thread-safe: one connection, serialized by a lock."""
+
+    backend = "sqlite"
+
+    def __init__(self, database: Database, *, read_only: bool = False) -> None:
+        super().__init__()
+        assert database.path is not None
+        uri = f"file:{database.path}" + ("?mode=ro" if read_only else "")
+        self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None,
+                                     timeout=SQLITE_LOCK_TIMEOUT_SECONDS)
+        if not read_only:
+            self._conn.execute("PRAGMA synchronous=FULL")
+        self._read_only = read_only
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Cursor]:
+        with self._lock:
+            cur = self._conn.cursor()
+            # BEGIN IMMEDIATE takes the write lock up front, so two writers never deadlock.
+            cur.execute("BEGIN" if self._read_only else "BEGIN IMMEDIATE")
+            try:
+                yield cur
+            except BaseException:
+                self._conn.rollback()
+                raise
+            else:
+                self._conn.commit()
+            finally:
+                cur.close()
+
+    def _to_db(self, row: StatusRow) -> dict[str, Any]:
+        values = row_values(row)
+        values["operation_id"] = str(row.operation_id)
+        values["source_entity_id"] = str(row.source_entity_id)
+        values["cancel_requested"] = int(row.cancel_requested)
+        for name in _TIME_FIELDS:
+            values[name] = _encode_time(values[name])
+        return values
+
+    def _from_db(self, values: Sequence[Any]) -> StatusRow:
+        data = dict(zip(StatusRow.__dataclass_fields__, values))
+        data["operation_id"] = UUID(data["operation_id"])
+        data["source_entity_id"] = UUID(data["source_entity_id"])
+        data["cancel_requested"] = bool(data["cancel_requested"])
+        for name in _TIME_FIELDS:
+            if data[name] is not None:
+                data[name] = datetime.fromisoformat(data[name])
+        return StatusRow(**data)
+
+    def _time(self, value: datetime) -> Any:
+        return _encode_time(value)
+
+    def _id(self, value: UUID) -> Any:
+        return str(value)
+
+    def _create_rebuild_table(self, cur: Any) -> None:
+        # SQLite has no CREATE TABLE ... LIKE: reuse the migrated DDL with the new name.
+        cur.execute("SELECT type, sql FROM sqlite_master WHERE tbl_name = ? AND sql IS NOT NULL", (MAIN_TABLE,))
+        for kind, sql in cur.fetchall():
+            if kind == "index":
+                # Index names alternate between the two prefixes at each rebuild, since the old
+                # table's indexes keep their names until it is dropped.
+                name = re.search(r"INDEX (?:IF NOT EXISTS )?(\w+)", sql).group(1)
+                other = (name.replace(REBUILD_TABLE, MAIN_TABLE) if name.startswith(REBUILD_TABLE)
+                         else name.replace(MAIN_TABLE, REBUILD_TABLE, 1))
+                sql = sql.replace(name, other, 1).replace(f" ON {MAIN_TABLE} ", f" ON {REBUILD_TABLE} ")
+            else:
+                sql = sql.replace(f"TABLE {MAIN_TABLE}", f"TABLE {REBUILD_TABLE}", 1)
+                sql = sql.replace(f'TABLE "{MAIN_TABLE}"', f"TABLE {REBUILD_TABLE}", 1)
+            cur.execute(sql)
+
+    def close(self) -> None:
+        self._conn.close()

@@ -1,0 +1,78 @@
+"""The status view seam: one small protocol, two backends (STYLE rule 6).
+
+Rows and the projection's tracking position are written in one transaction (DESIGN §8), so a
+crash or a replay never double-counts. SQL comes from ``migrations/<backend>/queries``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Iterable, Protocol
+from uuid import UUID
+
+from ledger.config import Database
+from projections.rows import StatusRow
+
+MAIN_TABLE = "opledger_operation_status"
+REBUILD_TABLE = "opledger_operation_status_rebuild"
+
+
+class StatusView(Protocol):
+    """Read and write the operation status read model."""
+
+    def position(self, projection: str, upstream: str) -> int:
+        """The last notification id applied by ``projection`` from ``upstream`` (0 if none)."""
+        ...
+
+    def write(self, rows: Iterable[StatusRow], *, projection: str, upstream: str, position: int,
+              table: str = MAIN_TABLE) -> None:
+        """Upsert ``rows`` into ``table`` and set the position, in one transaction."""
+        ...
+
+    def due(self, now: datetime, limit: int) -> list[StatusRow]:
+        """Rows whose ``next_due_at`` is at or before ``now`` (UTC), earliest first."""
+        ...
+
+    def get(self, operation_id: UUID) -> StatusRow | None:
+        """One row, or None."""
+        ...
+
+    def list(self, *, status: str | None = None, limit: int = 100) -> list[StatusRow]:
+        """Rows, newest first, optionally of one status."""
+        ...
+
+    def attention(self, limit: int = 100) -> list[StatusRow]:
+        """The attention queue: rows with an attention reason, oldest first."""
+        ...
+
+    def counts(self) -> dict[str, int]:
+        """Number of operations per status."""
+        ...
+
+    def begin_rebuild(self) -> None:
+        """Create an empty rebuild table shaped like the main one (dropping any leftover)."""
+        ...
+
+    def finish_rebuild(self, *, projection: str, upstream: str, position: int) -> None:
+        """Swap the rebuild table in and set the position, in one transaction."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+def open_view(database: Database, *, read_only: bool = False) -> StatusView:
+    """Open the status view of ``database``'s backend.
+
+    Args:
+        database: where the store lives (must be migrated).
+        read_only: SQLite only: open for inspection without taking part in writes.
+    """
+    if database.backend == "sqlite":
+        from projections.sqlite_view import SQLiteStatusView
+
+        return SQLiteStatusView(database, read_only=read_only)
+    from projections.postgres_view import PostgresStatusView
+
+    return PostgresStatusView(database)
