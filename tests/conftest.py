@@ -1,0 +1,100 @@
+"""Shared fixtures: a fresh store per test on each backend.
+
+PostgreSQL tests use a new schema per test. When PostgreSQL is unreachable they are skipped on
+a developer machine but FAIL when the ``CI`` environment variable is set, so CI can never pass
+without having run them.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from ledger.config import Database
+
+PG_URL = os.environ.get("OPLEDGER_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
+
+
+def _postgres_reachable() -> str | None:
+    import psycopg
+
+    try:
+        with psycopg.connect(Database.parse(PG_URL).conninfo(), connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.OperationalError as exc:
+        return str(exc)
+    return None
+
+
+def require_postgres() -> None:
+    """Fail under CI, skip elsewhere, when PostgreSQL is unreachable."""
+    problem = _postgres_reachable()
+    if problem is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"PostgreSQL at {PG_URL} is unreachable and CI is set: {problem}")
+    pytest.skip(f"PostgreSQL unreachable: {problem}")
+
+
+def new_postgres_url() -> tuple[str, str]:
+    """Return ``(url, schema)`` for a fresh, empty schema."""
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    return f"{PG_URL}?schema={schema}", schema
+
+
+def drop_schema(schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(Database.parse(PG_URL).conninfo(), autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    """A database URL for a fresh, unmigrated store, on each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store' / 'opledger.db'}"
+        return
+    require_postgres()
+    url, schema = new_postgres_url()
+    try:
+        yield url
+    finally:
+        drop_schema(schema)
+
+
+@pytest.fixture
+def database(database_url: str) -> Database:
+    return Database.parse(database_url)
+
+
+@pytest.fixture
+def migrated(database: Database) -> Database:
+    """A fresh store migrated for the demo ``OrdersApp``."""
+    from adapters.demo.orders import OrdersApp
+    from migrations import migrate
+
+    migrate(database, OrdersApp)
+    return database
+
+
+@pytest.fixture
+def clock():
+    from ledger.clock import FakeClock
+
+    return FakeClock()
+
+
+@pytest.fixture
+def orders_app(migrated: Database, clock) -> Iterator:
+    """The demo host application on a migrated store, with an injected fake clock."""
+    from adapters.demo.orders import OrdersApp
+
+    app = OrdersApp(env=migrated.library_env(create_table=False), clock=clock)
+    try:
+        yield app
+    finally:
+        app.close()
