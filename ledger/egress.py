@@ -32,6 +32,9 @@ class EgressRequest:
         traceparent: the W3C trace context to send.
         timeout_seconds: the request timeout, seconds.
         tenant: the tenant.
+        headers: extra request headers.
+        secrets: resolved secret values in ``payload``, so adapters can redact them from any
+            excerpt they store; never stored themselves.
     """
 
     operation_id: UUID
@@ -45,6 +48,7 @@ class EgressRequest:
     timeout_seconds: float = 10.0
     tenant: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()
 
 
 class Adapter(Protocol):

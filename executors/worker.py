@@ -1,0 +1,460 @@
+"""The worker: claims due operations under a lease, records each attempt before egress, sends,
+records the honest outcome, and settles it (DESIGN §7).
+
+One thread of the worker does every ledger write (claims, attempt starts, lease renewals,
+outcomes, settlements), batching them across operations; egress runs on a pool of daemon
+threads that only call adapters and hand back outcome values. So an aggregate instance is never
+shared between threads, and a slow provider never delays a renewal.
+
+Recovery is the normal path: an operation whose lease expired is due again, is reclaimed with a
+new epoch, and its open attempt is decided by the delivery mode (``executors.retry.decide`` with
+``Ambiguous(reason="worker_lost")``).
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Sequence
+from uuid import UUID, uuid4
+
+import structlog
+from eventsourcing.domain import Aggregate
+
+from executors.commit import Change, commit_changes
+from executors.retry import GiveUp, Lookup, Record, Retry, after_lookup, decide
+from executors.secrets import EnvironmentSecrets, MissingSecretError, SecretResolver, resolve_payload
+from executors.settlement import settle_change, settlement_due
+from ledger import lifecycle
+from ledger.application import LedgerApplication
+from ledger.clock import Clock
+from ledger.declarations import DeliveryMode, RetryPolicy
+from ledger.egress import Adapter, EgressRequest
+from ledger.errors import LedgerError, UnknownIntegrationError
+from ledger.operation import APPROVAL_REQUIRED, Operation
+from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
+from ledger.status import ExecutionState as E
+from projections.status import StatusProjection
+from projections.view import StatusView
+
+log = structlog.get_logger("opledger.worker")
+
+DEFAULT_LEASE_SECONDS = 30.0
+DEFAULT_BATCH_SIZE = 200
+DEFAULT_EGRESS_THREADS = 8
+DEFAULT_POLL_INTERVAL_SECONDS = 0.2
+RENEW_WHEN_REMAINING = 1 / 3
+"""Renew a lease once less than this fraction of it is left (DESIGN §7)."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Worker settings.
+
+    Attributes:
+        worker_id: unique per worker process (recorded on ``Claimed``).
+        lease_seconds: lease length, seconds.
+        batch_size: due operations taken per cycle.
+        egress_threads: concurrent egress calls.
+        poll_interval_seconds: idle wait between cycles, seconds.
+    """
+
+    worker_id: str
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    batch_size: int = DEFAULT_BATCH_SIZE
+    egress_threads: int = DEFAULT_EGRESS_THREADS
+    poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS
+
+
+@dataclass
+class Counts:
+    """What one cycle did (``run_once`` returns it; tests and metrics read it)."""
+
+    claimed: int = 0
+    attempts: int = 0
+    outcomes: int = 0
+    retries: int = 0
+    settled: int = 0
+    renewed: int = 0
+    deadlines: int = 0
+    cancelled: int = 0
+    rejected: int = 0
+
+    @property
+    def busy(self) -> bool:
+        return any(vars(self).values())
+
+
+@dataclass
+class _InFlight:
+    op: Operation
+    epoch: int
+    request: EgressRequest
+    policy: RetryPolicy
+    lost: bool = False
+
+
+@dataclass(frozen=True)
+class _Finished:
+    operation_id: UUID
+    kind: str  # "send" or "lookup"
+    outcome: Outcome | None
+
+
+@dataclass
+class _Plan:
+    """Requests built inside changes, submitted only after their commit."""
+
+    sends: dict[UUID, tuple[EgressRequest, RetryPolicy, int]] = field(default_factory=dict)
+    lookups: dict[UUID, tuple[EgressRequest, RetryPolicy, int]] = field(default_factory=dict)
+
+
+class Worker:
+    """Executes due operations of one host application.
+
+    Args:
+        app: the host application (its log holds the operations).
+        view: the status view, to find due work.
+        adapters: adapter name (as declared by integrations) to adapter.
+        clock: injected UTC clock.
+        config: :class:`WorkerConfig`.
+        secrets: resolves ``secretref:`` payload values at egress.
+        rng: random source for retry jitter.
+        projection: when this worker also keeps the status projection (the SQLite owner, or the
+            elected PostgreSQL worker), each cycle first applies new log entries to it.
+    """
+
+    def __init__(self, *, app: LedgerApplication, view: StatusView, adapters: Mapping[str, Adapter],
+                 clock: Clock, config: WorkerConfig, secrets: SecretResolver | None = None,
+                 rng: random.Random | None = None, projection: StatusProjection | None = None) -> None:
+        self.app = app
+        self.projection = projection
+        self.view = view
+        self.adapters = dict(adapters)
+        self.clock = clock
+        self.config = config
+        self.secrets = secrets or EnvironmentSecrets()
+        self.rng = rng or random.Random()
+        self.stopping = threading.Event()
+        self._in_flight: dict[UUID, _InFlight] = {}
+        self._tasks: queue.Queue[tuple[str, EgressRequest, Adapter] | None] = queue.Queue()
+        self._finished: queue.Queue[_Finished] = queue.Queue()
+        self._threads = [threading.Thread(target=self._egress_loop, name=f"egress-{i}", daemon=True)
+                         for i in range(config.egress_threads)]
+        for thread in self._threads:
+            thread.start()
+
+    # ------------------------------------------------------------------ the loop
+
+    @property
+    def in_flight(self) -> int:
+        """Egress calls (and lookups) started and not yet recorded."""
+        return len(self._in_flight)
+
+    def run_once(self) -> Counts:
+        """One cycle: record finished egress, renew leases, then take due work (unless stopping).
+
+        Returns:
+            :class:`Counts` of what was recorded.
+        """
+        counts = Counts()
+        if self.projection is not None:
+            self.projection.run_once()
+        self._record_finished(counts)
+        self._renew_leases(counts)
+        if not self.stopping.is_set():
+            self._take_due(counts)
+        return counts
+
+    def run(self, stop: threading.Event, *, grace_seconds: float = 10.0) -> None:
+        """Cycle until ``stop`` is set, then stop gracefully: take no new work, let in-flight
+        attempts finish and record their outcomes for up to ``grace_seconds``, then return."""
+        while not stop.is_set():
+            if not self.run_once().busy:
+                self._wait(self.config.poll_interval_seconds)
+        self.stopping.set()
+        deadline = self.clock.now().timestamp() + grace_seconds
+        while self._in_flight and self.clock.now().timestamp() < deadline:
+            self.run_once()
+            self._wait(0.05)
+        if self._in_flight:
+            log.warning("stopping with attempts in flight; recovery will decide them",
+                        operations=[str(i) for i in self._in_flight])
+
+    def drain(self, *, max_cycles: int = 1000) -> None:
+        """Cycle until no work is due and nothing is in flight (tests and the simulator)."""
+        for _ in range(max_cycles):
+            busy = self.run_once().busy
+            if not busy and not self._in_flight:
+                return
+            if not busy:
+                self._wait(0.01)
+
+    def close(self) -> None:
+        """Stop the egress threads (in-flight calls finish on their own, unrecorded)."""
+        for _ in self._threads:
+            self._tasks.put(None)
+
+    def _wait(self, seconds: float) -> None:
+        try:
+            item = self._finished.get(timeout=seconds)
+        except queue.Empty:
+            return
+        self._finished.put(item)  # recorded by the next cycle, in order with the others
+
+    # ------------------------------------------------------------------ taking due work
+
+    def _take_due(self, counts: Counts) -> None:
+        now = self.clock.now()
+        rows = self.view.due(now, self.config.batch_size)
+        ops: list[Operation] = []
+        for row in rows:
+            if row.operation_id in self._in_flight:
+                continue
+            try:
+                ops.append(self.app.get_operation(row.operation_id))
+            except LedgerError as exc:  # corrupt or vanished: fail closed, surface, move on
+                log.error("cannot load due operation", operation_id=str(row.operation_id), error=str(exc))
+        plan = _Plan()
+        changes: list[tuple[Operation, Change]] = []
+        settling_entities: set[UUID] = set()
+        for op in ops:
+            change = self._change_for(op, now, plan, settling_entities)
+            if change is not None:
+                changes.append((op, change))
+        if not changes:
+            return
+        result = commit_changes(self.app, changes)
+        counts.rejected += len(result.rejected)
+        self._count(result.events, counts)
+        for op_id, op in result.committed.items():
+            for kind, pending in (("send", plan.sends), ("lookup", plan.lookups)):
+                if op_id in pending:
+                    request, policy, epoch = pending[op_id]
+                    self._submit(kind, op, epoch, request, policy)
+
+    def _change_for(self, op: Operation, now: datetime, plan: _Plan, settling: set[UUID]) -> Change | None:
+        if settlement_due(op, now):
+            if op.source.entity_id in settling:
+                return None  # one settlement per entity per batch; the next cycle takes the other
+            settling.add(op.source.entity_id)
+            return settle_change(self.app, now)
+        deadline = op.deadline_at
+        if deadline is not None and deadline <= now:
+            return lambda o: (o.exceed_deadline(now=now), [])[1]
+        if op.execution is E.PENDING and op.cancel_requested:
+            return lambda o: (o.cancel(now=now, epoch=None), [])[1]
+        if op.execution not in lifecycle.ACTIVE or op.execution is E.ACCEPTED:
+            return None  # accepted work waits for its callback or deadline
+        if op.execution is E.PENDING and (op.approval == APPROVAL_REQUIRED or op.due_at > now):
+            return None
+        if op.execution is not E.PENDING and not op.lease_expired(now):
+            return None
+        return self._claim_and_start(now, plan)
+
+    def _claim_and_start(self, now: datetime, plan: _Plan) -> Change:
+        """Claim, then in the same commit start an attempt (or decide the open one)."""
+
+        def change(op: Operation) -> Sequence[Aggregate]:
+            plan.sends.pop(op.id, None)
+            plan.lookups.pop(op.id, None)
+            epoch = op.claim(now=now, worker_id=self.config.worker_id, lease_seconds=self.config.lease_seconds)
+            if op.cancel_requested and op.execution is E.CLAIMED:
+                op.cancel(now=now, epoch=epoch)
+                return []
+            try:
+                policy = self.app.registry.get(op.integration_name, op.integration_version).retry
+            except UnknownIntegrationError as exc:
+                return self._fail_before_egress(op, epoch, now, str(exc))
+            if op.execution is E.DISPATCHING:
+                # The previous owner died or stalled mid-attempt: its outcome is unknown.
+                lost = Ambiguous(reason="worker_lost", detail="the previous lease expired with the attempt open")
+                self._apply(op, epoch, decide(outcome=lost, mode=op.delivery_mode, policy=policy,
+                                              attempts=op.attempts, now=now, rng=self.rng),
+                            now, plan, policy, lost)
+                return []
+            if op.attempts >= op.max_attempts:
+                op.exhaust_budget(epoch=epoch, now=now, last_attempt_possibly_applied=False)
+                return []
+            try:
+                request = self._build_request(op, now)
+            except (MissingSecretError, UnknownIntegrationError, KeyError) as exc:
+                return self._fail_before_egress(op, epoch, now, str(exc))
+            op.start_attempt(epoch=epoch, now=now, attempt_id=request.attempt_id,
+                             request_fingerprint=op.fingerprint)
+            plan.sends[op.id] = (request, policy, epoch)
+            return []
+
+        return change
+
+    def _fail_before_egress(self, op: Operation, epoch: int, now: datetime, detail: str) -> Sequence[Aggregate]:
+        op.fail(epoch=epoch, now=now, category=FailureCategory.INVALID_REQUEST, retryable=False, detail=detail)
+        return []
+
+    def _build_request(self, op: Operation, now: datetime, attempt_id: UUID | None = None) -> EgressRequest:
+        declaration = self.app.registry.get(op.integration_name, op.integration_version)
+        if declaration.adapter not in self.adapters:
+            raise KeyError(f"no adapter {declaration.adapter!r} is configured in this worker")
+        payload, secrets = resolve_payload(op.payload, self.secrets)
+        return EgressRequest(
+            operation_id=op.id, attempt_id=attempt_id or uuid4(), attempt_number=op.attempts + 1,
+            integration=op.integration_name, delivery_mode=op.delivery_mode, target=op.target,
+            payload=payload, traceparent=op.traceparent, timeout_seconds=declaration.request_timeout_seconds,
+            tenant=op.tenant, secrets=tuple(secrets),
+        )
+
+    def _submit(self, kind: str, op: Operation, epoch: int, request: EgressRequest, policy: RetryPolicy) -> None:
+        adapter = self.adapters[self.app.registry.get(op.integration_name, op.integration_version).adapter]
+        self._in_flight[op.id] = _InFlight(op=op, epoch=epoch, request=request, policy=policy)
+        self._tasks.put((kind, request, adapter))
+
+    # ------------------------------------------------------------------ egress threads
+
+    def _egress_loop(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            kind, request, adapter = task
+            try:
+                outcome = adapter.send(request) if kind == "send" else adapter.lookup(request)
+            except Exception as exc:  # an adapter bug must not kill the thread or lose the attempt
+                log.exception("adapter raised", operation_id=str(request.operation_id))
+                outcome = Ambiguous(reason="adapter_error", detail=f"{type(exc).__name__}: {exc}"[:500])
+            self._finished.put(_Finished(request.operation_id, kind, outcome))
+
+    # ------------------------------------------------------------------ recording outcomes
+
+    def _record_finished(self, counts: Counts) -> None:
+        finished: list[_Finished] = []
+        while True:
+            try:
+                finished.append(self._finished.get_nowait())
+            except queue.Empty:
+                break
+        if not finished:
+            return
+        now = self.clock.now()
+        plan = _Plan()
+        changes: list[tuple[Operation, Change]] = []
+        for item in finished:
+            flight = self._in_flight.pop(item.operation_id, None)
+            if flight is None or flight.lost:
+                log.info("late outcome dropped: this worker no longer holds the operation",
+                         operation_id=str(item.operation_id))
+                counts.rejected += 1
+                continue
+            changes.append((flight.op, self._outcome_change(flight, item, now, plan)))
+        result = commit_changes(self.app, changes)
+        for op_id, reason in result.rejected.items():
+            log.info("outcome rejected (fenced)", operation_id=str(op_id), reason=reason)
+        counts.rejected += len(result.rejected)
+        self._count(result.events, counts)
+        settle: list[tuple[Operation, Change]] = []
+        entities: set[UUID] = set()
+        for op_id, op in result.committed.items():
+            if op_id in plan.lookups or op_id in plan.sends:
+                pending = plan.lookups if op_id in plan.lookups else plan.sends
+                request, policy, epoch = pending[op_id]
+                self._submit("lookup" if pending is plan.lookups else "send", op, epoch, request, policy)
+            elif settlement_due(op, now) and op.source.entity_id not in entities:
+                entities.add(op.source.entity_id)
+                settle.append((op, settle_change(self.app, now)))
+        if settle:
+            self._count(commit_changes(self.app, settle).events, counts)
+
+    def _outcome_change(self, flight: _InFlight, item: _Finished, now: datetime, plan: _Plan) -> Change:
+        def change(op: Operation) -> Sequence[Aggregate]:
+            plan.lookups.pop(op.id, None)
+            if item.kind == "lookup":
+                decision = after_lookup(found=item.outcome, policy=flight.policy, attempts=op.attempts,
+                                        now=now, rng=self.rng)
+            else:
+                assert item.outcome is not None
+                decision = decide(outcome=item.outcome, mode=op.delivery_mode, policy=flight.policy,
+                                  attempts=op.attempts, now=now, rng=self.rng)
+            self._apply(op, flight.epoch, decision, now, plan, flight.policy, item.outcome, flight.request)
+            return []
+
+        return change
+
+    def _apply(self, op: Operation, epoch: int, decision: Any, now: datetime, plan: _Plan,
+               policy: RetryPolicy, outcome: Outcome | None, request: EgressRequest | None = None) -> None:
+        attempt_id = op.last_attempt_id
+        if isinstance(decision, Lookup):
+            plan.lookups[op.id] = (request or self._lookup_request(op, now), policy, epoch)
+        elif isinstance(decision, Retry):
+            op.schedule_retry(epoch=epoch, now=now, attempt_id=attempt_id, retry_at=decision.at,
+                              category=decision.category, reason=decision.reason,
+                              possibly_applied=decision.possibly_applied)
+        elif isinstance(decision, GiveUp):
+            op.exhaust_budget(epoch=epoch, now=now,
+                              last_attempt_possibly_applied=decision.last_attempt_possibly_applied)
+        elif isinstance(decision, Record):
+            _record(op, epoch, attempt_id, decision.outcome, now)
+
+    def _lookup_request(self, op: Operation, now: datetime) -> EgressRequest:
+        return self._build_request(op, now, attempt_id=op.last_attempt_id)
+
+    # ------------------------------------------------------------------ leases
+
+    def _renew_leases(self, counts: Counts) -> None:
+        now = self.clock.now()
+        threshold = self.config.lease_seconds * RENEW_WHEN_REMAINING
+        changes: list[tuple[Operation, Change]] = []
+        for flight in self._in_flight.values():
+            expires = flight.op.lease_expires_at
+            if flight.lost or expires is None or (expires - now).total_seconds() > threshold:
+                continue
+            epoch = flight.epoch
+            changes.append((flight.op, lambda o, e=epoch: (o.renew_lease(
+                epoch=e, now=now, lease_seconds=self.config.lease_seconds), [])[1]))
+        if not changes:
+            return
+        result = commit_changes(self.app, changes)
+        self._count(result.events, counts)
+        for op_id, op in result.committed.items():
+            self._in_flight[op_id].op = op
+        for op_id, reason in result.rejected.items():
+            # Cannot renew: another worker may reclaim it. Stop touching it (DESIGN §7).
+            log.warning("lease lost", operation_id=str(op_id), reason=reason)
+            self._in_flight[op_id].lost = True
+
+    # ------------------------------------------------------------------ counting
+
+    @staticmethod
+    def _count(events: Sequence[str], counts: Counts) -> None:
+        for name in events:
+            attr = _COUNTED.get(name)
+            if attr:
+                setattr(counts, attr, getattr(counts, attr) + 1)
+
+
+_COUNTED = {
+    "Claimed": "claimed", "AttemptStarted": "attempts", "Succeeded": "outcomes", "Failed": "outcomes",
+    "Ambiguous": "outcomes", "Accepted": "outcomes", "BudgetExhausted": "outcomes", "RetryScheduled": "retries",
+    "Settled": "settled", "LeaseRenewed": "renewed", "DeadlineExceeded": "deadlines", "Cancelled": "cancelled",
+}
+
+
+def _record(op: Operation, epoch: int, attempt_id: UUID | None, outcome: Outcome | None, now: datetime) -> None:
+    """Record an outcome value as the matching fact (callback mode turns success into waiting)."""
+    if isinstance(outcome, Succeeded):
+        if op.delivery_mode is DeliveryMode.CALLBACK:
+            op.accept(epoch=epoch, now=now, attempt_id=attempt_id, remote_id=outcome.remote_id or str(op.id),
+                      status_code=outcome.status_code, excerpt=outcome.excerpt)
+        else:
+            op.succeed(epoch=epoch, now=now, attempt_id=attempt_id, status_code=outcome.status_code,
+                       remote_id=outcome.remote_id, excerpt=outcome.excerpt)
+    elif isinstance(outcome, Accepted):
+        op.accept(epoch=epoch, now=now, attempt_id=attempt_id, remote_id=outcome.remote_id,
+                  status_code=outcome.status_code, excerpt=outcome.excerpt)
+    elif isinstance(outcome, Failed):
+        op.fail(epoch=epoch, now=now, attempt_id=attempt_id, category=outcome.category,
+                retryable=outcome.retryable, status_code=outcome.status_code, detail=outcome.detail)
+    elif isinstance(outcome, Ambiguous):
+        op.mark_ambiguous(epoch=epoch, now=now, attempt_id=attempt_id, reason=outcome.reason,
+                          status_code=outcome.status_code, detail=outcome.detail)
+    else:
+        raise TypeError(f"not an outcome: {outcome!r}")
