@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ledger.errors import ConfigurationError
@@ -134,6 +134,9 @@ class Settings(BaseSettings):
         lease_seconds: executor lease length, seconds.
         poll_interval_seconds: how long an idle worker waits before looking for work, seconds.
         worker_threads: concurrent egress threads per worker process.
+        batch_size: due operations a worker takes per cycle.
+        grace_seconds: on SIGTERM, how long in-flight attempts may take to record, seconds.
+        webhook_secret: the Standard Webhooks signing secret (``whsec_...``) of the webhook adapter.
         log_format: ``json`` (production) or ``console``.
     """
 
@@ -144,6 +147,9 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, gt=0)
     poll_interval_seconds: float = Field(default=DEFAULT_POLL_INTERVAL_SECONDS, gt=0)
     worker_threads: int = Field(default=8, ge=1, le=256)
+    batch_size: int = Field(default=200, ge=1, le=10_000)
+    grace_seconds: float = Field(default=10.0, ge=0)
+    webhook_secret: SecretStr | None = None
     log_format: str = Field(default="console", pattern=r"^(json|console)$")
 
     @field_validator("database_url")

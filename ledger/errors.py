@@ -103,7 +103,13 @@ class DeclarationError(LedgerError, ValueError):
         super().__init__(f"integration declaration {name!r} is invalid:\n{lines}")
 
 
-class UnknownIntegrationError(LedgerError, KeyError):
+class _MessageKeyError(KeyError):
+    # KeyError's str() is the repr of its argument; these errors are read by people.
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownIntegrationError(LedgerError, _MessageKeyError):
     """An operation names an integration that is not declared in this process.
 
     Fix: declare it (``Registry.declare``) in every process that handles it.
@@ -142,7 +148,7 @@ class StoreLockedError(LedgerError):
     """
 
 
-class OperationNotFoundError(LedgerError, KeyError):
+class OperationNotFoundError(LedgerError, _MessageKeyError):
     """No operation with this id is recorded. Fix: check the id (``opledger ops list``)."""
 
 

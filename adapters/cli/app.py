@@ -1,0 +1,81 @@
+"""The ``opledger`` commands."""
+
+from __future__ import annotations
+
+import typer
+
+from adapters.cli import ops
+from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, console, settings
+
+app = typer.Typer(name="opledger", help="An event-sourced ledger of durable external operations.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app.add_typer(ops.ops_app, name="ops")
+app.add_typer(ops.projections_app, name="projections")
+app.command("attention")(ops.attention)
+app.command("resolve")(ops.resolve)
+app.command("cancel")(ops.cancel)
+app.command("approve")(ops.approve)
+
+
+@app.command()
+def migrate(database_url: str = DatabaseOption) -> None:
+    """Create every table once (the library's and the read models'). Run before any worker."""
+    from adapters.runtime import load_app_class
+    from migrations import migrate as run_migrations
+
+    config = settings(database_url)
+    with UserErrors():
+        report = run_migrations(config.database, load_app_class(config.app))
+    applied = ", ".join(report.applied) or "nothing (up to date)"
+    console.print(f"migrated store {report.store_id} for application {report.app_name!r}: applied {applied}")
+
+
+@app.command()
+def worker(
+    database_url: str = DatabaseOption,
+    lease_seconds: float = typer.Option(None, help="lease length, seconds"),
+    threads: int = typer.Option(None, help="concurrent egress calls"),
+) -> None:
+    """Run a worker until SIGTERM/SIGINT: claim, attempt, record, settle, recover."""
+    from adapters.logs import configure_logging
+    from adapters.runtime import run_worker
+
+    config = settings(database_url, lease_seconds=lease_seconds, worker_threads=threads)
+    configure_logging(config.log_format)
+    with UserErrors():
+        run_worker(config)
+
+
+@app.command()
+def partner(
+    host: str = typer.Option("127.0.0.1"),
+    port: int = typer.Option(0, help="0 picks a free port"),
+    log: str = typer.Option(..., help="SQLite file of the partner's durable request log"),
+    secret: str = typer.Option(None, envvar="OPLEDGER_PARTNER_SECRET", help="Standard Webhooks secret"),
+) -> None:
+    """Run the reference partner server (prints its URL when ready)."""
+    from adapters.partner import main as partner_main
+
+    args = ["--host", host, "--port", str(port), "--log", log]
+    if secret:
+        args += ["--secret", secret]
+    raise typer.Exit(partner_main(args))
+
+
+@app.command()
+def demo(
+    database_url: str = DatabaseOption,
+    json_output: bool = JsonOption,
+    orders: int = typer.Option(12, min=1, max=2000, help="orders to place"),
+) -> None:
+    """Run the end-to-end demo: partner, orders, a worker killed mid-flight, recovery, summary."""
+    from adapters.demo.run import run_demo
+
+    with UserErrors():
+        code = run_demo(database_url=database_url, as_json=json_output, orders=orders)
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,211 @@
+"""Operator commands: inspect operations, the attention queue, and record operator decisions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import typer
+from rich.table import Table
+
+from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, console, fail, print_json, settings
+from ledger.declarations import Classification
+from ledger.errors import UnknownIntegrationError
+from ledger.operation import Operation
+from projections.rows import StatusRow
+
+ops_app = typer.Typer(help="Inspect operations.", no_args_is_help=True)
+projections_app = typer.Typer(help="Maintain read models.", no_args_is_help=True)
+
+_BASE_FIELDS = {"originator_id", "originator_version", "timestamp", "originator_topic"}
+ROW_COLUMNS = ("operation_id", "integration", "status", "attempts", "attention", "updated_at")
+
+
+def _store(database_url: str | None, *, write: bool = False):
+    from adapters.runtime import open_store
+
+    return open_store(settings(database_url), write=write)
+
+
+def _uuid(text: str) -> UUID:
+    try:
+        return UUID(text)
+    except ValueError:
+        fail(f"{text!r} is not an operation id (a UUID)")
+
+
+def _rows_table(rows: list[StatusRow], title: str) -> Table:
+    table = Table(title=title)
+    for column in ROW_COLUMNS:
+        table.add_column(column)
+    for row in rows:
+        data = row.as_json()
+        table.add_row(*(str(data[c] if data[c] is not None else "") for c in ROW_COLUMNS))
+    return table
+
+
+@ops_app.command("list")
+def list_ops(
+    status: str = typer.Option(None, help="only this status"),
+    limit: int = typer.Option(100, min=1, max=100_000),
+    database_url: str = DatabaseOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """List operations, newest first."""
+    with UserErrors(), _store(database_url) as store:
+        rows = store.view.list(status=status, limit=limit)
+    if json_output:
+        print_json([r.as_json() for r in rows])
+    else:
+        console.print(_rows_table(rows, f"operations ({len(rows)})"))
+
+
+@ops_app.command("show")
+def show(operation_id: str, database_url: str = DatabaseOption, json_output: bool = JsonOption) -> None:
+    """Show one operation's status row and decoded state (secrets and internal fields redacted)."""
+    op_id = _uuid(operation_id)
+    with UserErrors(), _store(database_url) as store:
+        op = store.app.get_operation(op_id)
+        row = store.view.get(op_id)
+        data = {
+            "operation_id": str(op.id), "status": op.status.value, "execution": op.execution.value,
+            "settlement": op.settlement.value, "integration": f"{op.integration_name} v{op.integration_version}",
+            "delivery_mode": op.delivery_mode.value, "attempts": f"{op.attempts}/{op.max_attempts}",
+            "epoch": op.epoch, "attention": op.attention, "disposition": op.disposition,
+            "failure": op.failure, "ambiguity_reason": op.ambiguity_reason, "remote_id": op.remote_id,
+            "target": op.target, "payload": _redacted(store.app, op.integration_name, op.integration_version, op.payload),
+            "source": {"entity_type": op.source.entity_type, "entity_id": str(op.source.entity_id),
+                       "entity_version": op.source.entity_version, "effect_index": op.source.effect_index},
+            "principal": op.principal, "traceparent": op.traceparent, "excerpt": op.excerpt,
+            "projection_lag": row is None or row.version != op.version,
+        }
+    if json_output:
+        print_json(data)
+        return
+    table = Table(show_header=False, title=f"operation {op_id}")
+    for key, value in data.items():
+        table.add_row(key, "" if value is None else str(value))
+    console.print(table)
+
+
+@ops_app.command("timeline")
+def timeline(operation_id: str, database_url: str = DatabaseOption, json_output: bool = JsonOption) -> None:
+    """Show the operation's own events, oldest first (secrets never shown)."""
+    op_id = _uuid(operation_id)
+    with UserErrors(), _store(database_url) as store:
+        store.app.get_operation(op_id)  # a clear error when it does not exist
+        entries = timeline_entries(store.app, op_id)
+    if json_output:
+        print_json(entries)
+        return
+    table = Table(title=f"timeline of {op_id}")
+    for column in ("#", "at", "event", "details"):
+        table.add_column(column)
+    for entry in entries:
+        details = ", ".join(f"{k}={v}" for k, v in entry["details"].items())
+        table.add_row(str(entry["version"]), entry["at"], entry["event"], details)
+    console.print(table)
+
+
+def timeline_entries(app: Any, op_id: UUID) -> list[dict[str, Any]]:
+    """The operation's events as JSON-ready dicts, payload fields redacted by classification."""
+    entries = []
+    name, version = None, None
+    for event in app.events.get(op_id):
+        fields = {k: v for k, v in vars(event).items() if k not in _BASE_FIELDS}
+        if isinstance(event, Operation.Intended):
+            name, version = event.integration_name, event.integration_version
+            fields["payload"] = _redacted(app, name, version, event.payload)
+        entries.append({
+            "version": event.originator_version,
+            "at": event.timestamp.isoformat(),
+            "event": type(event).__name__,
+            "details": {k: (str(v) if isinstance(v, (UUID, datetime)) else v) for k, v in fields.items()},
+        })
+    return entries
+
+
+def _redacted(app: Any, name: str | None, version: int | None, payload: dict[str, Any]) -> dict[str, Any]:
+    try:
+        declaration = app.registry.get(name, version)
+    except UnknownIntegrationError:
+        declaration = None
+    out = {}
+    for key, value in payload.items():
+        kind = declaration.classification_of(key) if declaration else None
+        out[key] = value if kind is Classification.PUBLIC else f"[{kind.value if kind else 'unclassified'}]"
+    return out
+
+
+def attention(limit: int = typer.Option(100, min=1), database_url: str = DatabaseOption,
+              json_output: bool = JsonOption) -> None:
+    """The operator attention queue: why automated progress stopped, oldest first."""
+    with UserErrors(), _store(database_url) as store:
+        rows = store.view.attention(limit)
+    if json_output:
+        print_json([r.as_json() for r in rows])
+    else:
+        console.print(_rows_table(rows, f"needs attention ({len(rows)})"))
+
+
+def _operator_write(database_url: str | None, operation_id: str, command) -> None:
+    op_id = _uuid(operation_id)
+    with UserErrors(), _store(database_url, write=True) as store:
+        op = store.app.get_operation(op_id)
+        command(op, store.app.clock.now())
+        store.app.save(op)
+        console.print(f"operation {op_id}: {op.status.value}")
+
+
+def resolve(
+    operation_id: str,
+    resolution: str = typer.Option(..., help="succeeded | failed | retry | abandon | retry_settlement"),
+    evidence: str = typer.Option(..., help="what you checked (shown on the timeline)"),
+    principal: str = typer.Option("operator", help="who decides"),
+    database_url: str = DatabaseOption,
+) -> None:
+    """Record an operator's decision on an ambiguous operation or a blocked settlement."""
+    _operator_write(database_url, operation_id, lambda op, now: op.resolve(
+        now=now, principal=principal, resolution=resolution, evidence=evidence))
+
+
+def cancel(
+    operation_id: str,
+    reason: str = typer.Option("", help="why"),
+    principal: str = typer.Option("operator"),
+    database_url: str = DatabaseOption,
+) -> None:
+    """Request cancellation; a worker honours it before egress."""
+    _operator_write(database_url, operation_id, lambda op, now: op.request_cancel(
+        now=now, principal=principal, reason=reason))
+
+
+def approve(
+    operation_id: str,
+    deny: bool = typer.Option(False, "--deny", help="refuse instead of approving"),
+    reason: str = typer.Option("", help="why (required with --deny)"),
+    principal: str = typer.Option("operator"),
+    database_url: str = DatabaseOption,
+) -> None:
+    """Approve (or --deny) an operation whose integration requires approval."""
+    if deny and not reason:
+        fail("--deny needs --reason")
+
+    def command(op: Operation, now: datetime) -> None:
+        if deny:
+            op.deny_approval(now=now, principal=principal, reason=reason)
+        else:
+            op.grant_approval(now=now, principal=principal)
+
+    _operator_write(database_url, operation_id, command)
+
+
+@projections_app.command("rebuild")
+def rebuild(database_url: str = DatabaseOption) -> None:
+    """Rebuild the status projection from zero into a new table and swap it in."""
+    from projections.status import StatusProjection
+
+    with UserErrors(), _store(database_url, write=True) as store:
+        n = StatusProjection(app=store.app, view=store.view).rebuild()
+    console.print(f"rebuilt the status projection from {n} events")

@@ -1,0 +1,183 @@
+"""Wiring for long-running processes: open the store, build adapters, run a worker.
+
+This is where the packages meet (DESIGN §2: the CLI wires them together): settings choose the
+host application, the backend and the adapters; ``executors`` and ``projections`` stay free of
+any adapter import.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+import structlog
+from eventsourcing.utils import resolve_topic
+
+from executors.worker import Worker, WorkerConfig
+from ledger.application import LedgerApplication
+from ledger.clock import Clock, SystemClock
+from ledger.config import Settings
+from ledger.egress import Adapter
+from ledger.errors import ConfigurationError
+from ledger.persistence import StoreLock, check_store_identity
+from projections.status import StatusProjection
+from projections.view import StatusView, open_view
+
+log = structlog.get_logger("opledger.runtime")
+
+LEADER_RETRY_SECONDS = 2.0
+
+
+def load_app_class(topic: str) -> type[LedgerApplication]:
+    """Resolve ``module:Class`` to a ``LedgerApplication`` subclass.
+
+    Raises:
+        ConfigurationError: the topic does not resolve, or is not a ledger application.
+    """
+    try:
+        cls = resolve_topic(topic)
+    except Exception as exc:  # TopicError, ImportError, AttributeError: all a bad setting
+        raise ConfigurationError(f"OPLEDGER_APP={topic!r} does not resolve: {exc}") from None
+    if not (isinstance(cls, type) and issubclass(cls, LedgerApplication)):
+        raise ConfigurationError(f"OPLEDGER_APP={topic!r} is not a LedgerApplication subclass")
+    return cls
+
+
+@dataclass
+class Store:
+    """An open store: the host application, the status view, and (SQLite writers) the lock."""
+
+    settings: Settings
+    app: LedgerApplication
+    view: StatusView
+    lock: StoreLock | None
+
+    def close(self) -> None:
+        self.view.close()
+        self.app.close()
+        if self.lock is not None:
+            self.lock.release()
+
+
+@contextmanager
+def open_store(settings: Settings, *, write: bool, clock: Clock | None = None) -> Iterator[Store]:
+    """Open the configured store.
+
+    Args:
+        settings: the settings.
+        write: take part in writes. On SQLite this takes the single-writer lock; readers open
+            the file read-only (DESIGN §8).
+        clock: injected clock for the application.
+
+    Raises:
+        ConfigurationError: not migrated, schema or owner mismatch, bad OPLEDGER_APP.
+        StoreLockedError: another process owns the SQLite store.
+    """
+    database = settings.database
+    app_class = load_app_class(settings.app)
+    check_store_identity(database, app_class.name)
+    lock = StoreLock(database.path).acquire() if write and database.backend == "sqlite" else None
+    try:
+        read_only = not write and database.backend == "sqlite"
+        app = app_class(env=database.library_env(create_table=False, read_only=read_only), clock=clock)
+        view = open_view(database, read_only=read_only)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    store = Store(settings=settings, app=app, view=view, lock=lock)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def build_adapters(settings: Settings, app: LedgerApplication, clock: Clock) -> dict[str, Adapter]:
+    """Build the adapters the application's integrations name.
+
+    Raises:
+        ConfigurationError: an integration names an adapter this process cannot build (e.g. the
+            webhook adapter without ``OPLEDGER_WEBHOOK_SECRET``). Refusing to start beats failing
+            operations for a worker's misconfiguration.
+    """
+    needed = {integration.adapter for integration in app.registry}
+    adapters: dict[str, Adapter] = {}
+    for name in needed:
+        if name == "webhook":
+            if settings.webhook_secret is None:
+                raise ConfigurationError("integrations use the webhook adapter: set OPLEDGER_WEBHOOK_SECRET (whsec_...)")
+            from adapters.webhook import WebhookAdapter
+
+            adapters[name] = WebhookAdapter(secret=settings.webhook_secret.get_secret_value(), clock=clock)
+        elif name == "fake":
+            from adapters.fake import FakeAdapter
+
+            adapters[name] = FakeAdapter()
+        else:
+            raise ConfigurationError(f"no adapter named {name!r} is available")
+    return adapters
+
+
+def default_worker_id() -> str:
+    """``host:pid:random``: unique per worker process, readable in timelines."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def run_worker(settings: Settings, *, stop: threading.Event | None = None, worker_id: str | None = None,
+               clock: Clock | None = None) -> None:
+    """Run one worker process until SIGTERM/SIGINT (or ``stop``), then stop gracefully.
+
+    On SQLite the worker owns the store and keeps the status projection itself. On PostgreSQL
+    one worker at a time (an advisory lock) keeps the projection; every worker claims work.
+    """
+    clock = clock or SystemClock()
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+    with open_store(settings, write=True, clock=clock) as store:
+        adapters = build_adapters(settings, store.app, clock)
+        projection = StatusProjection(app=store.app, view=store.view)
+        leader: threading.Thread | None = None
+        if settings.database.backend == "postgres":
+            leader = threading.Thread(target=_lead_projection, args=(settings, projection, stop),
+                                      name="projection", daemon=True)
+            leader.start()
+        worker = Worker(
+            app=store.app, view=store.view, adapters=adapters, clock=clock,
+            config=WorkerConfig(worker_id=worker_id or default_worker_id(), lease_seconds=settings.lease_seconds,
+                                batch_size=settings.batch_size, egress_threads=settings.worker_threads,
+                                poll_interval_seconds=settings.poll_interval_seconds),
+            projection=projection if leader is None else None,
+        )
+        log.info("worker started", worker_id=worker.config.worker_id, backend=settings.database.backend)
+        try:
+            worker.run(stop, grace_seconds=settings.grace_seconds)
+        finally:
+            worker.close()
+            stop.set()
+            if leader is not None:
+                leader.join(timeout=5)
+        log.info("worker stopped", worker_id=worker.config.worker_id)
+
+
+def _lead_projection(settings: Settings, projection: StatusProjection, stop: threading.Event) -> None:
+    import psycopg
+
+    database = settings.database
+    # One projection writer per store: the lock key names the schema and the application.
+    key = f"opledger.projection:{database.dbname}:{database.schema or 'public'}:{projection.upstream}"
+    while not stop.is_set():
+        with psycopg.connect(database.conninfo(), autocommit=True) as conn:
+            got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()[0]
+            if got:
+                log.info("keeping the status projection")
+                projection.run(stop)  # the lock lives as long as this connection
+                return
+        stop.wait(LEADER_RETRY_SECONDS)
