@@ -222,10 +222,15 @@ class Worker:
         plan = _Plan()
         changes: list[tuple[Operation, Change]] = []
         settling_entities: set[UUID] = set()
+        # Claim no more than the egress threads can send at once: an attempt is recorded just
+        # before its egress, so a crash leaves few started-but-unsent attempts to be ambiguous.
+        capacity = self.config.egress_threads - len(self._in_flight)
         for op in ops:
-            change = self._change_for(op, now, plan, settling_entities)
-            if change is not None:
+            chosen = self._change_for(op, now, plan, settling_entities, claim=capacity > 0)
+            if chosen is not None:
+                change, claims = chosen
                 changes.append((op, change))
+                capacity -= claims
         if not changes:
             return
         result = commit_changes(self.app, changes)
@@ -237,24 +242,26 @@ class Worker:
                     request, policy, epoch = pending[op_id]
                     self._submit(kind, op, epoch, request, policy)
 
-    def _change_for(self, op: Operation, now: datetime, plan: _Plan, settling: set[UUID]) -> Change | None:
+    def _change_for(self, op: Operation, now: datetime, plan: _Plan, settling: set[UUID], *,
+                    claim: bool) -> tuple[Change, bool] | None:
+        """The change due for ``op`` at ``now`` and whether it claims, or None."""
         if settlement_due(op, now):
             if op.source.entity_id in settling:
                 return None  # one settlement per entity per batch; the next cycle takes the other
             settling.add(op.source.entity_id)
-            return settle_change(self.app, now)
+            return settle_change(self.app, now), False
         deadline = op.deadline_at
         if deadline is not None and deadline <= now:
-            return lambda o: (o.exceed_deadline(now=now), [])[1]
+            return _command(lambda o: o.exceed_deadline(now=now)), False
         if op.execution is E.PENDING and op.cancel_requested:
-            return lambda o: (o.cancel(now=now, epoch=None), [])[1]
+            return _command(lambda o: o.cancel(now=now, epoch=None)), False
         if op.execution not in lifecycle.ACTIVE or op.execution is E.ACCEPTED:
             return None  # accepted work waits for its callback or deadline
         if op.execution is E.PENDING and (op.approval == APPROVAL_REQUIRED or op.due_at > now):
             return None
         if op.execution is not E.PENDING and not op.lease_expired(now):
             return None
-        return self._claim_and_start(now, plan)
+        return (self._claim_and_start(now, plan), True) if claim else None
 
     def _claim_and_start(self, now: datetime, plan: _Plan) -> Change:
         """Claim, then in the same commit start an attempt (or decide the open one)."""
@@ -407,9 +414,8 @@ class Worker:
             expires = flight.op.lease_expires_at
             if flight.lost or expires is None or (expires - now).total_seconds() > threshold:
                 continue
-            epoch = flight.epoch
-            changes.append((flight.op, lambda o, e=epoch: (o.renew_lease(
-                epoch=e, now=now, lease_seconds=self.config.lease_seconds), [])[1]))
+            changes.append((flight.op, _command(lambda o, e=flight.epoch: o.renew_lease(
+                epoch=e, now=now, lease_seconds=self.config.lease_seconds))))
         if not changes:
             return
         result = commit_changes(self.app, changes)
@@ -436,6 +442,16 @@ _COUNTED = {
     "Ambiguous": "outcomes", "Accepted": "outcomes", "BudgetExhausted": "outcomes", "RetryScheduled": "retries",
     "Settled": "settled", "LeaseRenewed": "renewed", "DeadlineExceeded": "deadlines", "Cancelled": "cancelled",
 }
+
+
+def _command(command: Any) -> Change:
+    """A change that runs one command on the operation and saves nothing else with it."""
+
+    def change(op: Operation) -> Sequence[Aggregate]:
+        command(op)
+        return []
+
+    return change
 
 
 def _record(op: Operation, epoch: int, attempt_id: UUID | None, outcome: Outcome | None, now: datetime) -> None:

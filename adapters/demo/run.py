@@ -1,0 +1,292 @@
+"""``opledger demo``: the product's main job, end to end, with a crash in the middle.
+
+1. Make a fresh store (embedded SQLite under ``.opledger/`` unless ``--database-url`` says
+   otherwise) and start the reference partner as a separate process on a free loopback port.
+2. Place orders: each ``Placed`` event is co-committed with two intents, an idempotent payment
+   call and a non-idempotent notification webhook. Some partner paths are set to be slow, to
+   throttle, to refuse, or to drop the connection.
+3. Start a worker process, SIGKILL it while attempts are in flight, start a new one.
+4. Wait until every operation is settled or needs an operator, and compare the ledger with the
+   partner's own durable log: nothing lost, no effect applied twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from adapters.cli.ops import timeline_entries
+from adapters.demo.orders import OrdersApp, new_email
+from adapters.partner import PartnerLog, start_partner_process
+from adapters.processes import WorkerProcess, spawn_worker
+from ledger.config import Database
+from ledger.declarations import DeliveryMode
+from ledger.persistence import StoreLock
+from ledger.status import ExecutionState, SettlementState, is_quiescent
+from migrations import migrate
+from projections.rows import StatusRow
+from projections.view import open_view
+
+DEMO_DIR = Path(".opledger")
+LEASE_SECONDS = 2.0
+SLOW_SECONDS = 1.5  # under the 2 s client timeout: only a crash makes these lose their response
+TIMEOUT_SECONDS = 3.0  # over it: the response is lost although the partner applied the effect
+SETTLE_TIMEOUT_SECONDS = 90.0
+APP_TOPIC = "adapters.demo.orders:OrdersApp"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What the partner does to order ``n``'s payment and notification (fault specs, or None)."""
+
+    payment: dict[str, Any] | None
+    notification: dict[str, Any] | None
+
+
+def scenario(n: int) -> Scenario:
+    """The demo's fault plan: a deterministic mix, so every run shows every honest outcome."""
+    payment: dict[str, Any] | None = None
+    notification: dict[str, Any] | None = None
+    if n % 3 == 0:
+        payment = {"delay": SLOW_SECONDS, "times": 1}  # in flight when the worker is killed
+        notification = {"delay": SLOW_SECONDS, "times": 1}
+    elif n % 6 == 1:
+        payment = {"delay": TIMEOUT_SECONDS, "times": 1, "apply": "before"}  # timeout after apply
+    elif n % 6 == 2:
+        payment = {"status": 503, "retry_after": "1", "times": 2}  # throttled, then accepted
+    elif n % 6 == 4:
+        payment = {"status": 422}  # refused: failed, not retryable
+        notification = {"drop": True, "apply": "before", "times": 1}  # response lost
+    return Scenario(payment, notification)
+
+
+def run_demo(*, database_url: str | None, as_json: bool, orders: int) -> int:
+    """Run the demo. Returns the exit code: 0, or 1 when anything was lost or applied twice."""
+    console = Console(stderr=as_json)
+    say = (lambda *a: None) if as_json else console.print
+    DEMO_DIR.mkdir(exist_ok=True)
+    run_id = time.strftime("%Y%m%dT%H%M%S")
+    database = _fresh_database(database_url)
+    migrate(database, OrdersApp)
+    webhook_secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    partner_log = DEMO_DIR / f"demo-partner-{run_id}.db"
+    say(f"[bold]opledger demo[/] store: {_describe(database)}")
+    with start_partner_process(log_path=partner_log, secret=webhook_secret) as partner:
+        say(f"partner listening on {partner.url} (log {partner_log})")
+        op_ids, modes = _place_orders(database, partner.url, orders)
+        say(f"placed {orders} orders: {len(op_ids)} operations intended, each co-committed with its order")
+        env = {
+            "OPLEDGER_DATABASE_URL": _url(database), "OPLEDGER_APP": APP_TOPIC,
+            "OPLEDGER_LEASE_SECONDS": str(LEASE_SECONDS), "OPLEDGER_WEBHOOK_SECRET": webhook_secret,
+            "OPLEDGER_SECRET_DEMO_CARD": "tok_demo_4242", "OPLEDGER_POLL_INTERVAL_SECONDS": "0.05",
+            "OPLEDGER_LOG_FORMAT": "json", "OPLEDGER_GRACE_SECONDS": "5",
+        }
+        first = spawn_worker(env, DEMO_DIR / f"demo-worker-{run_id}-1.log")
+        in_flight = _kill_when_in_flight(first, partner.log, op_ids)
+        say(f"worker 1 (pid {first.pid}) SIGKILLed with {in_flight} partner calls still unanswered")
+        second = spawn_worker(env, DEMO_DIR / f"demo-worker-{run_id}-2.log")
+        say(f"worker 2 (pid {second.pid}) started; recovering and waiting for every operation to settle")
+        rows = _wait_quiescent(database, op_ids, second)
+        second.terminate()
+        summary = _summary(database, op_ids, modes, rows, partner.log)
+        summary["partner_log"] = str(partner_log)
+        summary["killed_in_flight"] = in_flight
+    if as_json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        _print_summary(console, summary, database)
+    return 0 if summary["lost"] == 0 and summary["duplicate_effects"] == 0 else 1
+
+
+def _fresh_database(database_url: str | None) -> Database:
+    if database_url is None:
+        path = (DEMO_DIR / "demo.db").resolve()
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        return Database.parse(f"sqlite:///{path}")
+    database = Database.parse(database_url)
+    if database.backend == "postgres" and database.schema is None:
+        # A schema of its own, so the demo never mixes with (or needs) an existing store.
+        database = Database.parse(f"{database_url}{'&' if '?' in database_url else '?'}schema=opledger_demo")
+        _drop_schema(database)
+    return database
+
+
+def _drop_schema(database: Database) -> None:
+    import psycopg
+
+    with psycopg.connect(database.conninfo(), autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{database.schema}" CASCADE')
+
+
+def _url(database: Database) -> str:
+    if database.backend == "sqlite":
+        return f"sqlite:///{database.path}"
+    auth = database.user + (f":{database.password}" if database.password else "")
+    url = f"postgresql://{auth}@{database.host}:{database.port}/{database.dbname}"
+    return url + (f"?schema={database.schema}" if database.schema else "")
+
+
+def _describe(database: Database) -> str:
+    if database.backend == "sqlite":
+        return f"SQLite {database.path}"
+    return f"PostgreSQL {database.host}:{database.port}/{database.dbname} schema {database.schema}"
+
+
+def _place_orders(database: Database, partner_url: str, orders: int) -> tuple[list[UUID], dict[UUID, str]]:
+    op_ids: list[UUID] = []
+    modes: dict[UUID, str] = {}
+    lock = StoreLock(database.path).acquire() if database.backend == "sqlite" else None
+    app = OrdersApp(env=database.library_env(create_table=False))
+    try:
+        with httpx.Client(base_url=partner_url) as client:
+            for n in range(orders):
+                plan = scenario(n)
+                for path, fault in ((f"/pay/{n}", plan.payment), (f"/notify/{n}", plan.notification)):
+                    if fault is not None:
+                        client.post("/_control/faults", json={"path": path, "fault": fault}).raise_for_status()
+                _, ids = app.place_order(customer_email=new_email(), amount_cents=1000 + n,
+                                         payments_url=f"{partner_url}/pay/{n}", notify_url=f"{partner_url}/notify/{n}")
+                op_ids.extend(ids)
+                modes[ids[0]] = DeliveryMode.IDEMPOTENT.value
+                modes[ids[1]] = DeliveryMode.NON_IDEMPOTENT.value
+    finally:
+        app.close()
+        if lock is not None:
+            lock.release()
+    return op_ids, modes
+
+
+def _kill_when_in_flight(worker: WorkerProcess, log: PartnerLog, op_ids: list[UUID]) -> int:
+    """SIGKILL the worker once slow partner calls are under way; return how many were unanswered."""
+    keys = {str(i) for i in op_ids}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and worker.alive():
+        requests = [r for r in log.requests() if r.kind == "delivery" and r.idempotency_key in keys]
+        slow = [r for r in requests if r.fault and "delay" in r.fault]
+        if len(slow) >= 2:
+            time.sleep(SLOW_SECONDS / 3)  # well inside the partner's delay: responses not sent yet
+            break
+        time.sleep(0.02)
+    worker.kill()
+    unanswered = [r for r in log.requests() if r.kind == "delivery" and r.idempotency_key in keys
+                  and r.fault and "delay" in r.fault]
+    return len(unanswered)
+
+
+def _wait_quiescent(database: Database, op_ids: list[UUID], worker: WorkerProcess) -> dict[UUID, StatusRow]:
+    view = open_view(database, read_only=database.backend == "sqlite")
+    rows: dict[UUID, StatusRow] = {}
+    try:
+        deadline = time.monotonic() + SETTLE_TIMEOUT_SECONDS
+        while time.monotonic() < deadline and worker.alive():
+            rows = {i: row for i in op_ids if (row := view.get(i)) is not None}
+            if len(rows) == len(op_ids) and all(_quiescent(r) for r in rows.values()):
+                break
+            time.sleep(0.1)
+    finally:
+        view.close()
+    return rows
+
+
+def _quiescent(row: StatusRow) -> bool:
+    return is_quiescent(ExecutionState(row.execution), SettlementState(row.settlement))
+
+
+def _summary(database: Database, op_ids: list[UUID], modes: dict[UUID, str], rows: dict[UUID, StatusRow],
+             log: PartnerLog) -> dict[str, Any]:
+    effects: dict[str, dict[str, int]] = {}
+    duplicates = []
+    mismatches = []
+    for op_id in op_ids:
+        key = str(op_id)
+        deliveries = [r for r in log.requests(key) if r.kind == "delivery" and r.signature_valid]
+        applied = sum(r.applied for r in deliveries)
+        first_applied = next((r.seq for r in deliveries if r.applied), None)
+        resent_after_apply = sum(1 for r in deliveries if first_applied is not None and r.seq > first_applied)
+        effects[key] = {"received": len(deliveries), "applied": applied, "resent_after_apply": resent_after_apply}
+        # A provider without idempotency would have applied every resend after the first apply.
+        if applied > 1 or (modes[op_id] == DeliveryMode.NON_IDEMPOTENT.value and resent_after_apply):
+            duplicates.append(key)
+        row = rows.get(op_id)
+        if row is not None and row.execution == "succeeded" and applied != 1:
+            mismatches.append(key)
+    lost = [str(i) for i in op_ids if i not in rows or not _quiescent(rows[i])]
+    return {
+        "operations": len(op_ids),
+        "by_status": dict(Counter(r.status for r in rows.values())),
+        "attempts": sum(r.attempts for r in rows.values()),
+        "ambiguous": {str(i): r.ambiguity_reason for i, r in rows.items() if r.execution == "ambiguous"},
+        "attention": {str(i): r.attention for i, r in rows.items() if r.attention},
+        "lost": len(lost),
+        "lost_operations": lost,
+        "duplicate_effects": len(duplicates),
+        "duplicate_operations": duplicates,
+        "succeeded_without_exactly_one_effect": mismatches,
+        "effects": effects,
+        "effects_applied": sum(e["applied"] for e in effects.values()),
+        "database": _describe(database),
+        "example_timeline": _example_timeline(database, op_ids, rows),
+    }
+
+
+def _example_timeline(database: Database, op_ids: list[UUID], rows: dict[UUID, StatusRow]) -> dict[str, Any]:
+    # The most eventful payment: usually one whose worker was killed mid-attempt.
+    candidates = [i for i in op_ids if i in rows and rows[i].integration == "payments.charge"]
+    if not candidates:
+        return {}
+    chosen = max(candidates, key=lambda i: (rows[i].epoch, rows[i].attempts))
+    app = OrdersApp(env=database.library_env(create_table=False, read_only=database.backend == "sqlite"))
+    try:
+        return {"operation_id": str(chosen), "events": timeline_entries(app, chosen)}
+    finally:
+        app.close()
+
+
+def _print_summary(console: Console, summary: dict[str, Any], database: Database) -> None:
+    table = Table(title="operations by status")
+    table.add_column("status")
+    table.add_column("count", justify="right")
+    for status, count in sorted(summary["by_status"].items()):
+        table.add_row(status, str(count))
+    console.print(table)
+    console.print(f"attempts recorded: {summary['attempts']}; effects the partner applied: "
+                  f"{summary['effects_applied']} (at most one per operation)")
+    if summary["ambiguous"]:
+        ambiguous = Table(title="ambiguous: egress may have happened; an operator decides (opledger resolve)")
+        ambiguous.add_column("operation")
+        ambiguous.add_column("reason")
+        ambiguous.add_column("partner applied", justify="right")
+        for op_id, reason in summary["ambiguous"].items():
+            ambiguous.add_row(op_id, str(reason), str(summary["effects"][op_id]["applied"]))
+        console.print(ambiguous)
+    timeline = summary["example_timeline"]
+    if timeline:
+        events = Table(title=f"timeline of payment {timeline['operation_id']}")
+        for column in ("#", "event", "details"):
+            events.add_column(column)
+        for entry in timeline["events"]:
+            shown = {k: v for k, v in entry["details"].items() if k in _TIMELINE_FIELDS and v not in (None, "")}
+            events.add_row(str(entry["version"]), entry["event"], ", ".join(f"{k}={v}" for k, v in shown.items()))
+        console.print(events)
+    verdict = "[bold green]OK[/]" if summary["lost"] == 0 and summary["duplicate_effects"] == 0 else "[bold red]FAILED[/]"
+    console.print(f"{verdict}: {summary['operations']} operations, lost {summary['lost']}, "
+                  f"duplicate effects {summary['duplicate_effects']}. Inspect with "
+                  f"`opledger ops list --database-url {_url(database)}`.")
+
+
+_TIMELINE_FIELDS = ("epoch", "worker_id", "attempt_number", "status_code", "reason", "category",
+                    "retry_at", "possibly_applied", "entity_version", "integration_name", "delivery_mode")

@@ -1,0 +1,335 @@
+"""The reference partner: a real HTTP server that verifies, dedupes, logs and misbehaves on demand.
+
+Routes:
+
+- ``POST <any path>``: a delivery. The Standard Webhooks signature is verified with the
+  ``standardwebhooks`` package (401 and nothing applied when it fails); the effect is applied
+  once per ``Idempotency-Key`` and later deliveries get the stored first response.
+- ``GET /idempotency/{key}``: 200 with the stored response when applied, else 404 (signed too).
+- ``POST /_control/faults`` ``{"path": ..., "fault": {...}}``, ``DELETE /_control/faults``
+  (``?path=`` for one path), ``GET /_control/health``: the test harness (not signed).
+
+Every request, whatever happens to it, is one row of the durable log (:mod:`.store`), committed
+before any byte of the response is written. Faults: :mod:`.faults`.
+
+Source: DESIGN §5 (delivery modes and HTTP classification the partner exercises); Standard
+Webhooks specification (verification).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Callable
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from standardwebhooks.webhooks import Webhook
+
+from adapters.partner.faults import FAULT_HEADER, ApplyTiming, Fault, FaultBook, FaultError
+from adapters.partner.store import PartnerRequest, PartnerStore, StoredResponse
+
+SECRET_ENV = "OPLEDGER_PARTNER_SECRET"
+"""Environment variable the secret is read from when ``--secret`` is not given."""
+CONTROL_PREFIX = "/_control/"
+LOOKUP_PREFIX = "/idempotency/"
+MAX_REQUEST_BYTES = 1024 * 1024
+WRITE_CHUNK_BYTES = 64 * 1024
+POLL_INTERVAL_SECONDS = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class _Incoming:
+    received_at: str
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def key(self) -> str | None:
+        if self.method == "GET" and self.path.startswith(LOOKUP_PREFIX):
+            return unquote(self.path[len(LOOKUP_PREFIX):]) or None
+        return self.headers.get("idempotency-key") or None
+
+    def entry(self, kind: str, **facts: object) -> PartnerRequest:
+        return PartnerRequest(received_at=self.received_at, kind=kind, method=self.method,
+                              path=self.path, idempotency_key=self.key,
+                              webhook_id=self.headers.get("webhook-id"),
+                              attempt_id=self.headers.get("x-attempt-id"), **facts)
+
+
+class PartnerServer(ThreadingHTTPServer):
+    """The partner's HTTP server; owns the store and the fault book.
+
+    Args:
+        address: ``(host, port)``; port 0 picks a free port.
+        store: the durable log and effects.
+        secret: the Standard Webhooks secret deliveries are verified with.
+    """
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], *, store: PartnerStore, secret: str) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.store = store
+        self.faults = FaultBook()
+        self.webhook = Webhook(secret)
+        super().__init__(address, PartnerHandler)
+
+    @property
+    def url(self) -> str:
+        """The base URL, ``http://host:port``."""
+        host, port = self.server_address[:2]
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # Clients hanging up on huge bodies or delays are part of the job, not errors.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.store.close()
+
+
+class PartnerHandler(BaseHTTPRequestHandler):
+    """One connection's requests. See the module docstring for the routes."""
+
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes; with Nagle on, each response waits ~40 ms for
+    # the client's delayed ACK.
+    disable_nagle_algorithm = True
+    server: PartnerServer
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    def do_POST(self) -> None:
+        self._handle()
+
+    def do_PUT(self) -> None:
+        self._handle()
+
+    def do_DELETE(self) -> None:
+        self._handle()
+
+    def do_PATCH(self) -> None:
+        self._handle()
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Silence per-request stderr lines: the durable log is the record."""
+
+    def _handle(self) -> None:
+        received_at = datetime.now(timezone.utc).isoformat()
+        length = self.headers.get("Content-Length", "0")
+        if not length.isdigit() or int(length) > MAX_REQUEST_BYTES:
+            self.close_connection = True
+            incoming = self._incoming(received_at, b"")
+            return self._finish(incoming, incoming.entry("other"), 413, {"error": "body too large"})
+        incoming = self._incoming(received_at, self.rfile.read(int(length)))
+        if incoming.path.startswith(CONTROL_PREFIX):
+            return self._control(incoming)
+        kind = _kind(incoming)
+        if not self._signature_valid(incoming):
+            entry = incoming.entry(kind, signature_valid=False)
+            return self._finish(incoming, entry, 401, {"error": "invalid signature"})
+        try:
+            fault = self.server.faults.choose(path=incoming.path, header=incoming.headers.get(FAULT_HEADER.lower()),
+                                              key=incoming.key)
+        except FaultError as exc:
+            entry = incoming.entry(kind, signature_valid=True)
+            return self._finish(incoming, entry, 400, {"error": str(exc)})
+        if kind == "lookup":
+            return self._lookup(incoming, fault)
+        if kind == "delivery" and incoming.key is None:
+            entry = incoming.entry(kind, signature_valid=True)
+            return self._finish(incoming, entry, 400, {"error": "Idempotency-Key is required"})
+        if kind == "delivery" and incoming.key is not None:
+            return self._deliver(incoming, incoming.key, fault)
+        return self._finish(incoming, incoming.entry(kind, signature_valid=True), 404, {"error": "not found"})
+
+    def _deliver(self, incoming: _Incoming, key: str, fault: Fault) -> None:
+        stored = self.server.store.stored(key)
+        normal = stored or _fresh_response(key, accept=fault.accept)
+        wire = fault.wire_status(normal.status)
+        timing = fault.timing(wire)
+        entry = incoming.entry("delivery", signature_valid=True, fault=fault.describe() or None, status=wire)
+        applied = False
+        # The log row is committed with the effect (or alone) before the delay or the response,
+        # so a client timeout, a drop or a kill can never hide an applied effect from the log.
+        if timing is ApplyTiming.BEFORE:
+            applied, stored = self.server.store.record(entry, apply=normal, payload=incoming.body)
+        time.sleep(fault.delay)
+        if timing is ApplyTiming.AFTER:
+            applied, stored = self.server.store.record(entry, apply=normal, payload=incoming.body)
+        elif timing is ApplyTiming.NEVER:
+            self.server.store.record(entry)
+        self._respond(wire, fault, stored or normal, replayed=stored is not None and not applied)
+
+    def _lookup(self, incoming: _Incoming, fault: Fault) -> None:
+        stored = self.server.store.stored(incoming.key or "")
+        normal = (StoredResponse(200, stored.body) if stored
+                  else StoredResponse(404, _json({"error": "never received"})))
+        wire = fault.wire_status(normal.status)
+        self.server.store.record(incoming.entry("lookup", signature_valid=True,
+                                                fault=fault.describe() or None, status=wire))
+        time.sleep(fault.delay)
+        self._respond(wire, fault, normal, stored_status=stored.status if stored else None)
+
+    def _control(self, incoming: _Incoming) -> None:
+        entry = incoming.entry("control")
+        if incoming.path == CONTROL_PREFIX + "health":
+            return self._finish(incoming, entry, 200, {"ok": True})
+        if incoming.path != CONTROL_PREFIX + "faults":
+            return self._finish(incoming, entry, 404, {"error": "not found"})
+        if incoming.method == "DELETE":
+            path = parse_qs(incoming.query).get("path", [None])[0]
+            self.server.faults.clear(path)
+            return self._finish(incoming, entry, 200, {"cleared": path or "all"})
+        try:
+            data = json.loads(incoming.body)
+            path, fault = data["path"], Fault.from_mapping(data["fault"])
+            if not isinstance(path, str) or not path.startswith("/"):
+                raise FaultError("path must start with '/'")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return self._finish(incoming, entry, 400, {"error": f"bad fault request: {exc}"})
+        self.server.faults.set_path(path, fault)
+        return self._finish(incoming, entry, 200, {"path": path, "fault": fault.describe()})
+
+    def _finish(self, incoming: _Incoming, entry: PartnerRequest, status: int, document: dict) -> None:
+        self.server.store.record(replace(entry, status=status))
+        self._respond(status, None, StoredResponse(status, _json(document)))
+
+    def _respond(self, status: int | None, fault: Fault | None, response: StoredResponse, *,
+                 replayed: bool = False, stored_status: int | None = None) -> None:
+        if status is None:
+            self.close_connection = True  # the drop fault: no status line, no bytes
+            return
+        body = fault.body.render() if fault and fault.body else response.body
+        if fault and fault.body is None and status != response.status:
+            body = _json({"error": "injected fault", "status": status})
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        if fault and fault.retry_after is not None:
+            self.send_header("Retry-After", fault.retry_after)
+        if fault and fault.redirect is not None:
+            self.send_header("Location", fault.redirect)
+        if replayed:
+            self.send_header("Idempotent-Replayed", "true")
+        if stored_status is not None:
+            self.send_header("X-Partner-Stored-Status", str(stored_status))
+        self.end_headers()
+        try:
+            for start in range(0, len(body), WRITE_CHUNK_BYTES):
+                self.wfile.write(body[start:start + WRITE_CHUNK_BYTES])
+        except ConnectionError:
+            self.close_connection = True  # the client read what it wanted and hung up
+
+    def _incoming(self, received_at: str, body: bytes) -> _Incoming:
+        parts = urlsplit(self.path)
+        return _Incoming(received_at=received_at, method=self.command, path=parts.path,
+                         query=parts.query, headers={k.lower(): v for k, v in self.headers.items()},
+                         body=body)
+
+    def _signature_valid(self, incoming: _Incoming) -> bool:
+        try:
+            self.server.webhook.verify(incoming.body, incoming.headers, json_parse=False)
+        except Exception:  # the library raises assorted types (decode, base64, split) for junk
+            return False
+        return True
+
+
+def _kind(incoming: _Incoming) -> str:
+    if incoming.method == "POST":
+        return "delivery"
+    if incoming.method == "GET" and incoming.path.startswith(LOOKUP_PREFIX):
+        return "lookup"
+    return "other"
+
+
+def _fresh_response(key: str, *, accept: bool) -> StoredResponse:
+    if accept:
+        return StoredResponse(202, _json({"remote_id": f"rop_{key}", "status": "accepted"}))
+    return StoredResponse(200, _json({"status": "applied", "idempotency_key": key}))
+
+
+def _json(document: dict) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def make_server(host: str, port: int, log_path: str | Path, secret: str) -> PartnerServer:
+    """Bind the partner (not yet serving).
+
+    Args:
+        host: the interface to bind, e.g. ``127.0.0.1``.
+        port: the port; 0 picks a free one (read it from ``.url``).
+        log_path: the SQLite file of the durable log (created if missing).
+        secret: the Standard Webhooks secret (``whsec_...``).
+
+    Returns:
+        The bound server.
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    return PartnerServer((host, port), store=PartnerStore(log_path), secret=secret)
+
+
+def serve(host: str, port: int, log_path: str | Path, secret: str,
+          ready: Callable[[str], None] | None = None) -> None:
+    """Run the partner until interrupted (KeyboardInterrupt or SystemExit in this thread).
+
+    Args:
+        host: the interface to bind.
+        port: the port; 0 picks a free one.
+        log_path: the SQLite file of the durable log.
+        secret: the Standard Webhooks secret.
+        ready: called with the base URL once the socket is listening.
+    """
+    server = make_server(host, port, log_path, secret)
+    try:
+        if ready is not None:
+            ready(server.url)
+        server.serve_forever(poll_interval=POLL_INTERVAL_SECONDS)
+    finally:
+        server.server_close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m adapters.partner``: serve, printing the bound URL on one line when ready.
+
+    Args:
+        argv: ``--host``, ``--port``, ``--log``, ``--secret`` (default: ``$OPLEDGER_PARTNER_SECRET``).
+
+    Returns:
+        The exit status.
+    """
+    parser = argparse.ArgumentParser(prog="python -m adapters.partner", description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--log", required=True, help="SQLite file of the durable request log")
+    parser.add_argument("--secret", default=os.environ.get(SECRET_ENV),
+                        help=f"Standard Webhooks secret (default: ${SECRET_ENV})")
+    args = parser.parse_args(argv)
+    if not args.secret:
+        parser.error(f"--secret or ${SECRET_ENV} is required")
+    # SIGTERM unwinds through serve()'s finally, closing the store cleanly.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        serve(args.host, args.port, args.log, args.secret, ready=lambda url: print(url, flush=True))
+    except KeyboardInterrupt:
+        pass
+    return 0

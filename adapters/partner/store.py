@@ -1,0 +1,225 @@
+"""The reference partner's durable state: its request log and its applied effects (SQLite).
+
+Every request the partner receives becomes one row of ``requests``; the first valid delivery for
+an idempotency key also inserts into ``effects``, in the same transaction, so the log and the
+effects never disagree. WAL with ``synchronous=FULL``: a row the partner committed survives the
+partner being killed, which is what crash tests compare the ledger against.
+
+Source: DESIGN §5 (the partner is the "remote system" of every delivery mode), §8 (durability).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+BUSY_TIMEOUT_MS = 5000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS requests (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    received_at TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('delivery', 'lookup', 'control', 'other')),
+    method TEXT NOT NULL,
+    path TEXT NOT NULL,
+    idempotency_key TEXT,
+    webhook_id TEXT,
+    attempt_id TEXT,
+    signature_valid INTEGER CHECK (signature_valid IN (0, 1)),
+    applied INTEGER NOT NULL CHECK (applied IN (0, 1)),
+    fault TEXT,
+    status INTEGER
+);
+CREATE INDEX IF NOT EXISTS requests_by_key ON requests (idempotency_key);
+CREATE TABLE IF NOT EXISTS effects (
+    idempotency_key TEXT PRIMARY KEY,
+    applied_at TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    payload BLOB NOT NULL
+);
+"""
+_COLUMNS = ("seq", "received_at", "kind", "method", "path", "idempotency_key", "webhook_id",
+            "attempt_id", "signature_valid", "applied", "fault", "status")
+
+
+@dataclass(frozen=True, slots=True)
+class PartnerRequest:
+    """One row of the partner's request log.
+
+    Attributes:
+        seq: position in the log (1-based, assigned on insert).
+        received_at: when the request arrived, UTC ISO 8601.
+        kind: ``delivery`` (a POST), ``lookup`` (``GET /idempotency/{key}``), ``control`` or
+            ``other``.
+        method: the HTTP method.
+        path: the request path, without the query.
+        idempotency_key: the ``Idempotency-Key`` header (the key in the path for lookups).
+        webhook_id: the ``webhook-id`` header.
+        attempt_id: the ``X-Attempt-Id`` header.
+        signature_valid: whether the Standard Webhooks signature verified; None when not checked
+            (control requests).
+        applied: True only for the request that applied the key's effect.
+        fault: the injected fault in header form, or None.
+        status: the status sent; None when the connection was dropped without a response.
+    """
+
+    received_at: str
+    kind: str
+    method: str
+    path: str
+    idempotency_key: str | None = None
+    webhook_id: str | None = None
+    attempt_id: str | None = None
+    signature_valid: bool | None = None
+    applied: bool = False
+    fault: str | None = None
+    status: int | None = None
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    """The response recorded with an effect; replays and lookups return it.
+
+    Attributes:
+        status: HTTP status of the first response.
+        body: its body (JSON bytes).
+    """
+
+    status: int
+    body: bytes
+
+
+class PartnerStore:
+    """The partner server's writer. One connection, serialised by a lock; thread-safe.
+
+    Args:
+        path: the SQLite file (created if missing).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
+                                   timeout=BUSY_TIMEOUT_MS / 1000)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+
+    def stored(self, key: str) -> StoredResponse | None:
+        """Return the response stored with ``key``'s effect, or None when never applied."""
+        with self._lock:
+            row = self._db.execute("SELECT status, body FROM effects WHERE idempotency_key = ?",
+                                   (key,)).fetchone()
+        return StoredResponse(row[0], bytes(row[1])) if row else None
+
+    def record(self, entry: PartnerRequest, *, apply: StoredResponse | None = None,
+               payload: bytes = b"") -> tuple[bool, StoredResponse | None]:
+        """Append ``entry`` to the log; with ``apply``, first apply the key's effect if it is new.
+
+        Both happen in one transaction: the log's ``applied`` column is exactly the set of
+        requests that inserted an effect.
+
+        Args:
+            entry: the log row (its ``applied`` and ``seq`` are ignored).
+            apply: the response to store when this request applies the effect.
+            payload: the request body, kept with the effect for inspection.
+
+        Returns:
+            Whether this request applied the effect, and the key's stored response (if any).
+        """
+        key = entry.idempotency_key
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                applied = False
+                if apply is not None and key is not None:
+                    applied = self._db.execute(
+                        "INSERT OR IGNORE INTO effects VALUES (?, ?, ?, ?, ?)",
+                        (key, entry.received_at, apply.status, apply.body, payload),
+                    ).rowcount == 1
+                self._db.execute(
+                    f"INSERT INTO requests ({', '.join(_COLUMNS[1:])}) VALUES ({', '.join('?' * 11)})",
+                    _values(dataclasses.replace(entry, applied=applied))[1:],
+                )
+                row = self._db.execute("SELECT status, body FROM effects WHERE idempotency_key = ?",
+                                       (key,)).fetchone() if key is not None else None
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return applied, (StoredResponse(row[0], bytes(row[1])) if row else None)
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._db.close()
+
+
+class PartnerLog:
+    """Reads the partner's durable log from any process, while the partner runs or after it died.
+
+    Each call opens a short-lived connection, so results are always current.
+
+    Args:
+        path: the partner's SQLite file.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def requests(self, idempotency_key: str | None = None) -> list[PartnerRequest]:
+        """Return every logged request in arrival order, or only those carrying a key."""
+        query = f"SELECT {', '.join(_COLUMNS)} FROM requests"
+        args: tuple[str, ...] = ()
+        if idempotency_key is not None:
+            query, args = query + " WHERE idempotency_key = ?", (str(idempotency_key),)
+        return [_row(r) for r in self._query(query + " ORDER BY seq", args)]
+
+    def applied_count(self, key: object) -> int:
+        """Return how many requests applied ``key``'s effect (0 or 1 unless the partner is broken)."""
+        return self._count("applied = 1", key)
+
+    def received_count(self, key: object) -> int:
+        """Return how many deliveries (POSTs, any signature, any fault) carried ``key``."""
+        return self._count("kind = 'delivery'", key)
+
+    def stored(self, key: object) -> StoredResponse | None:
+        """Return the response stored with ``key``'s effect, or None when never applied."""
+        rows = self._query("SELECT status, body FROM effects WHERE idempotency_key = ?", (str(key),))
+        return StoredResponse(rows[0][0], bytes(rows[0][1])) if rows else None
+
+    def _count(self, condition: str, key: object) -> int:
+        rows = self._query(f"SELECT count(*) FROM requests WHERE idempotency_key = ? AND {condition}",
+                           (str(key),))
+        return int(rows[0][0])
+
+    def _query(self, query: str, args: tuple[str, ...]) -> list[tuple]:
+        if not self.path.exists():
+            return []
+        # mode=rw: never create a file; a WAL left by a killed partner is recovered on open.
+        db = sqlite3.connect(self.path.resolve().as_uri() + "?mode=rw", uri=True,
+                             timeout=BUSY_TIMEOUT_MS / 1000)
+        try:
+            return db.execute(query, args).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise
+        finally:
+            db.close()
+
+
+def _values(entry: PartnerRequest) -> tuple:
+    return tuple(getattr(entry, column) for column in _COLUMNS)
+
+
+def _row(values: tuple) -> PartnerRequest:
+    data = dict(zip(_COLUMNS, values))
+    data["applied"] = bool(data["applied"])
+    if data["signature_valid"] is not None:
+        data["signature_valid"] = bool(data["signature_valid"])
+    return PartnerRequest(**data)

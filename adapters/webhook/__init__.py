@@ -1,0 +1,65 @@
+"""The outbound HTTP webhook adapter (DESIGN §5).
+
+Three concerns, one module each: :mod:`~adapters.webhook.adapter` (the I/O),
+:mod:`~adapters.webhook.classify` (the pure decision) and :mod:`~adapters.webhook.excerpt`
+(bounded, redacted text for storage).
+
+Source: DESIGN §5; Standard Webhooks specification.
+"""
+
+from adapters.webhook.adapter import (
+    DEFAULT_LOOKUP_PATH,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_USER_AGENT,
+    REDIRECT_SAFE_MODES,
+    WebhookAdapter,
+    WebhookConfig,
+)
+from adapters.webhook.classify import (
+    DEFAULT_MAX_RETRY_AFTER_SECONDS,
+    MAX_REDIRECTS,
+    HttpExchange,
+    TransportFailure,
+    classify,
+    classify_lookup,
+    failure_of,
+    parse_retry_after,
+    remote_id_of,
+)
+from adapters.webhook.excerpt import (
+    DEFAULT_EXCERPT_CHARS,
+    REDACTED,
+    SECRET_FIELDS_HEADER,
+    excerpt,
+    redact,
+    secrets_of,
+    visible_text,
+)
+
+__all__ = [
+    # the adapter
+    "WebhookAdapter",
+    "WebhookConfig",
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "DEFAULT_LOOKUP_PATH",
+    "DEFAULT_USER_AGENT",
+    "REDIRECT_SAFE_MODES",
+    # classification (pure)
+    "HttpExchange",
+    "TransportFailure",
+    "classify",
+    "classify_lookup",
+    "failure_of",
+    "parse_retry_after",
+    "remote_id_of",
+    "DEFAULT_MAX_RETRY_AFTER_SECONDS",
+    "MAX_REDIRECTS",
+    # excerpts and redaction (pure)
+    "excerpt",
+    "redact",
+    "secrets_of",
+    "visible_text",
+    "DEFAULT_EXCERPT_CHARS",
+    "REDACTED",
+    "SECRET_FIELDS_HEADER",
+]

@@ -1,0 +1,259 @@
+"""The outbound HTTP webhook adapter: sign, POST, read a bounded response, classify.
+
+This module is the I/O around the pure :func:`~adapters.webhook.classify.classify`: it builds the
+signed request, follows only safe redirects, reads at most ``max_response_bytes`` and turns what
+happened into an :class:`~adapters.webhook.classify.HttpExchange`.
+
+Source: DESIGN §5 (HTTP outcome classification), §7 (idempotency key, attempt id, traceparent);
+Standard Webhooks specification (``webhook-id``/``webhook-timestamp``/``webhook-signature``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Mapping
+
+import httpx
+from standardwebhooks.webhooks import Webhook
+
+from adapters.webhook.classify import (
+    DEFAULT_MAX_RETRY_AFTER_SECONDS, MAX_REDIRECTS, HttpExchange, TransportFailure, classify,
+    classify_lookup, failure_of,
+)
+from adapters.webhook.excerpt import (
+    DEFAULT_EXCERPT_CHARS, TRUNCATED_MARK, excerpt, redact, secrets_of,
+)
+from ledger.clock import Clock, require_utc
+from ledger.declarations import DeliveryMode, canonical_json
+from ledger.egress import EgressRequest
+from ledger.errors import ConfigurationError
+from ledger.outcomes import Ambiguous, Failed, FailureCategory, Outcome
+
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
+DEFAULT_LOOKUP_PATH = "/idempotency/{key}"
+DEFAULT_USER_AGENT = "opledger-webhook/0.1"
+REDIRECT_SAFE_MODES = frozenset({DeliveryMode.IDEMPOTENT, DeliveryMode.READ_ONLY})
+INTERNAL_HEADER_PREFIX = "x-opledger-"
+"""``EgressRequest.headers`` entries with this prefix are metadata for the adapter, never sent."""
+
+_RESERVED_HEADERS = frozenset({
+    "accept-encoding", "content-length", "content-type", "host", "idempotency-key", "traceparent",
+    "user-agent", "webhook-id", "webhook-signature", "webhook-timestamp", "x-attempt-id",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookConfig:
+    """Limits of the webhook adapter.
+
+    Attributes:
+        max_response_bytes: response body bytes read at most; the rest is never read.
+        excerpt_chars: characters kept of a response or error text, including the truncation mark.
+        max_retry_after_seconds: upper bound for a provider's ``Retry-After`` hint, seconds.
+        lookup_path: path of the "did you receive X?" endpoint at the target's origin; ``{key}``
+            is replaced by the operation id.
+        user_agent: the ``User-Agent`` header.
+
+    Raises:
+        ConfigurationError: a limit is not positive or ``lookup_path`` is malformed.
+    """
+
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    excerpt_chars: int = DEFAULT_EXCERPT_CHARS
+    max_retry_after_seconds: float = DEFAULT_MAX_RETRY_AFTER_SECONDS
+    lookup_path: str = DEFAULT_LOOKUP_PATH
+    user_agent: str = DEFAULT_USER_AGENT
+
+    def __post_init__(self) -> None:
+        if self.max_response_bytes < 1:
+            raise ConfigurationError("max_response_bytes must be >= 1")
+        if self.excerpt_chars <= len(TRUNCATED_MARK):
+            raise ConfigurationError(f"excerpt_chars must be > {len(TRUNCATED_MARK)}")
+        if not 0 <= self.max_retry_after_seconds < math.inf:
+            raise ConfigurationError("max_retry_after_seconds must be finite and >= 0")
+        if not self.lookup_path.startswith("/") or "{key}" not in self.lookup_path:
+            raise ConfigurationError("lookup_path must start with '/' and contain '{key}'")
+
+
+class WebhookAdapter:
+    """Delivers operations as signed JSON webhooks over HTTP (``ledger.egress.Adapter``).
+
+    Args:
+        secret: the Standard Webhooks signing secret (``whsec_`` + base64).
+        clock: the injected clock; gives ``webhook-timestamp`` and ``now`` for ``Retry-After``.
+        client: an ``httpx.Client`` to use; when omitted the adapter owns one (see :meth:`close`).
+        config: limits and paths.
+
+    Raises:
+        ConfigurationError: ``secret`` is empty or not base64.
+
+    Source: DESIGN §5, §7; Standard Webhooks specification.
+    """
+
+    def __init__(self, *, secret: str, clock: Clock, client: httpx.Client | None = None,
+                 config: WebhookConfig = WebhookConfig()) -> None:
+        try:
+            self._webhook = Webhook(secret)
+        except Exception as exc:  # the library raises several unrelated types for a bad secret
+            raise ConfigurationError(f"webhook secret is invalid: {type(exc).__name__}") from None
+        self._clock = clock
+        self._config = config
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.Client()
+
+    def send(self, request: EgressRequest) -> Outcome:
+        """POST ``request.payload`` as signed JSON to ``request.target`` and classify the result.
+
+        Args:
+            request: the attempt; ``timeout_seconds`` bounds each network phase and the body read.
+
+        Returns:
+            The outcome per :func:`classify`; a ``Failed(INVALID_REQUEST)`` when the target or
+            payload cannot be sent.
+        """
+        secrets = secrets_of(request)
+        if not _is_http_url(request.target):
+            return self._invalid(f"target {request.target!r} is not an http(s) URL", secrets)
+        try:
+            body_text = canonical_json(dict(request.payload)).decode("utf-8")
+        except ValueError as exc:
+            return self._invalid(f"payload is not plain JSON data: {exc}", secrets)
+        now = require_utc(self._clock.now(), "clock.now()")
+        headers = self._signed_headers(request, body_text, now)
+        headers["Content-Type"] = "application/json"
+        exchange = self._exchange("POST", request.target, content=body_text.encode("utf-8"),
+                                  headers=headers, timeout_seconds=request.timeout_seconds,
+                                  follow_redirects=request.delivery_mode in REDIRECT_SAFE_MODES,
+                                  secrets=secrets)
+        return classify(exchange, now=self._clock.now(),
+                        max_retry_after_seconds=self._config.max_retry_after_seconds)
+
+    def lookup(self, request: EgressRequest) -> Outcome | None:
+        """Ask the target's origin whether it received ``request.operation_id``.
+
+        Sends a signed ``GET`` to ``config.lookup_path`` (body signed as empty).
+
+        Args:
+            request: the attempt whose operation is looked up.
+
+        Returns:
+            Per :func:`classify_lookup`: None when never received, ``Succeeded``/``Accepted``
+            when received, ``Ambiguous(reason="lookup_failed")`` otherwise.
+        """
+        secrets = secrets_of(request)
+        if not _is_http_url(request.target):
+            return Ambiguous(reason="lookup_failed", category=FailureCategory.INVALID_REQUEST,
+                             detail=self._text(f"target {request.target!r} is not an http(s) URL", secrets))
+        url = httpx.URL(request.target).join(self._config.lookup_path.format(key=request.operation_id))
+        headers = self._signed_headers(request, "", require_utc(self._clock.now(), "clock.now()"))
+        exchange = self._exchange("GET", url, content=None, headers=headers,
+                                  timeout_seconds=request.timeout_seconds, follow_redirects=True,
+                                  secrets=secrets)
+        return classify_lookup(exchange)
+
+    def close(self) -> None:
+        """Close the HTTP client if this adapter created it."""
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> WebhookAdapter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _signed_headers(self, request: EgressRequest, body_text: str, now: datetime) -> dict[str, str]:
+        msg_id = str(request.operation_id)
+        headers = {k: v for k, v in request.headers.items()
+                   if not k.lower().startswith(INTERNAL_HEADER_PREFIX) and k.lower() not in _RESERVED_HEADERS}
+        headers.update({
+            "webhook-id": msg_id,
+            "webhook-timestamp": str(math.floor(now.timestamp())),
+            "webhook-signature": self._webhook.sign(msg_id, now, body_text),
+            "Idempotency-Key": msg_id,
+            "X-Attempt-Id": str(request.attempt_id),
+            "User-Agent": self._config.user_agent,
+            # Compressed bodies would make the byte bound meaningless (and invite bombs).
+            "Accept-Encoding": "identity",
+        })
+        if request.traceparent:
+            headers["traceparent"] = request.traceparent
+        return headers
+
+    def _exchange(self, method: str, url: str | httpx.URL, *, content: bytes | None,
+                  headers: Mapping[str, str], timeout_seconds: float, follow_redirects: bool,
+                  secrets: tuple[str, ...]) -> HttpExchange:
+        try:
+            outgoing = self._client.build_request(method, url, content=content, headers=headers,
+                                                  timeout=timeout_seconds)
+        except (httpx.InvalidURL, ValueError, TypeError) as exc:
+            return HttpExchange(failure=TransportFailure.INVALID_REQUEST, sent=False,
+                                excerpt=self._text(f"{type(exc).__name__}: {exc}", secrets))
+        sent, hops = False, 0
+        while True:
+            try:
+                response = self._client.send(outgoing, stream=True, follow_redirects=False)
+            except httpx.TransportError as exc:
+                failure = failure_of(exc)
+                return HttpExchange(failure=failure, excerpt=self._text(f"{type(exc).__name__}: {exc}", secrets),
+                                    sent=sent or failure in (TransportFailure.TIMEOUT, TransportFailure.RESET))
+            try:
+                sent = True
+                follow = response.next_request
+                if follow_redirects and hops < MAX_REDIRECTS and _preserves_request(outgoing, follow):
+                    outgoing, hops = follow, hops + 1
+                    continue
+                body, complete = self._read_bounded(response, timeout_seconds)
+                return HttpExchange(
+                    status_code=response.status_code,
+                    headers={k.lower(): redact(v, secrets) for k, v in response.headers.items()},
+                    body=body,
+                    excerpt=excerpt(body, limit_chars=self._config.excerpt_chars, secrets=secrets,
+                                    complete=complete),
+                )
+            finally:
+                response.close()
+
+    def _read_bounded(self, response: httpx.Response, timeout_seconds: float) -> tuple[bytes, bool]:
+        limit = self._config.max_response_bytes
+        # A server dripping bytes could otherwise hold us for one read timeout per chunk.
+        deadline = time.monotonic() + timeout_seconds
+        try:
+            # Transports that hand back a body already in memory (e.g. httpx.MockTransport).
+            content = response.content
+        except httpx.ResponseNotRead:
+            pass
+        else:
+            return content[:limit], len(content) <= limit
+        buffer = bytearray()
+        try:
+            for chunk in response.iter_raw():
+                room = limit - len(buffer)
+                buffer += chunk[:room]
+                if len(chunk) > room or time.monotonic() > deadline:
+                    return bytes(buffer), False
+        except httpx.TransportError:
+            # The status line already carries the provider's decision; the body is only evidence.
+            return bytes(buffer), False
+        return bytes(buffer), True
+
+    def _text(self, text: str, secrets: tuple[str, ...]) -> str:
+        return excerpt(text.encode("utf-8", errors="surrogatepass"),
+                       limit_chars=self._config.excerpt_chars, secrets=secrets)
+
+    def _invalid(self, reason: str, secrets: tuple[str, ...]) -> Failed:
+        return Failed(FailureCategory.INVALID_REQUEST, retryable=False, egress=False,
+                      detail=self._text(reason, secrets))
+
+
+def _preserves_request(request: httpx.Request, follow: httpx.Request | None) -> bool:
+    # httpx turns a POST into a GET on 301/302/303, which would drop the payload and then report
+    # the GET's success as the delivery's: only method-preserving redirects (307/308) are safe.
+    return follow is not None and follow.method == request.method
+
+
+def _is_http_url(target: str | None) -> bool:
+    return isinstance(target, str) and target.startswith(("http://", "https://"))

@@ -1,0 +1,116 @@
+"""Bounded, redacted, valid UTF-8 excerpts of what a provider sent back. Pure functions.
+
+Only these excerpts are ever stored (in outcomes, hence in events and projections): never a raw
+body, never a resolved secret value.
+
+Source: DESIGN §9 ("secret values never appear"); ``ledger.outcomes`` (excerpt/detail fields).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Iterable
+
+from ledger.egress import EgressRequest
+
+DEFAULT_EXCERPT_CHARS = 2000
+REDACTED = "[REDACTED]"
+TRUNCATED_MARK = "…[truncated]"
+SECRET_FIELDS_HEADER = "x-opledger-secret-fields"
+"""``EgressRequest.headers`` entry: comma-separated top-level payload fields holding resolved
+secrets. Like every ``x-opledger-*`` entry it is metadata for the adapter and never sent."""
+
+# C0 and C1 controls other than tab and newlines: they can steer a terminal or hide text.
+_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def visible_text(raw: bytes) -> str:
+    """Decode bytes to valid UTF-8 text. Pure.
+
+    Invalid bytes and control characters other than tab and newlines become visible escapes
+    (``\\xff``, ``\\x00``), so the result always survives ``.encode("utf-8")`` and a terminal.
+    A literal backslash sequence in the input looks the same as an escape: the text is for
+    people, not for round-tripping the bytes.
+
+    Args:
+        raw: any bytes.
+
+    Returns:
+        Valid text with no control characters except tab, newline and carriage return.
+    """
+    text = raw.decode("utf-8", errors="backslashreplace")
+    return _CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """Replace every occurrence of each secret value in ``text`` with ``[REDACTED]``. Pure.
+
+    Each non-empty secret is matched as is, JSON-escaped (as an echoing server would write it)
+    and in its :func:`visible_text` form; longer matches win. Short secrets are redacted too:
+    a garbled excerpt is harmless, a leaked secret is not.
+
+    Args:
+        text: the text to clean.
+        secrets: resolved secret values (never stored).
+
+    Returns:
+        ``text`` without any of the secret values.
+
+    Source: DESIGN §9 ("secret values never appear").
+    """
+    return _replace_forms(text, _secret_forms(secrets))
+
+
+def excerpt(raw: bytes, *, limit_chars: int = DEFAULT_EXCERPT_CHARS, secrets: Iterable[str] = (),
+            complete: bool = True) -> str:
+    """Make the storable excerpt of a response body: visible, redacted, bounded. Pure.
+
+    Args:
+        raw: the bytes read (already bounded by the reader).
+        limit_chars: maximum length of the result in characters, truncation mark included.
+        secrets: resolved secret values to redact.
+        complete: False when ``raw`` is only a prefix of the body; a trailing fragment that could
+            be the start of a secret is then dropped, and the result is marked truncated.
+
+    Returns:
+        Valid UTF-8 text of at most ``limit_chars`` characters.
+    """
+    forms = _secret_forms(secrets)
+    text = _replace_forms(visible_text(raw), forms)
+    if not complete:
+        text = _drop_secret_prefix_tail(text, forms)
+    if complete and len(text) <= limit_chars:
+        return text
+    return text[: max(limit_chars - len(TRUNCATED_MARK), 0)] + TRUNCATED_MARK
+
+
+def secrets_of(request: EgressRequest) -> tuple[str, ...]:
+    """Return the resolved secret values in ``request.payload``: the string values of the
+    top-level fields named in its :data:`SECRET_FIELDS_HEADER` entry."""
+    listed = next((v for k, v in request.headers.items() if k.lower() == SECRET_FIELDS_HEADER), "")
+    names = {name.strip() for name in listed.split(",") if name.strip()}
+    return tuple(v for k, v in request.payload.items() if k in names and isinstance(v, str) and v)
+
+
+def _secret_forms(secrets: Iterable[str]) -> tuple[str, ...]:
+    forms = set()
+    for secret in secrets:
+        if secret:
+            forms |= {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1],
+                      visible_text(secret.encode("utf-8", errors="surrogatepass"))}
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
+def _replace_forms(text: str, forms: tuple[str, ...]) -> str:
+    # One alternation, longest first, so a secret containing another is replaced whole.
+    return re.sub("|".join(map(re.escape, forms)), REDACTED, text) if forms else text
+
+
+def _drop_secret_prefix_tail(text: str, forms: tuple[str, ...]) -> str:
+    for form in forms:
+        for size in range(min(len(form) - 1, len(text)), 0, -1):
+            if text.endswith(form[:size]):
+                text = text[:-size]
+                break
+    return text
