@@ -31,7 +31,6 @@ from projections.view import StatusView, open_view
 
 log = structlog.get_logger("opledger.runtime")
 
-LEADER_RETRY_SECONDS = 2.0
 
 
 def load_app_class(topic: str) -> type[LedgerApplication]:
@@ -134,24 +133,28 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
     """Run one worker process until SIGTERM/SIGINT (or ``stop``), then stop gracefully.
 
     On SQLite the worker owns the store and keeps the status projection itself. On PostgreSQL
-    one worker at a time (an advisory lock) keeps the projection; every worker claims work.
+    one worker at a time (a leadership lease with fenced writes) keeps the projection; every
+    worker claims work.
     """
     clock = clock or SystemClock()
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
+    worker_id = worker_id or default_worker_id()
     with open_store(settings, write=True, clock=clock) as store:
         adapters = build_adapters(settings, store.app, clock)
-        projection = StatusProjection(app=store.app, view=store.view)
         leader: threading.Thread | None = None
         if settings.database.backend == "postgres":
-            leader = threading.Thread(target=_lead_projection, args=(settings, projection, stop),
-                                      name="projection", daemon=True)
+            # Every worker is ready to keep the projection; a leadership lease picks one writer.
+            projection = StatusProjection(app=store.app, view=store.view, holder=worker_id)
+            leader = threading.Thread(target=projection.run, args=(stop,), name="projection", daemon=True)
             leader.start()
+        else:
+            projection = StatusProjection(app=store.app, view=store.view)
         worker = Worker(
             app=store.app, view=store.view, adapters=adapters, clock=clock,
-            config=WorkerConfig(worker_id=worker_id or default_worker_id(), lease_seconds=settings.lease_seconds,
+            config=WorkerConfig(worker_id=worker_id, lease_seconds=settings.lease_seconds,
                                 batch_size=settings.batch_size, egress_threads=settings.worker_threads,
                                 poll_interval_seconds=settings.poll_interval_seconds),
             projection=projection if leader is None else None,
@@ -165,19 +168,3 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             if leader is not None:
                 leader.join(timeout=5)
         log.info("worker stopped", worker_id=worker.config.worker_id)
-
-
-def _lead_projection(settings: Settings, projection: StatusProjection, stop: threading.Event) -> None:
-    import psycopg
-
-    database = settings.database
-    # One projection writer per store: the lock key names the schema and the application.
-    key = f"opledger.projection:{database.dbname}:{database.schema or 'public'}:{projection.upstream}"
-    while not stop.is_set():
-        with psycopg.connect(database.conninfo(), autocommit=True) as conn:
-            got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()[0]
-            if got:
-                log.info("keeping the status projection")
-                projection.run(stop)  # the lock lives as long as this connection
-                return
-        stop.wait(LEADER_RETRY_SECONDS)

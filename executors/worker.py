@@ -141,7 +141,7 @@ class Worker:
         self.rng = rng or random.Random()
         self.stopping = threading.Event()
         self._in_flight: dict[UUID, _InFlight] = {}
-        self._tasks: queue.Queue[tuple[str, EgressRequest, Adapter] | None] = queue.Queue()
+        self._tasks: queue.Queue[tuple[str, EgressRequest, Adapter, datetime | None] | None] = queue.Queue()
         self._finished: queue.Queue[_Finished] = queue.Queue()
         self._threads = [threading.Thread(target=self._egress_loop, name=f"egress-{i}", daemon=True)
                          for i in range(config.egress_threads)]
@@ -317,13 +317,20 @@ class Worker:
     def _submit(self, kind: str, op: Operation, epoch: int, request: EgressRequest, policy: RetryPolicy) -> None:
         adapter = self.adapters[self.app.registry.get(op.integration_name, op.integration_version).adapter]
         self._in_flight[op.id] = _InFlight(op=op, epoch=epoch, request=request, policy=policy)
-        self._tasks.put((kind, request, adapter))
+        self._tasks.put((kind, request, adapter, op.lease_expires_at))
 
     # ------------------------------------------------------------------ egress threads
 
     def _egress_loop(self) -> None:
         while (task := self._tasks.get()) is not None:
-            kind, request, adapter = task
+            kind, request, adapter, not_after = task
+            if not_after is not None and self.clock.now() >= not_after:
+                # This process stalled between recording the attempt and sending it: another
+                # worker may own the operation now, so nothing may leave (DESIGN §7).
+                self._finished.put(_Finished(request.operation_id, kind, Failed(
+                    FailureCategory.CONNECT, retryable=True, egress=False,
+                    detail="lease expired before egress; nothing was sent")))
+                continue
             try:
                 outcome = adapter.send(request) if kind == "send" else adapter.lookup(request)
             except Exception as exc:  # an adapter bug must not kill the thread or lose the attempt

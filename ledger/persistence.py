@@ -21,7 +21,7 @@ from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool, SQLiteF
 from ledger.config import Database
 from ledger.errors import ConfigurationError, StoreLockedError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The read-model schema version this code expects; ``opledger migrate`` records it."""
 
 STORE_TABLE = "opledger_store"

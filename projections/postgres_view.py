@@ -11,7 +11,7 @@ from psycopg_pool import ConnectionPool
 from ledger.config import Database
 from projections.rows import StatusRow
 from projections.sql_view import SqlStatusView, row_values
-from projections.view import MAIN_TABLE, REBUILD_TABLE
+from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError
 
 
 class PostgresStatusView(SqlStatusView):
@@ -41,6 +41,16 @@ class PostgresStatusView(SqlStatusView):
 
     def _create_rebuild_table(self, cur: Any) -> None:
         cur.execute(f"CREATE TABLE {REBUILD_TABLE} (LIKE {MAIN_TABLE} INCLUDING ALL)")
+
+    def lead(self, lease: Lease, ttl_seconds: float) -> bool:
+        with self._transaction() as cur:
+            cur.execute(self.queries["acquire_lease"], {"name": lease.name, "holder": lease.holder, "ttl": ttl_seconds})
+            return cur.fetchone() is not None
+
+    def _check_lease(self, cur: Any, lease: Lease) -> None:
+        cur.execute(self.queries["check_lease"], {"name": lease.name, "holder": lease.holder})
+        if cur.fetchone() is None:
+            raise NotLeaderError(f"lease {lease.name!r} is no longer held by {lease.holder!r}")
 
     def close(self) -> None:
         self._pool.close()

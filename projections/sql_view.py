@@ -9,7 +9,7 @@ from uuid import UUID
 
 from migrations.queries import load_queries
 from projections.rows import COLUMNS, StatusRow
-from projections.view import MAIN_TABLE, REBUILD_TABLE
+from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease
 
 
 class SqlStatusView:
@@ -42,10 +42,13 @@ class SqlStatusView:
         return int(found[0]) if found else 0
 
     def write(self, rows: Iterable[StatusRow], *, projection: str, upstream: str, position: int,
-              table: str = MAIN_TABLE) -> None:
+              table: str = MAIN_TABLE, lease: Lease | None = None) -> None:
         upsert = self.queries["upsert_status"].replace("{table}", table)
-        params = [self._to_db(row) for row in rows]
+        # Sorted, so two writers lock rows in the same order and cannot deadlock.
+        params = [self._to_db(row) for row in sorted(rows, key=lambda r: r.operation_id)]
         with self._transaction() as cur:
+            if lease is not None:
+                self._check_lease(cur, lease)
             if params:
                 cur.executemany(upsert, params)
             cur.execute(self.queries["upsert_tracking"],
@@ -80,6 +83,12 @@ class SqlStatusView:
             cur.execute(f"ALTER TABLE {REBUILD_TABLE} RENAME TO {MAIN_TABLE}")
             cur.execute(self.queries["upsert_tracking"],
                         {"projection": projection, "upstream": upstream, "notification_id": position})
+
+    def lead(self, lease: Lease, ttl_seconds: float) -> bool:
+        return True  # a single-writer backend: the owning process always leads
+
+    def _check_lease(self, cur: Any, lease: Lease) -> None:
+        pass
 
     # -- helpers
     def _select(self, name: str, params: dict[str, Any]) -> list[StatusRow]:

@@ -19,7 +19,7 @@ import structlog
 from ledger.application import LedgerApplication
 from ledger.operation import Operation
 from projections.rows import ledger_topics, row_from_operation
-from projections.view import REBUILD_TABLE, StatusView
+from projections.view import REBUILD_TABLE, Lease, NotLeaderError, StatusView
 
 log = structlog.get_logger("opledger.projection")
 
@@ -27,6 +27,7 @@ PROJECTION_NAME = "status"
 DEFAULT_BATCH_SIZE = 1000
 DEFAULT_CACHE_SIZE = 20_000
 DEFAULT_IDLE_SECONDS = 0.1
+DEFAULT_LEADER_LEASE_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,13 @@ class StatusProjectionConfig:
         batch_size: notifications read and committed per transaction.
         cache_size: operations whose folded state is kept in memory between batches.
         idle_seconds: how long ``run`` waits when the log has nothing new, seconds.
+        lease_seconds: leadership lease length where several processes could write, seconds.
     """
 
     batch_size: int = DEFAULT_BATCH_SIZE
     cache_size: int = DEFAULT_CACHE_SIZE
     idle_seconds: float = DEFAULT_IDLE_SECONDS
+    lease_seconds: float = DEFAULT_LEADER_LEASE_SECONDS
 
 
 class StatusProjection:
@@ -51,13 +54,17 @@ class StatusProjection:
         app: the host application whose log holds the ledger events.
         view: where rows and the position are written.
         config: batch and cache sizes.
+        holder: when several processes may run this projection (PostgreSQL), this process's
+            name: it writes only while it holds the store's leadership lease, and every write
+            re-checks the lease in its own transaction (a stalled former leader writes nothing).
     """
 
     def __init__(self, *, app: LedgerApplication, view: StatusView,
-                 config: StatusProjectionConfig | None = None) -> None:
+                 config: StatusProjectionConfig | None = None, holder: str | None = None) -> None:
         self.app = app
         self.view = view
         self.config = config or StatusProjectionConfig()
+        self.lease = Lease(f"projection.{PROJECTION_NAME}.{app.name}", holder) if holder else None
         self._topics = ledger_topics()
         self._cache: OrderedDict[UUID, Operation] = OrderedDict()
 
@@ -75,16 +82,26 @@ class StatusProjection:
         Raises:
             CorruptRecordError: a stored ledger event cannot be decoded; nothing is written.
         """
+        if self.lease is not None and not self.view.lead(self.lease, self.config.lease_seconds):
+            self._cache.clear()  # another process leads; our cache would go stale
+            return 0
         position = self.view.position(PROJECTION_NAME, self.upstream)
         applied, new_position, rows = self._fold_batch(position)
         if applied:
             try:
                 self.view.write(rows.values(), projection=PROJECTION_NAME, upstream=self.upstream,
-                                position=new_position)
+                                position=new_position, lease=self.lease)
+            except NotLeaderError:
+                self._cache.clear()
+                return 0
             except BaseException:
                 self._cache.clear()  # the cache ran ahead of what was committed
                 raise
         return applied
+
+    def is_leader(self) -> bool:
+        """True when this process may write (always, without a lease)."""
+        return self.lease is None or self.view.lead(self.lease, self.config.lease_seconds)
 
     def catch_up(self) -> int:
         """Apply batches until the log is exhausted. Returns the notifications applied."""
@@ -117,7 +134,7 @@ class StatusProjection:
         while not stop.is_set():
             try:
                 if not self.run_once():
-                    stop.wait(self.config.idle_seconds)
+                    stop.wait(self.config.idle_seconds if self.is_leader() else self.config.lease_seconds / 3)
             except Exception:
                 log.exception("status projection failed; retrying")
                 self._cache.clear()

@@ -6,15 +6,32 @@ crash or a replay never double-counts. SQL comes from ``migrations/<backend>/que
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Protocol
 from uuid import UUID
 
 from ledger.config import Database
+from ledger.errors import LedgerError
 from projections.rows import StatusRow
 
 MAIN_TABLE = "opledger_operation_status"
 REBUILD_TABLE = "opledger_operation_status_rebuild"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A named leadership lease and its would-be holder (one projection writer per store)."""
+
+    name: str
+    holder: str
+
+
+class NotLeaderError(LedgerError):
+    """A projection write was refused because this process no longer holds the leadership lease.
+
+    Another process took over after this one stalled; nothing was written. Fix: none.
+    """
 
 
 class StatusView(Protocol):
@@ -25,8 +42,16 @@ class StatusView(Protocol):
         ...
 
     def write(self, rows: Iterable[StatusRow], *, projection: str, upstream: str, position: int,
-              table: str = MAIN_TABLE) -> None:
-        """Upsert ``rows`` into ``table`` and set the position, in one transaction."""
+              table: str = MAIN_TABLE, lease: Lease | None = None) -> None:
+        """Upsert ``rows`` into ``table`` and set the position, in one transaction.
+
+        Raises:
+            NotLeaderError: ``lease`` is given and no longer held; nothing was written.
+        """
+        ...
+
+    def lead(self, lease: Lease, ttl_seconds: float) -> bool:
+        """Take or extend ``lease`` for ``ttl_seconds``; True when this holder now leads."""
         ...
 
     def due(self, now: datetime, limit: int) -> list[StatusRow]:

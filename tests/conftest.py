@@ -98,3 +98,13 @@ def orders_app(migrated: Database, clock) -> Iterator:
         yield app
     finally:
         app.close()
+
+
+@pytest.fixture
+def modes_db(database: Database) -> Database:
+    """A fresh store migrated for the test ``ModesApp`` (one integration per delivery mode)."""
+    from migrations import migrate
+    from tests.apps import ModesApp
+
+    migrate(database, ModesApp)
+    return database

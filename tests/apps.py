@@ -1,0 +1,69 @@
+"""A host application for tests: one integration per delivery mode, short budgets and timeouts.
+
+Importable by worker processes as ``tests.apps:ModesApp`` (they run with the repo root on
+``PYTHONPATH``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate, event
+
+from ledger.application import LedgerApplication
+from ledger.declarations import DeliveryMode, Integration
+from ledger.settlement import SettlementOutcome
+
+MAX_ATTEMPTS = 3
+REQUEST_TIMEOUT_SECONDS = 0.5
+
+
+def declaration(mode: DeliveryMode, **overrides: Any) -> Integration:
+    """The test integration for ``mode`` (name ``test.<mode>``)."""
+    data: dict[str, Any] = {
+        "name": f"test.{mode.value}",
+        "version": 1,
+        "adapter": "webhook",
+        "delivery_mode": mode.value,
+        "request_timeout_seconds": REQUEST_TIMEOUT_SECONDS,
+        "retry": {"max_attempts": MAX_ATTEMPTS, "base_backoff_seconds": 0.05, "max_backoff_seconds": 0.2,
+                  "jitter": 0.0},
+        "deadlines": {"pending": 300, "claimed": 60, "dispatching": 60, "accepted": 60},
+        "settlement": {"entity_type": "tests.apps:Thing", "method": "on_result", "max_attempts": 3,
+                       "backoff_seconds": 0.05},
+        "payload": {"n": "public", "note": "internal", "token": "secret"},
+    }
+    data.update(overrides)
+    return Integration.parse(data)
+
+
+class Thing(Aggregate):
+    """A source entity whose settlement action records the result."""
+
+    @event("Made")
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.results: list[str] = []
+
+    def on_result(self, outcome: SettlementOutcome) -> None:
+        self._settled(outcome.result)
+
+    @event("Settled")
+    def _settled(self, result: str) -> None:
+        self.results.append(result)
+
+
+class ModesApp(LedgerApplication):
+    """One integration per delivery mode."""
+
+    name = "modes"
+    integrations = [declaration(mode) for mode in DeliveryMode]
+
+    def make(self, mode: DeliveryMode | str, target: str, *, n: int = 0) -> UUID:
+        """Create a Thing and intend one operation for it, co-committed. Returns the operation id."""
+        thing = Thing(label=f"thing-{n}")
+        op = self.intend(thing, f"test.{DeliveryMode(mode).value}", target=target,
+                         payload={"n": n, "note": "internal note", "token": "secretref:test-token"})
+        self.save(thing, op)
+        return op.id

@@ -1,0 +1,71 @@
+"""Fixtures for tests that run real processes: the partner, worker processes, waiting."""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.partner import PartnerProcess, start_partner_process
+from adapters.processes import WorkerProcess, spawn_worker
+from ledger.config import Database
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET = "whsec_" + base64.b64encode(b"opledger-process-tests-secret!!").decode()
+
+
+@pytest.fixture
+def partner(tmp_path: Path) -> Iterator[PartnerProcess]:
+    with start_partner_process(log_path=tmp_path / "partner.db", secret=SECRET) as running:
+        yield running
+
+
+def worker_env(database_url: str, *, app: str, lease_seconds: float = 1.0, **extra: str) -> dict[str, str]:
+    """Settings for a worker process in a test."""
+    return {
+        "OPLEDGER_DATABASE_URL": database_url,
+        "OPLEDGER_APP": app,
+        "OPLEDGER_LEASE_SECONDS": str(lease_seconds),
+        "OPLEDGER_WEBHOOK_SECRET": SECRET,
+        "OPLEDGER_POLL_INTERVAL_SECONDS": "0.05",
+        "OPLEDGER_SECRET_TEST_TOKEN": "tok_test_secret_value",
+        "OPLEDGER_SECRET_DEMO_CARD": "tok_demo_secret_value",
+        "OPLEDGER_LOG_FORMAT": "json",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        **extra,
+    }
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start worker processes; all are killed at the end of the test."""
+    started: list[WorkerProcess] = []
+
+    def start(env: dict[str, str]) -> WorkerProcess:
+        process = spawn_worker(env, tmp_path / f"worker-{len(started)}.log")
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+
+
+def read_only_env(database: Database) -> dict[str, str]:
+    return database.library_env(create_table=False, read_only=database.backend == "sqlite")
