@@ -55,7 +55,15 @@ class Lookup:
     """Ask the provider whether it received the operation, then decide again."""
 
 
-Decision = Record | Retry | GiveUp | Lookup
+@dataclass(frozen=True, slots=True)
+class AwaitCallback:
+    """The provider reports by calling us: treat the request as accepted and wait for the
+    authenticated callback until the ``accepted`` deadline (DESIGN §5, ``callback`` mode)."""
+
+    reason: str
+
+
+Decision = Record | Retry | GiveUp | Lookup | AwaitCallback
 
 
 def backoff_seconds(policy: RetryPolicy, attempt_number: int, rng: RandomSource) -> float:
@@ -92,7 +100,7 @@ def decide(
         after_lookup: the outcome came from a ``recoverable_remote_id`` lookup.
 
     Returns:
-        ``Record``, ``Retry``, ``GiveUp`` or ``Lookup``. Source: DESIGN §5 table.
+        ``Record``, ``Retry``, ``GiveUp``, ``Lookup`` or ``AwaitCallback``. Source: DESIGN §5.
     """
     rng = rng or random.Random()
     if isinstance(outcome, (Succeeded, Accepted)):
@@ -109,6 +117,8 @@ def decide(
                                  possibly_applied=True, hint=None)
     if mode is DeliveryMode.RECOVERABLE_REMOTE_ID and not after_lookup:
         return Lookup()
+    if mode is DeliveryMode.CALLBACK:
+        return AwaitCallback(outcome.reason)
     return Record(outcome)
 
 

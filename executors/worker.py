@@ -26,7 +26,7 @@ import structlog
 from eventsourcing.domain import Aggregate
 
 from executors.commit import Change, commit_changes
-from executors.retry import GiveUp, Lookup, Record, Retry, after_lookup, decide
+from executors.retry import AwaitCallback, GiveUp, Lookup, Record, Retry, after_lookup, decide
 from executors.secrets import EnvironmentSecrets, MissingSecretError, SecretResolver, resolve_payload
 from executors.settlement import settle_change, settlement_due
 from ledger import lifecycle
@@ -405,6 +405,9 @@ class Worker:
         elif isinstance(decision, GiveUp):
             op.exhaust_budget(epoch=epoch, now=now,
                               last_attempt_possibly_applied=decision.last_attempt_possibly_applied)
+        elif isinstance(decision, AwaitCallback):
+            op.accept(epoch=epoch, now=now, attempt_id=attempt_id, remote_id=str(op.id),
+                      excerpt=f"response lost ({decision.reason}); waiting for the provider's callback")
         elif isinstance(decision, Record):
             _record(op, epoch, attempt_id, decision.outcome, now)
 

@@ -7,13 +7,20 @@ without having run them.
 
 from __future__ import annotations
 
+import base64
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ledger.config import Database
+
+SECRET = "whsec_" + base64.b64encode(b"opledger-process-tests-secret!!").decode()
+"""The Standard Webhooks secret shared by test partners and test workers."""
 
 PG_URL = os.environ.get("OPLEDGER_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
 
@@ -108,3 +115,23 @@ def modes_db(database: Database) -> Database:
 
     migrate(database, ModesApp)
     return database
+
+
+@pytest.fixture
+def partner(tmp_path: Path) -> Iterator:
+    """The reference partner as a separate process, with its durable log in ``tmp_path``."""
+    from adapters.partner import start_partner_process
+
+    with start_partner_process(log_path=tmp_path / "partner.db", secret=SECRET) as running:
+        yield running
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -11,18 +10,11 @@ from typing import Any
 
 import pytest
 
-from adapters.partner import PartnerProcess, start_partner_process
 from adapters.processes import WorkerProcess, spawn_worker
 from ledger.config import Database
+from tests.conftest import SECRET, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-SECRET = "whsec_" + base64.b64encode(b"opledger-process-tests-secret!!").decode()
-
-
-@pytest.fixture
-def partner(tmp_path: Path) -> Iterator[PartnerProcess]:
-    with start_partner_process(log_path=tmp_path / "partner.db", secret=SECRET) as running:
-        yield running
 
 
 def worker_env(database_url: str, *, app: str, lease_seconds: float = 1.0, **extra: str) -> dict[str, str]:
@@ -54,17 +46,6 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     yield start
     for process in started:
         process.kill()
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> Any:
-    """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
 
 
 def read_only_env(database: Database) -> dict[str, str]:

@@ -16,7 +16,8 @@ from adapters.partner import PartnerLog, PartnerProcess
 from ledger.config import Database
 from ledger.status import ExecutionState
 from tests.apps import MAX_ATTEMPTS, ModesApp
-from tests.process.conftest import read_only_env, wait_until, worker_env
+from tests.conftest import wait_until
+from tests.process.conftest import read_only_env, worker_env
 
 pytestmark = pytest.mark.process
 
