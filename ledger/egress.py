@@ -28,13 +28,15 @@ class EgressRequest:
         delivery_mode: the declared mode; adapters use it (e.g. redirects are never followed in
             non-idempotent modes).
         target: the URL to call.
-        payload: the payload with secret references already resolved (never stored).
+        payload: the payload with secret references already resolved (never stored; left out
+            of ``repr`` so a logged request never shows a resolved secret).
         traceparent: the W3C trace context to send.
         timeout_seconds: the request timeout, seconds.
         tenant: the tenant.
-        headers: extra request headers.
-        secrets: resolved secret values in ``payload``, so adapters can redact them from any
-            excerpt they store; never stored themselves.
+        headers: extra HTTP headers to send with the request; an adapter's own headers
+            (signature, idempotency key, attempt id, ...) take precedence.
+        secrets: resolved secret values in ``payload``, filled by the worker so adapters can
+            redact them from any excerpt they store; never stored, and left out of ``repr``.
     """
 
     operation_id: UUID
@@ -43,12 +45,12 @@ class EgressRequest:
     integration: str
     delivery_mode: DeliveryMode
     target: str | None
-    payload: Mapping[str, Any]
+    payload: Mapping[str, Any] = field(repr=False)
     traceparent: str | None = None
     timeout_seconds: float = 10.0
     tenant: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
-    secrets: tuple[str, ...] = ()
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
 
 class Adapter(Protocol):

@@ -137,28 +137,28 @@ class PartnerHandler(BaseHTTPRequestHandler):
         if not length.isdigit() or int(length) > MAX_REQUEST_BYTES:
             self.close_connection = True
             incoming = self._incoming(received_at, b"")
-            return self._finish(incoming, incoming.entry("other"), 413, {"error": "body too large"})
+            return self._finish(incoming.entry("other"), 413, {"error": "body too large"})
         incoming = self._incoming(received_at, self.rfile.read(int(length)))
         if incoming.path.startswith(CONTROL_PREFIX):
             return self._control(incoming)
         kind = _kind(incoming)
         if not self._signature_valid(incoming):
             entry = incoming.entry(kind, signature_valid=False)
-            return self._finish(incoming, entry, 401, {"error": "invalid signature"})
+            return self._finish(entry, 401, {"error": "invalid signature"})
         try:
-            fault = self.server.faults.choose(path=incoming.path, header=incoming.headers.get(FAULT_HEADER.lower()),
-                                              key=incoming.key)
+            fault = self.server.faults.choose(path=incoming.path, key=incoming.key,
+                                              header=incoming.headers.get(FAULT_HEADER.lower()))
         except FaultError as exc:
             entry = incoming.entry(kind, signature_valid=True)
-            return self._finish(incoming, entry, 400, {"error": str(exc)})
+            return self._finish(entry, 400, {"error": str(exc)})
         if kind == "lookup":
             return self._lookup(incoming, fault)
-        if kind == "delivery" and incoming.key is None:
+        if kind != "delivery":
+            return self._finish(incoming.entry(kind, signature_valid=True), 404, {"error": "not found"})
+        if incoming.key is None:
             entry = incoming.entry(kind, signature_valid=True)
-            return self._finish(incoming, entry, 400, {"error": "Idempotency-Key is required"})
-        if kind == "delivery" and incoming.key is not None:
-            return self._deliver(incoming, incoming.key, fault)
-        return self._finish(incoming, incoming.entry(kind, signature_valid=True), 404, {"error": "not found"})
+            return self._finish(entry, 400, {"error": "Idempotency-Key is required"})
+        return self._deliver(incoming, incoming.key, fault)
 
     def _deliver(self, incoming: _Incoming, key: str, fault: Fault) -> None:
         stored = self.server.store.stored(key)
@@ -191,24 +191,24 @@ class PartnerHandler(BaseHTTPRequestHandler):
     def _control(self, incoming: _Incoming) -> None:
         entry = incoming.entry("control")
         if incoming.path == CONTROL_PREFIX + "health":
-            return self._finish(incoming, entry, 200, {"ok": True})
+            return self._finish(entry, 200, {"ok": True})
         if incoming.path != CONTROL_PREFIX + "faults":
-            return self._finish(incoming, entry, 404, {"error": "not found"})
+            return self._finish(entry, 404, {"error": "not found"})
         if incoming.method == "DELETE":
             path = parse_qs(incoming.query).get("path", [None])[0]
             self.server.faults.clear(path)
-            return self._finish(incoming, entry, 200, {"cleared": path or "all"})
+            return self._finish(entry, 200, {"cleared": path or "all"})
         try:
             data = json.loads(incoming.body)
             path, fault = data["path"], Fault.from_mapping(data["fault"])
             if not isinstance(path, str) or not path.startswith("/"):
                 raise FaultError("path must start with '/'")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            return self._finish(incoming, entry, 400, {"error": f"bad fault request: {exc}"})
+            return self._finish(entry, 400, {"error": f"bad fault request: {exc}"})
         self.server.faults.set_path(path, fault)
-        return self._finish(incoming, entry, 200, {"path": path, "fault": fault.describe()})
+        return self._finish(entry, 200, {"path": path, "fault": fault.describe()})
 
-    def _finish(self, incoming: _Incoming, entry: PartnerRequest, status: int, document: dict) -> None:
+    def _finish(self, entry: PartnerRequest, status: int, document: dict) -> None:
         self.server.store.record(replace(entry, status=status))
         self._respond(status, None, StoredResponse(status, _json(document)))
 
@@ -317,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         The exit status.
     """
-    parser = argparse.ArgumentParser(prog="python -m adapters.partner", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m adapters.partner",
+                                     description="Run the opledger reference partner server.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--log", required=True, help="SQLite file of the durable request log")
@@ -326,6 +327,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.secret:
         parser.error(f"--secret or ${SECRET_ENV} is required")
+    try:
+        Webhook(args.secret)
+    except Exception:  # the library raises assorted types for a malformed secret
+        parser.error("the secret is not a Standard Webhooks secret (whsec_ + base64)")
     # SIGTERM unwinds through serve()'s finally, closing the store cleanly.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

@@ -44,6 +44,10 @@ CREATE TABLE IF NOT EXISTS effects (
 """
 _COLUMNS = ("seq", "received_at", "kind", "method", "path", "idempotency_key", "webhook_id",
             "attempt_id", "signature_valid", "applied", "fault", "status")
+_SELECT_EFFECT = "SELECT status, body FROM effects WHERE idempotency_key = ?"
+_INSERTED = _COLUMNS[1:]  # seq is assigned by SQLite
+_INSERT_REQUEST = (f"INSERT INTO requests ({', '.join(_INSERTED)}) "
+                   f"VALUES ({', '.join('?' * len(_INSERTED))})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +116,7 @@ class PartnerStore:
     def stored(self, key: str) -> StoredResponse | None:
         """Return the response stored with ``key``'s effect, or None when never applied."""
         with self._lock:
-            row = self._db.execute("SELECT status, body FROM effects WHERE idempotency_key = ?",
-                                   (key,)).fetchone()
+            row = self._db.execute(_SELECT_EFFECT, (key,)).fetchone()
         return StoredResponse(row[0], bytes(row[1])) if row else None
 
     def record(self, entry: PartnerRequest, *, apply: StoredResponse | None = None,
@@ -141,12 +144,9 @@ class PartnerStore:
                         "INSERT OR IGNORE INTO effects VALUES (?, ?, ?, ?, ?)",
                         (key, entry.received_at, apply.status, apply.body, payload),
                     ).rowcount == 1
-                self._db.execute(
-                    f"INSERT INTO requests ({', '.join(_COLUMNS[1:])}) VALUES ({', '.join('?' * 11)})",
-                    _values(dataclasses.replace(entry, applied=applied))[1:],
-                )
-                row = self._db.execute("SELECT status, body FROM effects WHERE idempotency_key = ?",
-                                       (key,)).fetchone() if key is not None else None
+                row_entry = dataclasses.replace(entry, applied=applied)
+                self._db.execute(_INSERT_REQUEST, tuple(getattr(row_entry, c) for c in _INSERTED))
+                row = self._db.execute(_SELECT_EFFECT, (key,)).fetchone() if key is not None else None
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -189,7 +189,7 @@ class PartnerLog:
 
     def stored(self, key: object) -> StoredResponse | None:
         """Return the response stored with ``key``'s effect, or None when never applied."""
-        rows = self._query("SELECT status, body FROM effects WHERE idempotency_key = ?", (str(key),))
+        rows = self._query(_SELECT_EFFECT, (str(key),))
         return StoredResponse(rows[0][0], bytes(rows[0][1])) if rows else None
 
     def _count(self, condition: str, key: object) -> int:
@@ -211,10 +211,6 @@ class PartnerLog:
             raise
         finally:
             db.close()
-
-
-def _values(entry: PartnerRequest) -> tuple:
-    return tuple(getattr(entry, column) for column in _COLUMNS)
 
 
 def _row(values: tuple) -> PartnerRequest:

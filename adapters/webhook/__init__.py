@@ -29,7 +29,6 @@ from adapters.webhook.classify import (
 from adapters.webhook.excerpt import (
     DEFAULT_EXCERPT_CHARS,
     REDACTED,
-    SECRET_FIELDS_HEADER,
     excerpt,
     redact,
     secrets_of,
@@ -61,5 +60,4 @@ __all__ = [
     "visible_text",
     "DEFAULT_EXCERPT_CHARS",
     "REDACTED",
-    "SECRET_FIELDS_HEADER",
 ]

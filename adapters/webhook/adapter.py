@@ -36,8 +36,6 @@ DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
 DEFAULT_LOOKUP_PATH = "/idempotency/{key}"
 DEFAULT_USER_AGENT = "opledger-webhook/0.1"
 REDIRECT_SAFE_MODES = frozenset({DeliveryMode.IDEMPOTENT, DeliveryMode.READ_ONLY})
-INTERNAL_HEADER_PREFIX = "x-opledger-"
-"""``EgressRequest.headers`` entries with this prefix are metadata for the adapter, never sent."""
 
 _RESERVED_HEADERS = frozenset({
     "accept-encoding", "content-length", "content-type", "host", "idempotency-key", "traceparent",
@@ -80,6 +78,15 @@ class WebhookConfig:
 
 class WebhookAdapter:
     """Delivers operations as signed JSON webhooks over HTTP (``ledger.egress.Adapter``).
+
+    Each request carries ``webhook-id`` (the operation id, stable across attempts),
+    ``webhook-timestamp`` (from the injected clock), ``webhook-signature`` (computed by the
+    ``standardwebhooks`` package over the canonical JSON body), ``Idempotency-Key`` (the operation
+    id), ``X-Attempt-Id``, ``traceparent`` when given, and the entries of ``request.headers``
+    except the headers above, which it cannot override. The resolved secrets in
+    ``request.secrets`` are redacted from every excerpt and detail it returns. Receivers reject
+    timestamps more than five minutes from their own wall clock, so a fake clock that has drifted
+    from real time only works against in-process fakes.
 
     Args:
         secret: the Standard Webhooks signing secret (``whsec_`` + base64).
@@ -167,8 +174,7 @@ class WebhookAdapter:
 
     def _signed_headers(self, request: EgressRequest, body_text: str, now: datetime) -> dict[str, str]:
         msg_id = str(request.operation_id)
-        headers = {k: v for k, v in request.headers.items()
-                   if not k.lower().startswith(INTERNAL_HEADER_PREFIX) and k.lower() not in _RESERVED_HEADERS}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _RESERVED_HEADERS}
         headers.update({
             "webhook-id": msg_id,
             "webhook-timestamp": str(math.floor(now.timestamp())),
@@ -198,8 +204,9 @@ class WebhookAdapter:
                 response = self._client.send(outgoing, stream=True, follow_redirects=False)
             except httpx.TransportError as exc:
                 failure = failure_of(exc)
-                return HttpExchange(failure=failure, excerpt=self._text(f"{type(exc).__name__}: {exc}", secrets),
-                                    sent=sent or failure in (TransportFailure.TIMEOUT, TransportFailure.RESET))
+                after_send = failure in (TransportFailure.TIMEOUT, TransportFailure.RESET)
+                return HttpExchange(failure=failure, sent=sent or after_send,
+                                    excerpt=self._text(f"{type(exc).__name__}: {exc}", secrets))
             try:
                 sent = True
                 follow = response.next_request

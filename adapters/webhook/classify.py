@@ -88,6 +88,9 @@ def classify(exchange: HttpExchange, *, now: datetime,
         for 429 and 503; ``Failed(REJECTED)`` for other 4xx and unfollowed 3xx; ``Succeeded``, or
         ``Accepted`` for a 202 naming a remote operation.
 
+    Raises:
+        NaiveDatetimeError: ``now`` is naive (checked when a ``Retry-After`` needs it).
+
     Source: DESIGN §5, "HTTP outcome classification".
     """
     detail = exchange.excerpt

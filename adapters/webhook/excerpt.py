@@ -17,9 +17,6 @@ from ledger.egress import EgressRequest
 DEFAULT_EXCERPT_CHARS = 2000
 REDACTED = "[REDACTED]"
 TRUNCATED_MARK = "…[truncated]"
-SECRET_FIELDS_HEADER = "x-opledger-secret-fields"
-"""``EgressRequest.headers`` entry: comma-separated top-level payload fields holding resolved
-secrets. Like every ``x-opledger-*`` entry it is metadata for the adapter and never sent."""
 
 # C0 and C1 controls other than tab and newlines: they can steer a terminal or hide text.
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
@@ -86,11 +83,9 @@ def excerpt(raw: bytes, *, limit_chars: int = DEFAULT_EXCERPT_CHARS, secrets: It
 
 
 def secrets_of(request: EgressRequest) -> tuple[str, ...]:
-    """Return the resolved secret values in ``request.payload``: the string values of the
-    top-level fields named in its :data:`SECRET_FIELDS_HEADER` entry."""
-    listed = next((v for k, v in request.headers.items() if k.lower() == SECRET_FIELDS_HEADER), "")
-    names = {name.strip() for name in listed.split(",") if name.strip()}
-    return tuple(v for k, v in request.payload.items() if k in names and isinstance(v, str) and v)
+    """Return the resolved secret values to redact for ``request``: the non-empty entries of
+    ``request.secrets`` (filled by the worker when it resolves the payload). Pure."""
+    return tuple(secret for secret in request.secrets if secret)
 
 
 def _secret_forms(secrets: Iterable[str]) -> tuple[str, ...]:
