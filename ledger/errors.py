@@ -16,8 +16,8 @@ class LedgerError(Exception):
 class NaiveDatetimeError(LedgerError, ValueError):
     """A datetime without a timezone reached the ledger.
 
-    Every time in opledger is timezone-aware UTC and injected by the caller (DESIGN §7). Fix: pass
-    ``datetime.now(timezone.utc)`` from a clock, never ``datetime.now()``.
+    Every time in opledger is timezone-aware UTC and injected by the caller (DESIGN §7). Fix: take
+    the instant from a clock (``ledger.clock.SystemClock().now()``), never a naive datetime.
     """
 
 

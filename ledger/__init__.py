@@ -1,0 +1,73 @@
+"""opledger's core: the ``Operation`` aggregate and everything it stands on.
+
+Imports nothing from ``projections``, ``executors`` or ``adapters`` (DESIGN §2).
+"""
+
+from ledger.application import LedgerApplication
+from ledger.clock import Clock, FakeClock, SystemClock
+from ledger.config import Settings
+from ledger.declarations import DeliveryMode, Integration, Registry
+from ledger.egress import Adapter, EgressRequest
+from ledger.errors import (
+    AttemptBudgetExceededError,
+    ConfigurationError,
+    CorruptRecordError,
+    DeclarationError,
+    IllegalTransitionError,
+    IntentConflictError,
+    LeaseExpiredError,
+    LedgerError,
+    OperationNotFoundError,
+    PayloadError,
+    StaleEpochError,
+    StoreLockedError,
+    UnknownIntegrationError,
+)
+from ledger.identity import Source
+from ledger.operation import Operation
+from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Succeeded
+from ledger.settlement import SettlementOutcome
+from ledger.status import TERMINAL_STATUSES, ExecutionState, SettlementState, Status
+
+__all__ = [
+    # declaring and intending
+    "LedgerApplication",
+    "Integration",
+    "Registry",
+    "DeliveryMode",
+    "Source",
+    "Settings",
+    # the aggregate and its states
+    "Operation",
+    "ExecutionState",
+    "SettlementState",
+    "Status",
+    "TERMINAL_STATUSES",
+    "SettlementOutcome",
+    # the adapter seam
+    "Adapter",
+    "EgressRequest",
+    "Succeeded",
+    "Accepted",
+    "Failed",
+    "Ambiguous",
+    "FailureCategory",
+    # time
+    "Clock",
+    "SystemClock",
+    "FakeClock",
+    # errors
+    "LedgerError",
+    "IllegalTransitionError",
+    "StaleEpochError",
+    "LeaseExpiredError",
+    "AttemptBudgetExceededError",
+    "IntentConflictError",
+    "DeclarationError",
+    "PayloadError",
+    "CorruptRecordError",
+    "ConfigurationError",
+    "StoreLockedError",
+    "OperationNotFoundError",
+    "UnknownIntegrationError",
+]
