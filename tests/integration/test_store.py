@@ -1,0 +1,94 @@
+"""Opening the store: migrate once, the schema the code expects, identity checks, the SQLite
+single-writer lock (DESIGN §8)."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from adapters.demo.orders import OrdersApp
+from adapters.runtime import open_store
+from ledger.config import Database, Settings
+from ledger.errors import ConfigurationError, StoreLockedError
+from ledger.persistence import SCHEMA_VERSION, StoreLock, check_store_identity, read_store_identity
+from migrations import migrate
+from projections.rows import COLUMNS
+from tests.apps import ModesApp
+
+
+def _columns(database: Database, table: str) -> list[str]:
+    if database.backend == "sqlite":
+        conn = sqlite3.connect(database.path)
+        try:
+            return [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+        finally:
+            conn.close()
+    import psycopg
+
+    with psycopg.connect(database.conninfo()) as conn:
+        rows = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s"
+            " ORDER BY ordinal_position", (database.schema, table)).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_migrate_is_idempotent_and_the_schema_matches_the_code(database: Database) -> None:
+    first = migrate(database, OrdersApp)
+    second = migrate(database, OrdersApp)
+    assert first.applied and not second.applied
+    assert first.store_id == second.store_id
+    assert _columns(database, "opledger_operation_status") == list(COLUMNS)
+    identity = check_store_identity(database, OrdersApp.name)
+    assert identity["schema_version"] == str(SCHEMA_VERSION)
+
+
+def test_an_unmigrated_store_is_refused_with_a_hint(database: Database) -> None:
+    with pytest.raises(ConfigurationError, match="opledger migrate"):
+        read_store_identity(database)
+
+
+def test_a_store_of_another_application_is_refused(migrated: Database) -> None:
+    with pytest.raises(ConfigurationError, match="belongs to application 'orders'"):
+        check_store_identity(migrated, ModesApp.name)
+    with pytest.raises(ConfigurationError, match="belongs to application"):
+        migrate(migrated, ModesApp)
+
+
+def test_a_store_of_another_schema_version_is_refused(migrated: Database) -> None:
+    if migrated.backend == "sqlite":
+        conn = sqlite3.connect(migrated.path)
+        with conn:
+            conn.execute("UPDATE opledger_store SET value = '999' WHERE key = 'schema_version'")
+        conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(migrated.conninfo()) as conn:
+            conn.execute(f"UPDATE {migrated.schema}.opledger_store SET value = '999' WHERE key = 'schema_version'")
+    with pytest.raises(ConfigurationError, match="schema version 999"):
+        check_store_identity(migrated, OrdersApp.name)
+
+
+def test_one_process_owns_a_sqlite_store_and_others_may_read(tmp_path) -> None:
+    database = Database.parse(f"sqlite:///{tmp_path / 'x.db'}")
+    migrate(database, OrdersApp)
+    settings = Settings(database_url=f"sqlite:///{database.path}", app="adapters.demo.orders:OrdersApp")
+    with open_store(settings, write=True) as owner:
+        owner.app.place_order(customer_email="a@example.test", amount_cents=1, payments_url="http://p/1",
+                              notify_url="http://p/2")
+        with pytest.raises(StoreLockedError, match="owned by another process"):
+            StoreLock(database.path).acquire()
+        other = subprocess.run(
+            [sys.executable, "-c", "import sys; from ledger.persistence import StoreLock; "
+             "from pathlib import Path; StoreLock(Path(sys.argv[1])).acquire()", str(database.path)],
+            capture_output=True, text=True)
+        assert other.returncode != 0 and "StoreLockedError" in other.stderr
+        with open_store(settings, write=False) as reader:
+            assert reader.view.counts() == {}  # nothing projected yet, but readable
+            with pytest.raises(sqlite3.OperationalError, match="readonly"):
+                conn = sqlite3.connect(f"file:{database.path}?mode=ro", uri=True)
+                conn.execute("DELETE FROM opledger_store")
+    StoreLock(database.path).acquire().release()  # released with the owner
