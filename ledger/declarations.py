@@ -14,7 +14,7 @@ import math
 from enum import StrEnum
 from typing import Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from ledger.errors import DeclarationError, UnknownIntegrationError
 
@@ -62,11 +62,15 @@ class RetryPolicy(_Strict):
     max_backoff_seconds: float = Field(default=300.0, gt=0, le=7 * 86_400)
     jitter: float = Field(default=0.2, ge=0, le=1, description="fraction of the delay, 0..1")
 
-    @model_validator(mode="after")
-    def _backoff_ordered(self) -> RetryPolicy:
-        if self.max_backoff_seconds < self.base_backoff_seconds:
+    @field_validator("max_backoff_seconds")
+    @classmethod
+    def _backoff_ordered(cls, value: float, info: ValidationInfo) -> float:
+        # A field validator, not a model validator, so the problem is reported with its path
+        # (retry.max_backoff_seconds) and alongside every other problem in the declaration.
+        base = info.data.get("base_backoff_seconds")
+        if base is not None and value < base:
             raise ValueError("max_backoff_seconds must be >= base_backoff_seconds")
-        return self
+        return value
 
 
 class Deadlines(_Strict):
@@ -123,14 +127,22 @@ class Integration(_Strict):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
-    @model_validator(mode="after")
-    def _consistent(self) -> Integration:
-        if self.endpoint is not None and not self.endpoint.startswith(("http://", "https://")):
+    # Field validators, not a model validator: pydantic skips model validators when any field
+    # fails, which would hide these problems, and reports them without a field path.
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_is_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("endpoint must be an http:// or https:// URL")
-        for field in self.payload:
+        return value
+
+    @field_validator("payload")
+    @classmethod
+    def _payload_field_names(cls, value: Mapping[str, Classification]) -> Mapping[str, Classification]:
+        for field in value:
             if not field or len(field) > 200:
                 raise ValueError(f"payload field name {field!r} must be 1-200 characters")
-        return self
+        return value
 
     @classmethod
     def parse(cls, data: Mapping[str, Any]) -> Integration:

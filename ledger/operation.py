@@ -957,9 +957,10 @@ def _check_payload(integration: Integration, payload: Mapping[str, Any]) -> None
             isinstance(value, str) and value.startswith(SECRET_REF_PREFIX) and len(value) > len(SECRET_REF_PREFIX)
         ):
             problems.append(f"payload.{key}: secret fields take a '{SECRET_REF_PREFIX}NAME' reference, not a value")
-    try:
-        canonical_json(dict(payload))
-    except ValueError as exc:
-        problems.append(f"payload: {exc}")
+        # Checked field by field so every bad value is listed with its path, not only the first.
+        try:
+            canonical_json(value)
+        except ValueError as exc:
+            problems.append(f"payload.{key}: {exc}")
     if problems:
         raise PayloadError(integration.name, problems)

@@ -22,13 +22,16 @@ class ExecutionState(StrEnum):
 
     CLAIMED = "claimed"
     """A worker holds the lease at the current epoch; no attempt is open. Left by
-    ``AttemptStarted``, a reclaim, ``Cancelled``, ``Failed`` or ``DeadlineExceeded``.
+    ``AttemptStarted``, ``Cancelled``, ``Failed``, ``BudgetExhausted`` or ``DeadlineExceeded``;
+    a reclaim after the lease expired keeps it claimed under a new epoch.
     Deadline: ``deadlines.claimed`` (and the lease expiry for recovery)."""
 
     DISPATCHING = "dispatching"
     """An attempt is recorded and egress may have happened. Left by an outcome (``Succeeded``,
-    ``Accepted``, ``Failed``, ``Ambiguous``, ``RetryScheduled``, ``BudgetExhausted``) or a
-    reclaim after the lease expired. Deadline: ``deadlines.dispatching``."""
+    ``Accepted``, ``Failed``, ``Ambiguous``, ``RetryScheduled``, ``BudgetExhausted``), a
+    ``CallbackReceived`` with a final status, or ``DeadlineExceeded``. A reclaim after the lease
+    expired keeps it dispatching under a new epoch; the new holder decides the open attempt by
+    delivery mode. Deadline: ``deadlines.dispatching``."""
 
     ACCEPTED = "accepted"
     """The provider accepted the work and named a remote operation; the result comes by polling
