@@ -113,7 +113,7 @@ class Integration(_Strict):
     """
 
     name: str = Field(pattern=NAME_PATTERN, max_length=200)
-    version: int = Field(ge=1)
+    version: int = Field(ge=1, strict=True)
     adapter: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     delivery_mode: DeliveryMode
     endpoint: str | None = Field(default=None, max_length=2048, description="default target URL")
@@ -121,7 +121,7 @@ class Integration(_Strict):
     retry: RetryPolicy = RetryPolicy()
     deadlines: Deadlines = Deadlines()
     settlement: SettlementAction | None = None
-    requires_approval: bool = False
+    requires_approval: bool = Field(default=False, strict=True)
     budgets: Budgets = Budgets()
     payload: Mapping[str, Classification] = Field(default_factory=dict)
 

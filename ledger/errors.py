@@ -36,6 +36,11 @@ class IllegalTransitionError(LedgerError):
         super().__init__(f"{text}: {detail}" if detail else text)
 
 
+class InvalidArgumentError(LedgerError, ValueError):
+    """A command was given an argument outside its domain (a non-positive lease, an empty remote
+    id, an unknown callback outcome, blank evidence). Fix: as the message says."""
+
+
 class StaleEpochError(LedgerError):
     """A worker acted with a fencing epoch that is no longer current (DESIGN §4 invariant 5).
 

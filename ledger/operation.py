@@ -20,6 +20,7 @@ from ledger.declarations import SECRET_REF_PREFIX, Classification, DeliveryMode,
 from ledger.errors import (
     AttemptBudgetExceededError,
     IllegalTransitionError,
+    InvalidArgumentError,
     LeaseExpiredError,
     PayloadError,
     StaleEpochError,
@@ -201,6 +202,9 @@ class Operation(Aggregate):
             op.state_entered_at = self.timestamp
             op.remote_id = self.remote_id
             op.open_attempt_id = None
+            # Accepted work waits for its result; nobody holds it until a poller claims it.
+            op.worker_id = None
+            op.lease_expires_at = None
             op.possibly_applied = True
             op.excerpt = self.excerpt
 
@@ -643,7 +647,7 @@ class Operation(Aggregate):
         now = require_utc(now)
         self._allow("claim")
         if lease_seconds <= 0:
-            raise ValueError("lease_seconds must be > 0")
+            raise InvalidArgumentError("lease_seconds must be > 0")
         takeover = False
         if self.execution is E.PENDING:
             if self.approval == APPROVAL_REQUIRED:
@@ -671,6 +675,8 @@ class Operation(Aggregate):
         now = require_utc(now)
         self._allow("renew_lease")
         self._fence(epoch)
+        if lease_seconds <= 0:
+            raise InvalidArgumentError("lease_seconds must be > 0")
         if self.lease_expired(now):
             raise LeaseExpiredError(f"operation {self.id}: lease expired at {self.lease_expires_at}")
         self.trigger_event(self.LeaseRenewed, timestamp=now, epoch=epoch,
@@ -711,7 +717,7 @@ class Operation(Aggregate):
         self._fence(epoch)
         self._attempt(attempt_id, "accept")
         if not remote_id:
-            raise ValueError("remote_id must be non-empty")
+            raise InvalidArgumentError("remote_id must be non-empty")
         self.trigger_event(self.Accepted, timestamp=require_utc(now), epoch=epoch, attempt_id=attempt_id,
                            remote_id=remote_id, status_code=status_code, excerpt=excerpt)
 
@@ -746,7 +752,7 @@ class Operation(Aggregate):
                 that expects no callback.
         """
         if outcome not in ("succeeded", "failed", "progress"):
-            raise ValueError("outcome must be 'succeeded', 'failed' or 'progress'")
+            raise InvalidArgumentError("outcome must be 'succeeded', 'failed' or 'progress'")
         if callback_id in self.callback_ids:
             return False
         if self.execution in OUTCOME_STATES and outcome == self.execution.value:
@@ -927,7 +933,7 @@ class Operation(Aggregate):
             IllegalTransitionError: nothing to resolve, or a resolution that does not fit.
         """
         if not evidence.strip():
-            raise ValueError("evidence is required: say what was checked")
+            raise InvalidArgumentError("evidence is required: say what was checked")
         if self.disposition == "abandoned":
             raise IllegalTransitionError("resolve", self.status.value, "already abandoned")
         if self.execution in lifecycle.RESOLVABLE_EXECUTION:

@@ -129,7 +129,7 @@ def build(state: E, **overrides: Any) -> Built:
     """Return an operation in execution ``state``, reached through legal commands.
 
     Paths: pending = intended; claimed = claimed; dispatching = one attempt started; accepted =
-    the attempt accepted; succeeded/failed/ambiguous = the attempt's outcome; cancelled =
+    the attempt accepted and claimed by a poller; succeeded/failed/ambiguous = the attempt's outcome; cancelled =
     cancellation requested and recorded while pending.
     """
     b = new_operation(**overrides)
@@ -143,6 +143,8 @@ def build(state: E, **overrides: Any) -> Built:
     elif state is E.ACCEPTED:
         _dispatch(b)
         op.accept(epoch=b.epoch, now=b.tick(), attempt_id=b.attempt_id, remote_id="remote-1", status_code=202)
+        # Accepted work is unleased until a poller claims it; build it as a poller holds it.
+        op.claim(now=b.tick(), worker_id="poller", lease_seconds=LEASE_SECONDS)
     elif state is E.SUCCEEDED:
         _dispatch(b)
         op.succeed(epoch=b.epoch, now=b.tick(), attempt_id=b.attempt_id, status_code=200)
