@@ -77,6 +77,16 @@ class Database:
             f"unsupported database URL {url!r}: use sqlite:///path or postgresql://user@host/db"
         )
 
+    def url(self, *, driver: str = "") -> str:
+        """Render this database as a URL again (``driver`` e.g. ``psycopg`` gives
+        ``postgresql+psycopg://``, the form yoyo-migrations expects)."""
+        if self.backend == "sqlite":
+            return f"sqlite:///{self.path}"
+        auth = self.user + (f":{self.password}" if self.password else "")
+        scheme = f"postgresql+{driver}" if driver else "postgresql"
+        url = f"{scheme}://{auth}@{self.host}:{self.port}/{self.dbname}"
+        return url + (f"?schema={self.schema}" if self.schema else "")
+
     def conninfo(self) -> str:
         """Return a libpq connection string (postgres only)."""
         assert self.backend == "postgres"

@@ -150,9 +150,7 @@ class Operation(Aggregate):
 
         def apply(self, op: Operation) -> None:
             op.approval = APPROVAL_DENIED
-            op._reach_outcome(E.FAILED, self.timestamp)
-            op.failure = {"category": FailureCategory.APPROVAL_DENIED.value, "retryable": False,
-                          "detail": self.reason, "status_code": None}
+            op._end_failed(self.timestamp, FailureCategory.APPROVAL_DENIED, self.reason)
 
     class Claimed(Event):
         epoch: int
@@ -228,9 +226,7 @@ class Operation(Aggregate):
             if self.outcome == "succeeded":
                 op._reach_outcome(E.SUCCEEDED, self.timestamp)
             elif self.outcome == "failed":
-                op._reach_outcome(E.FAILED, self.timestamp)
-                op.failure = {"category": FailureCategory.REMOTE_FAILED.value, "retryable": False,
-                              "detail": self.detail, "status_code": None}
+                op._end_failed(self.timestamp, FailureCategory.REMOTE_FAILED, self.detail)
 
     class Succeeded(Event):
         epoch: int
@@ -254,9 +250,8 @@ class Operation(Aggregate):
         detail: str
 
         def apply(self, op: Operation) -> None:
-            op.failure = {"category": self.category, "retryable": self.retryable,
-                          "detail": self.detail, "status_code": self.status_code}
-            op._reach_outcome(E.FAILED, self.timestamp)
+            op._end_failed(self.timestamp, self.category, self.detail, retryable=self.retryable,
+                           status_code=self.status_code)
 
     class Ambiguous(Event):
         epoch: int
@@ -266,10 +261,8 @@ class Operation(Aggregate):
         detail: str
 
         def apply(self, op: Operation) -> None:
-            op.ambiguity_reason = self.reason
-            op.possibly_applied = True
             op.excerpt = self.detail
-            op._reach_outcome(E.AMBIGUOUS, self.timestamp)
+            op._end_ambiguous(self.timestamp, self.reason)
 
     class RetryScheduled(Event):
         epoch: int
@@ -321,13 +314,9 @@ class Operation(Aggregate):
 
         def apply(self, op: Operation) -> None:
             if self.ambiguous:
-                op.ambiguity_reason = "deadline_exceeded"
-                op.possibly_applied = True
-                op._reach_outcome(E.AMBIGUOUS, self.timestamp)
+                op._end_ambiguous(self.timestamp, "deadline_exceeded")
             else:
-                op.failure = {"category": FailureCategory.DEADLINE.value, "retryable": False,
-                              "detail": f"deadline of state {self.state} passed", "status_code": None}
-                op._reach_outcome(E.FAILED, self.timestamp)
+                op._end_failed(self.timestamp, FailureCategory.DEADLINE, f"deadline of state {self.state} passed")
 
     class BudgetExhausted(Event):
         epoch: int
@@ -336,13 +325,9 @@ class Operation(Aggregate):
 
         def apply(self, op: Operation) -> None:
             if self.ambiguous:
-                op.ambiguity_reason = "budget_exhausted"
-                op.possibly_applied = True
-                op._reach_outcome(E.AMBIGUOUS, self.timestamp)
+                op._end_ambiguous(self.timestamp, "budget_exhausted")
             else:
-                op.failure = {"category": FailureCategory.ATTEMPTS_EXHAUSTED.value, "retryable": False,
-                              "detail": f"{self.attempts} attempts used", "status_code": None}
-                op._reach_outcome(E.FAILED, self.timestamp)
+                op._end_failed(self.timestamp, FailureCategory.ATTEMPTS_EXHAUSTED, f"{self.attempts} attempts used")
 
     class SettlementFailed(Event):
         error: str
@@ -385,9 +370,7 @@ class Operation(Aggregate):
                 op._reach_outcome(E.SUCCEEDED, self.timestamp)
                 op.disposition = "resolved"
             elif self.resolution == "failed":
-                op.failure = {"category": FailureCategory.OPERATOR.value, "retryable": False,
-                              "detail": self.evidence, "status_code": None}
-                op._reach_outcome(E.FAILED, self.timestamp)
+                op._end_failed(self.timestamp, FailureCategory.OPERATOR, self.evidence)
                 op.disposition = "resolved"
             elif self.resolution == "retry":
                 op.execution = E.PENDING
@@ -452,6 +435,19 @@ class Operation(Aggregate):
     def __init__(self) -> None:
         # State is assigned by ``Intended.apply``; the annotations above only document it.
         pass
+
+    def _end_failed(self, at: datetime, category: FailureCategory | str, detail: str, *,
+                    retryable: bool = False, status_code: int | None = None) -> None:
+        # Called only from ``apply`` bodies.
+        self.failure = {"category": str(category), "retryable": retryable,
+                        "detail": detail, "status_code": status_code}
+        self._reach_outcome(E.FAILED, at)
+
+    def _end_ambiguous(self, at: datetime, reason: str) -> None:
+        # Called only from ``apply`` bodies.
+        self.ambiguity_reason = reason
+        self.possibly_applied = True
+        self._reach_outcome(E.AMBIGUOUS, at)
 
     def _reach_outcome(self, state: ExecutionState, at: datetime) -> None:
         # Called only from ``apply`` bodies: assigns the outcome and opens settlement.

@@ -37,14 +37,6 @@ class MigrationReport:
     app_name: str
 
 
-def _yoyo_url(database: Database) -> str:
-    if database.backend == "sqlite":
-        return f"sqlite:///{database.path}"
-    auth = database.user + (f":{database.password}" if database.password else "")
-    url = f"postgresql+psycopg://{auth}@{database.host}:{database.port}/{database.dbname}"
-    return url + (f"?schema={database.schema}" if database.schema else "")
-
-
 def _ensure_container(database: Database) -> None:
     if database.backend == "sqlite":
         assert database.path is not None
@@ -127,7 +119,7 @@ def migrate(database: Database, app_class: type) -> MigrationReport:
                 raise
             raise ConfigurationError(f"cannot prepare the database: {exc}") from None
         _create_library_tables(app_class, database)
-        backend = get_backend(_yoyo_url(database))
+        backend = get_backend(database.url(driver="psycopg"))
         migrations = read_migrations(str(HERE / database.backend / "schema"))
         with backend.lock():
             pending = backend.to_apply(migrations)

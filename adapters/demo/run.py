@@ -89,7 +89,7 @@ def run_demo(*, database_url: str | None, as_json: bool, orders: int) -> int:
         op_ids, modes = _place_orders(database, partner.url, orders)
         say(f"placed {orders} orders: {len(op_ids)} operations intended, each co-committed with its order")
         env = {
-            "OPLEDGER_DATABASE_URL": _url(database), "OPLEDGER_APP": APP_TOPIC,
+            "OPLEDGER_DATABASE_URL": database.url(), "OPLEDGER_APP": APP_TOPIC,
             "OPLEDGER_LEASE_SECONDS": str(LEASE_SECONDS), "OPLEDGER_WEBHOOK_SECRET": webhook_secret,
             "OPLEDGER_SECRET_DEMO_CARD": "tok_demo_4242", "OPLEDGER_POLL_INTERVAL_SECONDS": "0.05",
             "OPLEDGER_LOG_FORMAT": "json", "OPLEDGER_GRACE_SECONDS": "5",
@@ -130,14 +130,6 @@ def _drop_schema(database: Database) -> None:
 
     with psycopg.connect(database.conninfo(), autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{database.schema}" CASCADE')
-
-
-def _url(database: Database) -> str:
-    if database.backend == "sqlite":
-        return f"sqlite:///{database.path}"
-    auth = database.user + (f":{database.password}" if database.password else "")
-    url = f"postgresql://{auth}@{database.host}:{database.port}/{database.dbname}"
-    return url + (f"?schema={database.schema}" if database.schema else "")
 
 
 def _describe(database: Database) -> str:
@@ -285,7 +277,7 @@ def _print_summary(console: Console, summary: dict[str, Any], database: Database
     verdict = "[bold green]OK[/]" if summary["lost"] == 0 and summary["duplicate_effects"] == 0 else "[bold red]FAILED[/]"
     console.print(f"{verdict}: {summary['operations']} operations, lost {summary['lost']}, "
                   f"duplicate effects {summary['duplicate_effects']}. Inspect with "
-                  f"`opledger ops list --database-url {_url(database)}`.")
+                  f"`opledger ops list --database-url {database.url()}`.")
 
 
 _TIMELINE_FIELDS = ("epoch", "worker_id", "attempt_number", "status_code", "reason", "category",
