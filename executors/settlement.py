@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from typing import Sequence
+from uuid import UUID
 
 import structlog
 from eventsourcing.application import AggregateNotFoundError
@@ -34,8 +35,16 @@ def settlement_due(op: Operation, now: datetime) -> bool:
             and op.settlement_due_at <= now)
 
 
-def settle_change(app: LedgerApplication, now: datetime) -> Change:
-    """Return the change that settles an operation (re-runnable against a fresh load)."""
+def settle_change(app: LedgerApplication, now: datetime, entities: dict[UUID, Aggregate] | None = None) -> Change:
+    """Return the change that settles an operation (re-runnable against a fresh load).
+
+    Args:
+        app: the host application.
+        now: UTC-aware instant.
+        entities: source entities already loaded in one query, by id. Each is used once: a
+            re-run after a conflicting batch loads the entity afresh.
+    """
+    preloaded = entities if entities is not None else {}
 
     def change(op: Operation) -> Sequence[Aggregate]:
         try:
@@ -48,7 +57,7 @@ def settle_change(app: LedgerApplication, now: datetime) -> Change:
             op.block_settlement(now=now, reason="the declaration names no settlement action")
             return []
         try:
-            entity = app.repository.get(op.source.entity_id)
+            entity = preloaded.pop(op.source.entity_id, None) or app.repository.get(op.source.entity_id)
         except AggregateNotFoundError:
             op.block_settlement(now=now, reason=f"source entity {op.source.entity_id} not found")
             return []

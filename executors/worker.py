@@ -16,6 +16,7 @@ from __future__ import annotations
 import queue
 import random
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,7 +26,8 @@ from uuid import UUID, uuid4
 import structlog
 from eventsourcing.domain import Aggregate
 
-from executors.commit import Change, commit_changes
+from executors.commit import Change, CommitResult, commit_changes
+from executors.loading import load_aggregates
 from executors.retry import AwaitCallback, GiveUp, Lookup, Record, Retry, after_lookup, decide
 from executors.secrets import EnvironmentSecrets, MissingSecretError, SecretResolver, resolve_payload
 from executors.settlement import settle_change, settlement_due
@@ -38,6 +40,7 @@ from ledger.errors import LedgerError, UnknownIntegrationError
 from ledger.operation import APPROVAL_REQUIRED, Operation
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
 from ledger.status import ExecutionState as E
+from projections.rows import StatusRow
 from projections.status import StatusProjection
 from projections.view import StatusView
 
@@ -47,6 +50,8 @@ DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_BATCH_SIZE = 200
 DEFAULT_EGRESS_THREADS = 8
 DEFAULT_POLL_INTERVAL_SECONDS = 0.2
+KNOWN_OPERATIONS = 5000
+"""Committed operations kept in memory between cycles (bounded, so memory is flat in backlog)."""
 RENEW_WHEN_REMAINING = 1 / 3
 """Renew a lease once less than this fraction of it is left (DESIGN §7)."""
 
@@ -141,6 +146,7 @@ class Worker:
         self.rng = rng or random.Random()
         self.stopping = threading.Event()
         self._in_flight: dict[UUID, _InFlight] = {}
+        self._known: OrderedDict[UUID, Operation] = OrderedDict()
         self._tasks: queue.Queue[tuple[str, EgressRequest, Adapter, datetime | None] | None] = queue.Queue()
         self._finished: queue.Queue[_Finished] = queue.Queue()
         self._threads = [threading.Thread(target=self._egress_loop, name=f"egress-{i}", daemon=True)
@@ -210,46 +216,38 @@ class Worker:
 
     def _take_due(self, counts: Counts) -> None:
         now = self.clock.now()
-        rows = self.view.due(now, self.config.batch_size)
-        ops: list[Operation] = []
-        for row in rows:
-            if row.operation_id in self._in_flight:
-                continue
-            try:
-                ops.append(self.app.get_operation(row.operation_id))
-            except LedgerError as exc:  # corrupt or vanished: fail closed, surface, move on
-                log.error("cannot load due operation", operation_id=str(row.operation_id), error=str(exc))
+        rows = self._actionable(self.view.due(now, self.config.batch_size))
+        ops = self._current(rows)
         plan = _Plan()
         changes: list[tuple[Operation, Change]] = []
         settling_entities: set[UUID] = set()
+        entities = self._load_entities([op for op in ops if settlement_due(op, now)])
         # Claim no more than the egress threads can send at once: an attempt is recorded just
         # before its egress, so a crash leaves few started-but-unsent attempts to be ambiguous.
         capacity = self.config.egress_threads - len(self._in_flight)
         for op in ops:
-            chosen = self._change_for(op, now, plan, settling_entities, claim=capacity > 0)
+            chosen = self._change_for(op, now, plan, settling_entities, entities, claim=capacity > 0)
             if chosen is not None:
                 change, claims = chosen
                 changes.append((op, change))
                 capacity -= claims
         if not changes:
             return
-        result = commit_changes(self.app, changes)
-        counts.rejected += len(result.rejected)
-        self._count(result.events, counts)
+        result = self._commit(changes, counts)
         for op_id, op in result.committed.items():
             for kind, pending in (("send", plan.sends), ("lookup", plan.lookups)):
                 if op_id in pending:
                     request, policy, epoch = pending[op_id]
                     self._submit(kind, op, epoch, request, policy)
 
-    def _change_for(self, op: Operation, now: datetime, plan: _Plan, settling: set[UUID], *,
-                    claim: bool) -> tuple[Change, bool] | None:
+    def _change_for(self, op: Operation, now: datetime, plan: _Plan, settling: set[UUID],
+                    entities: dict[UUID, Aggregate], *, claim: bool) -> tuple[Change, bool] | None:
         """The change due for ``op`` at ``now`` and whether it claims, or None."""
         if settlement_due(op, now):
             if op.source.entity_id in settling:
                 return None  # one settlement per entity per batch; the next cycle takes the other
             settling.add(op.source.entity_id)
-            return settle_change(self.app, now), False
+            return settle_change(self.app, now, entities), False
         deadline = op.deadline_at
         if deadline is not None and deadline <= now:
             return _command(lambda o: o.exceed_deadline(now=now)), False
@@ -319,6 +317,74 @@ class Worker:
         self._in_flight[op.id] = _InFlight(op=op, epoch=epoch, request=request, policy=policy)
         self._tasks.put((kind, request, adapter, op.lease_expires_at))
 
+    # ------------------------------------------------------------------ loading and committing
+
+    def _actionable(self, rows: Sequence[StatusRow]) -> list[StatusRow]:
+        """Due rows worth loading now: every settlement, deadline or cancellation, but no more
+        claims than there are free egress threads (the rest stay due for the next cycle)."""
+        capacity = self.config.egress_threads - len(self._in_flight)
+        chosen = []
+        for row in rows:
+            if row.operation_id in self._in_flight:
+                continue
+            claim = row.settlement == "none" and row.execution in _CLAIMABLE and not row.cancel_requested
+            if claim:
+                if capacity <= 0:
+                    continue
+                capacity -= 1
+            chosen.append(row)
+        return chosen
+
+    def _current(self, rows: Sequence[StatusRow]) -> list[Operation]:
+        """The operations behind ``rows``: this worker's last committed instance where the row is
+        not newer (the projection may lag our own writes), else one query for the rest. A stale
+        instance is harmless: its commit conflicts and is redone against fresh state."""
+        ops: dict[UUID, Operation] = {}
+        missing: list[UUID] = []
+        for row in rows:
+            known = self._known.get(row.operation_id)
+            if known is not None and known.version >= row.version:
+                ops[row.operation_id] = known
+            else:
+                missing.append(row.operation_id)
+        if missing:
+            ops.update(self._load_operations(missing))
+        return [ops[r.operation_id] for r in rows if r.operation_id in ops]
+
+    def _load_operations(self, ids: list[UUID]) -> dict[UUID, Operation]:
+        try:
+            return load_aggregates(self.app, ids)
+        except LedgerError:
+            pass  # one corrupt record must not stop the batch: load one by one, skip the bad
+        loaded: dict[UUID, Operation] = {}
+        for op_id in ids:
+            try:
+                loaded[op_id] = self.app.get_operation(op_id)
+            except LedgerError as exc:  # corrupt or vanished: fail closed, surface, move on
+                log.error("cannot load due operation", operation_id=str(op_id), error=str(exc))
+        return loaded
+
+    def _load_entities(self, ops: Sequence[Operation]) -> dict[UUID, Aggregate]:
+        if not ops:
+            return {}
+        try:
+            return load_aggregates(self.app, [op.source.entity_id for op in ops])
+        except LedgerError:
+            return {}  # settlement loads each entity itself and records what fails
+
+    def _commit(self, changes: list[tuple[Operation, Change]], counts: Counts) -> CommitResult:
+        result = commit_changes(self.app, changes)
+        counts.rejected += len(result.rejected)
+        self._count(result.events, counts)
+        for op_id, op in result.committed.items():
+            self._known[op_id] = op
+            self._known.move_to_end(op_id)
+        for op_id in result.rejected:
+            self._known.pop(op_id, None)
+        while len(self._known) > KNOWN_OPERATIONS:
+            self._known.popitem(last=False)
+        return result
+
     # ------------------------------------------------------------------ egress threads
 
     def _egress_loop(self) -> None:
@@ -360,12 +426,10 @@ class Worker:
                 counts.rejected += 1
                 continue
             changes.append((flight.op, self._outcome_change(flight, item, now, plan)))
-        result = commit_changes(self.app, changes)
+        result = self._commit(changes, counts)
         for op_id, reason in result.rejected.items():
             log.info("outcome rejected (fenced)", operation_id=str(op_id), reason=reason)
-        counts.rejected += len(result.rejected)
-        self._count(result.events, counts)
-        settle: list[tuple[Operation, Change]] = []
+        to_settle: list[Operation] = []
         entities: set[UUID] = set()
         for op_id, op in result.committed.items():
             if op_id in plan.lookups or op_id in plan.sends:
@@ -374,9 +438,10 @@ class Worker:
                 self._submit("lookup" if pending is plan.lookups else "send", op, epoch, request, policy)
             elif settlement_due(op, now) and op.source.entity_id not in entities:
                 entities.add(op.source.entity_id)
-                settle.append((op, settle_change(self.app, now)))
-        if settle:
-            self._count(commit_changes(self.app, settle).events, counts)
+                to_settle.append(op)
+        if to_settle:
+            change = settle_change(self.app, now, self._load_entities(to_settle))
+            self._commit([(op, change) for op in to_settle], counts)
 
     def _outcome_change(self, flight: _InFlight, item: _Finished, now: datetime, plan: _Plan) -> Change:
         def change(op: Operation) -> Sequence[Aggregate]:
@@ -428,8 +493,7 @@ class Worker:
                 epoch=e, now=now, lease_seconds=self.config.lease_seconds))))
         if not changes:
             return
-        result = commit_changes(self.app, changes)
-        self._count(result.events, counts)
+        result = self._commit(changes, counts)
         for op_id, op in result.committed.items():
             self._in_flight[op_id].op = op
         for op_id, reason in result.rejected.items():
@@ -446,6 +510,8 @@ class Worker:
             if attr:
                 setattr(counts, attr, getattr(counts, attr) + 1)
 
+
+_CLAIMABLE = frozenset({E.PENDING.value, E.CLAIMED.value, E.DISPATCHING.value})
 
 _COUNTED = {
     "Claimed": "claimed", "AttemptStarted": "attempts", "Succeeded": "outcomes", "Failed": "outcomes",

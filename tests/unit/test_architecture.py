@@ -16,7 +16,7 @@ ALLOWED = {
     "ledger": set(),
     "migrations": {"ledger"},
     "projections": {"ledger", "migrations"},
-    "executors": {"ledger", "projections"},
+    "executors": {"ledger", "projections", "migrations"},
     "adapters": {"ledger", "projections", "executors", "migrations"},
 }
 
