@@ -27,7 +27,7 @@ import structlog
 from eventsourcing.domain import Aggregate
 
 from executors.commit import Change, CommitResult, commit_changes
-from executors.loading import load_aggregates
+from projections.loading import load_aggregates
 from executors.retry import AwaitCallback, GiveUp, Lookup, Record, Retry, after_lookup, decide
 from executors.secrets import EnvironmentSecrets, MissingSecretError, SecretResolver, resolve_payload
 from executors.settlement import settle_change, settlement_due

@@ -18,6 +18,7 @@ import structlog
 
 from ledger.application import LedgerApplication
 from ledger.operation import Operation
+from projections.loading import load_aggregates
 from projections.rows import ledger_topics, row_from_operation
 from projections.view import REBUILD_TABLE, Lease, NotLeaderError, StatusView
 
@@ -25,7 +26,7 @@ log = structlog.get_logger("opledger.projection")
 
 PROJECTION_NAME = "status"
 DEFAULT_BATCH_SIZE = 1000
-DEFAULT_CACHE_SIZE = 20_000
+DEFAULT_CACHE_SIZE = 5_000
 DEFAULT_IDLE_SECONDS = 0.1
 DEFAULT_LEADER_LEASE_SECONDS = 3.0
 
@@ -143,25 +144,43 @@ class StatusProjection:
     def _fold_batch(self, position: int) -> tuple[int, int, dict[UUID, Any]]:
         notifications = self.app.recorder.select_notifications(
             start=position + 1, limit=self.config.batch_size, topics=self._topics)
-        rows: dict[UUID, Any] = {}
-        for notification in notifications:
-            event: Any = self.app.mapper.to_domain_event(notification)
+        events: list[Any] = [self.app.mapper.to_domain_event(n) for n in notifications]
+        self._load_missing(events)
+        touched: dict[UUID, Operation] = {}
+        for event in events:
             op = self._fold(event)
-            rows[op.id] = row_from_operation(op)
+            touched[op.id] = op
         last = notifications[-1].id if notifications else position
-        return len(notifications), last, rows
+        return len(notifications), last, {op_id: row_from_operation(op) for op_id, op in touched.items()}
+
+    def _load_missing(self, events: list[Any]) -> None:
+        # One query for every operation of the batch whose earlier state is not cached. Its
+        # current state may be ahead of this batch; ``_fold`` then skips what it already has.
+        first: dict[UUID, int] = {}
+        for event in events:
+            if not isinstance(event, Operation.Intended):
+                first.setdefault(event.originator_id, event.originator_version)
+        missing = [op_id for op_id, version in first.items()
+                   if (cached := self._cache.get(op_id)) is None or cached.version < version - 1]
+        if missing:
+            self._remember(load_aggregates(self.app, missing).values())
 
     def _fold(self, event: Any) -> Operation:
         op_id: UUID = event.originator_id
         if isinstance(event, Operation.Intended):
             op = event.mutate(None)
         else:
-            op = self._cache.pop(op_id, None)
-            if op is not None and op.version == event.originator_version - 1:
-                event.mutate(op)
-            else:
+            op = self._cache.get(op_id)
+            if op is None or op.version < event.originator_version - 1:  # evicted mid-batch
                 op = self.app.repository.get(op_id, version=event.originator_version)
-        self._cache[op_id] = op
-        if len(self._cache) > self.config.cache_size:
-            self._cache.popitem(last=False)
+            elif op.version == event.originator_version - 1:
+                event.mutate(op)
+        self._remember([op])
         return op
+
+    def _remember(self, ops: Any) -> None:
+        for op in ops:
+            self._cache[op.id] = op
+            self._cache.move_to_end(op.id)
+        while len(self._cache) > self.config.cache_size:
+            self._cache.popitem(last=False)
