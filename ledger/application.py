@@ -143,6 +143,8 @@ class LedgerApplication(Application):
         return found
 
     def _find_operation(self, op_id: UUID) -> Operation | None:
+        if not self.recorder.select_events(op_id, limit=1):
+            return None  # the common case when intending: one cheap read, nothing to decode
         try:
             aggregate = self.repository.get(op_id)
         except AggregateNotFoundError:

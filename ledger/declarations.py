@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from functools import cached_property
 from enum import StrEnum
 from typing import Any, Mapping
 
@@ -174,6 +175,11 @@ class Integration(_Strict):
 
     def digest(self) -> str:
         """Return ``sha256:<hex>`` of the canonical JSON form (sorted keys, no spaces)."""
+        return self._digest
+
+    @cached_property
+    def _digest(self) -> str:
+        # Computed once: the model is frozen, and every intent records it.
         return "sha256:" + hashlib.sha256(canonical_json(self.model_dump(mode="json"))).hexdigest()
 
     def classification_of(self, field: str) -> Classification | None:
