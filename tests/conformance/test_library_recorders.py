@@ -8,6 +8,7 @@ bases (DESIGN §11).
 from __future__ import annotations
 
 import tempfile
+import threading
 from pathlib import Path
 
 from eventsourcing.tests import persistence as lib
@@ -19,6 +20,7 @@ class _OurSQLite:
     """Mixin: a fresh file store per test, built by ``LedgerSQLiteFactory``."""
 
     def setUp(self) -> None:
+        self._threads_before = set(threading.enumerate())
         self._dir = tempfile.TemporaryDirectory()
         self.factory = LedgerSQLiteFactory({
             "SQLITE_DBNAME": f"file:{Path(self._dir.name) / 'store.db'}",
@@ -29,6 +31,10 @@ class _OurSQLite:
 
     def tearDown(self) -> None:
         super().tearDown()
+        # Some library tests signal their reader threads to stop without joining them; closing
+        # the connections under a reader still inside SQLite's C code crashes the process.
+        for thread in set(threading.enumerate()) - self._threads_before:
+            thread.join(timeout=30)
         self.factory.close()
         self._dir.cleanup()
 
