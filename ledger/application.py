@@ -9,6 +9,7 @@ Source: DESIGN §6; issue "Ledger core" item 6.
 from __future__ import annotations
 
 from datetime import datetime
+import os
 from typing import Any, ClassVar, Mapping, Sequence
 from uuid import UUID
 
@@ -18,10 +19,12 @@ from eventsourcing.persistence import Mapper
 from eventsourcing.utils import get_topic
 
 from ledger.clock import Clock, SystemClock
+from ledger.config import Settings
 from ledger.declarations import Integration, Registry
 from ledger.errors import IntentConflictError, OperationNotFoundError
 from ledger.identity import Source, fingerprint, operation_id
 from ledger.operation import Operation
+from ledger.persistence import check_store_identity
 
 
 class LedgerApplication(Application):
@@ -43,7 +46,8 @@ class LedgerApplication(Application):
         integrations: the declarations this application intends (validated at construction).
         tenant: the default tenant for intents.
 
-    Construction takes the library's ``env`` plus an optional injected ``clock`` (UTC).
+    Construction takes the library's ``env`` plus an optional injected ``clock`` (UTC). Without
+    ``env`` it opens the store named by ``OPLEDGER_DATABASE_URL`` (see :meth:`store_env`).
     Ledger events use ``ledger.codec.LedgerMapper``; the host's own events keep the library's
     transcoder and any transcodings the host registers.
     """
@@ -56,7 +60,23 @@ class LedgerApplication(Application):
         for declaration in type(self).integrations:
             self.registry.declare(declaration)
         self.clock: Clock = clock or SystemClock()
+        if env is None and "PERSISTENCE_MODULE" not in os.environ and "PERSISTENCE_MODULE" not in type(self).env:
+            env = self.store_env()
         super().__init__(env=dict(env) if env is not None else None)
+
+    @classmethod
+    def store_env(cls, settings: Settings | None = None) -> dict[str, str]:
+        """The library environment for the store ``OPLEDGER_DATABASE_URL`` names, checked.
+
+        Used when the application is constructed without ``env``, so that ``Shop()`` writes to
+        the configured store rather than the library's in-memory default.
+
+        Raises:
+            ConfigurationError: the store is not migrated for this application.
+        """
+        database = (settings or Settings()).database
+        check_store_identity(database, cls.name)
+        return database.library_env(create_table=False)
 
     def construct_mapper(self) -> Mapper[Any]:
         """Use the msgspec ledger mapper; it delegates host events to the library's transcoder."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -45,31 +46,63 @@ class _DurableSQLitePool(SQLiteConnectionPool):
 
 
 class LedgerSQLiteFactory(SQLiteFactory):
-    """The library's SQLite factory with durability verified (selected by ``ledger.config``)."""
+    """The library's SQLite factory with durability verified (selected by ``ledger.config``).
+
+    A writable store is opened only by the process that owns it: the factory takes the store's
+    lock (shared by every application in that process) and releases it on ``close``.
+
+    Raises:
+        StoreLockedError: another process owns the store.
+    """
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
         old = self.datastore.pool
-        self.datastore.pool = _DurableSQLitePool(db_name=old.db_name, lock_timeout=old.lock_timeout)
+        self.lock: StoreLock | None = None
+        name = old.db_name
+        if not old.is_sqlite_memory_mode and "mode=ro" not in name:
+            self.lock = StoreLock(Path(name.removeprefix("file:").split("?", 1)[0])).acquire()
+        self.datastore.pool = _DurableSQLitePool(db_name=name, lock_timeout=old.lock_timeout)
         old.close()
+
+    def close(self) -> None:
+        super().close()
+        if self.lock is not None:
+            self.lock.release()
 
 
 class StoreLock:
     """An exclusive, non-blocking lock file beside a SQLite store (``<file>.lock``).
 
-    One process owns an embedded store for writing (DESIGN §8). The OS drops the lock when the
-    process dies, SIGKILL included, so a crashed owner never leaves a stale lock.
+    One process owns an embedded store for writing (DESIGN §8). Within that process any number
+    of holders share the lock (it is counted); another process cannot take it. The OS drops the
+    lock when the process dies, SIGKILL included, so a crashed owner never leaves a stale lock.
 
     Raises:
         StoreLockedError: on ``acquire`` when another process holds the lock.
     """
 
+    _held: dict[str, list[int]] = {}  # lock path -> [fd, holders] for this process
+    _guard = threading.Lock()
+
     def __init__(self, db_path: Path) -> None:
         self.path = Path(str(db_path) + ".lock")
-        self._fd: int | None = None
+        self._holding = False
 
     def acquire(self) -> StoreLock:
-        """Take the lock, writing this process id into the file for operators."""
+        """Take the lock (or share this process's), writing the owner's pid into the file."""
+        key = str(self.path.resolve())
+        with self._guard:
+            if self._holding:
+                return self
+            held = self._held.get(key)
+            if held is None:
+                held = self._held[key] = [self._lock_file(), 0]
+            held[1] += 1
+            self._holding = True
+        return self
+
+    def _lock_file(self) -> int:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -82,19 +115,25 @@ class StoreLock:
                 holder = "?"
             raise StoreLockedError(
                 f"the store {self.path.with_suffix('')} is owned by another process (pid {holder}); "
-                "stop it, or open the store read-only"
+                "stop it first (reading commands such as `opledger ops list` work meanwhile)"
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
-        self._fd = fd
-        return self
+        return fd
 
     def release(self) -> None:
-        """Release the lock (idempotent)."""
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        """Release this holder's share (idempotent); the file lock goes with the last one."""
+        key = str(self.path.resolve())
+        with self._guard:
+            if not self._holding:
+                return
+            self._holding = False
+            held = self._held[key]
+            held[1] -= 1
+            if held[1] == 0:
+                del self._held[key]
+                fcntl.flock(held[0], fcntl.LOCK_UN)
+                os.close(held[0])
 
     def __enter__(self) -> StoreLock:
         return self.acquire()
@@ -114,13 +153,18 @@ def read_store_identity(database: Database) -> dict[str, str]:
         assert database.path is not None
         if not database.path.exists():
             raise ConfigurationError(f"no store at {database.path}; {hint}")
-        conn = sqlite3.connect(f"file:{database.path}?mode=ro", uri=True)
         try:
-            rows = conn.execute(f"SELECT key, value FROM {STORE_TABLE}").fetchall()
-        except sqlite3.OperationalError:
-            raise ConfigurationError(f"the store at {database.path} is not migrated; {hint}") from None
-        finally:
-            conn.close()
+            conn = sqlite3.connect(f"file:{database.path}?mode=ro", uri=True)
+            try:
+                rows = conn.execute(f"SELECT key, value FROM {STORE_TABLE}").fetchall()
+            finally:
+                conn.close()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                raise ConfigurationError(f"the store at {database.path} is not migrated; {hint}") from None
+            raise ConfigurationError(f"{database.path} cannot be opened as a store: {exc}") from None
+        except sqlite3.DatabaseError as exc:
+            raise ConfigurationError(f"{database.path} is not an opledger store: {exc}") from None
     else:
         import psycopg
 

@@ -40,19 +40,26 @@ class MigrationReport:
 def _ensure_container(database: Database) -> None:
     if database.backend == "sqlite":
         assert database.path is not None
-        database.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(database.path)
         try:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise ConfigurationError(f"cannot put {database.path} in WAL mode (got {mode})")
-        finally:
-            conn.close()
-    elif database.schema:
+            database.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(database.path)
+            try:
+                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            finally:
+                conn.close()
+        except (OSError, sqlite3.DatabaseError) as exc:
+            raise ConfigurationError(f"{database.path} cannot be used as an SQLite store: {exc}") from None
+        if str(mode).lower() != "wal":
+            raise ConfigurationError(f"cannot put {database.path} in WAL mode (got {mode})")
+    else:
         import psycopg
 
-        with psycopg.connect(database.conninfo(), autocommit=True) as conn:
-            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{database.schema}"')
+        try:
+            with psycopg.connect(database.conninfo(), autocommit=True, connect_timeout=10) as conn:
+                if database.schema:
+                    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{database.schema}"')
+        except psycopg.OperationalError as exc:
+            raise ConfigurationError(f"cannot reach PostgreSQL at {database.host}:{database.port}: {exc}") from None
 
 
 def _create_library_tables(app_class: type, database: Database) -> None:
@@ -112,12 +119,7 @@ def migrate(database: Database, app_class: type) -> MigrationReport:
     if lock is not None:
         lock.acquire()
     try:
-        try:
-            _ensure_container(database)
-        except Exception as exc:  # psycopg.OperationalError et al.: unreachable server
-            if isinstance(exc, ConfigurationError):
-                raise
-            raise ConfigurationError(f"cannot prepare the database: {exc}") from None
+        _ensure_container(database)
         _create_library_tables(app_class, database)
         backend = get_backend(database.url(driver="psycopg"))
         migrations = read_migrations(str(HERE / database.backend / "schema"))

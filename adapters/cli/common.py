@@ -9,6 +9,8 @@ from typing import Any, NoReturn
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
 from ledger.config import Settings
 from ledger.errors import LedgerError
@@ -34,9 +36,15 @@ def settings(database_url: str | None = None, **overrides: Any) -> Settings:
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    """Print ``message`` as an error and exit with ``code``."""
-    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    """Print ``message`` as an error and exit with ``code``. The message is shown as is, never
+    read as Rich markup (it may quote user or provider text)."""
+    errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def cell(value: Any) -> Text:
+    """A table cell showing ``value`` literally (no markup), empty for None."""
+    return Text("" if value is None else str(value))
 
 
 def print_json(data: Any) -> None:

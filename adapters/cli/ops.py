@@ -9,17 +9,21 @@ from uuid import UUID
 import typer
 from rich.table import Table
 
-from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, console, fail, print_json, settings
+from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, cell, console, fail, print_json, settings
 from ledger.declarations import Classification
-from ledger.errors import UnknownIntegrationError
+from ledger.errors import CorruptRecordError, UnknownIntegrationError
 from ledger.operation import Operation
+from ledger.status import Status
 from projections.rows import StatusRow
+from projections.status import StatusProjection
 
 ops_app = typer.Typer(help="Inspect operations.", no_args_is_help=True)
 projections_app = typer.Typer(help="Maintain read models.", no_args_is_help=True)
 
 _BASE_FIELDS = {"originator_id", "originator_version", "timestamp", "originator_topic"}
 ROW_COLUMNS = ("operation_id", "integration", "status", "attempts", "attention", "updated_at")
+ATTENTION_COLUMNS = ("operation_id", "integration", "attention", "ambiguity_reason", "failure_category",
+                     "attempts", "updated_at")
 
 
 def _store(database_url: str | None, *, write: bool = False):
@@ -35,13 +39,13 @@ def _uuid(text: str) -> UUID:
         fail(f"{text!r} is not an operation id (a UUID)")
 
 
-def _rows_table(rows: list[StatusRow], title: str) -> Table:
+def _rows_table(rows: list[StatusRow], title: str, columns: tuple[str, ...] = ROW_COLUMNS) -> Table:
     table = Table(title=title)
-    for column in ROW_COLUMNS:
+    for column in columns:
         table.add_column(column)
     for row in rows:
         data = row.as_json()
-        table.add_row(*(str(data[c] if data[c] is not None else "") for c in ROW_COLUMNS))
+        table.add_row(*(cell(data[c]) for c in columns))
     return table
 
 
@@ -53,6 +57,8 @@ def list_ops(
     json_output: bool = JsonOption,
 ) -> None:
     """List operations, newest first."""
+    if status is not None and status not in {s.value for s in Status}:
+        fail(f"unknown status {status!r}; one of: {', '.join(s.value for s in Status)}")
     with UserErrors(), _store(database_url) as store:
         rows = store.view.list(status=status, limit=limit)
     if json_output:
@@ -85,7 +91,7 @@ def show(operation_id: str, database_url: str = DatabaseOption, json_output: boo
         return
     table = Table(show_header=False, title=f"operation {op_id}")
     for key, value in data.items():
-        table.add_row(key, "" if value is None else str(value))
+        table.add_row(key, cell(value))
     console.print(table)
 
 
@@ -104,15 +110,23 @@ def timeline(operation_id: str, database_url: str = DatabaseOption, json_output:
         table.add_column(column)
     for entry in entries:
         details = ", ".join(f"{k}={v}" for k, v in entry["details"].items())
-        table.add_row(str(entry["version"]), entry["at"], entry["event"], details)
+        table.add_row(cell(entry["version"]), cell(entry["at"]), cell(entry["event"]), cell(details))
     console.print(table)
 
 
 def timeline_entries(app: Any, op_id: UUID) -> list[dict[str, Any]]:
     """The operation's events as JSON-ready dicts, payload fields redacted by classification."""
-    entries = []
+    entries: list[dict[str, Any]] = []
     name, version = None, None
-    for event in app.events.get(op_id):
+    events = iter(app.events.get(op_id))
+    while True:
+        try:
+            event = next(events)
+        except StopIteration:
+            break
+        except CorruptRecordError as exc:  # show what decodes, then say where it stops
+            entries.append({"version": exc.position, "at": "", "event": "CORRUPT", "details": {"error": str(exc)}})
+            break
         fields = {k: v for k, v in vars(event).items() if k not in _BASE_FIELDS}
         if isinstance(event, Operation.Intended):
             name, version = event.integration_name, event.integration_version
@@ -146,7 +160,7 @@ def attention(limit: int = typer.Option(100, min=1), database_url: str = Databas
     if json_output:
         print_json([r.as_json() for r in rows])
     else:
-        console.print(_rows_table(rows, f"needs attention ({len(rows)})"))
+        console.print(_rows_table(rows, f"needs attention ({len(rows)})", ATTENTION_COLUMNS))
 
 
 def _operator_write(database_url: str | None, operation_id: str, command) -> None:
@@ -155,6 +169,10 @@ def _operator_write(database_url: str | None, operation_id: str, command) -> Non
         op = store.app.get_operation(op_id)
         command(op, store.app.clock.now())
         store.app.save(op)
+        if store.lock is not None:
+            # This process owns the SQLite store: bring the status view up to date now. On
+            # PostgreSQL the workers' projection leader does it within moments.
+            StatusProjection(app=store.app, view=store.view).catch_up()
         console.print(f"operation {op_id}: {op.status.value}")
 
 
@@ -204,8 +222,6 @@ def approve(
 @projections_app.command("rebuild")
 def rebuild(database_url: str = DatabaseOption) -> None:
     """Rebuild the status projection from zero into a new table and swap it in."""
-    from projections.status import StatusProjection
-
     with UserErrors(), _store(database_url, write=True) as store:
         n = StatusProjection(app=store.app, view=store.view).rebuild()
     console.print(f"rebuilt the status projection from {n} events")

@@ -28,12 +28,14 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from adapters.cli.common import cell
 from adapters.cli.ops import timeline_entries
 from adapters.demo.orders import OrdersApp, new_email
 from adapters.partner import PartnerLog, start_partner_process
 from adapters.processes import WorkerProcess, spawn_worker
 from ledger.config import Database
 from ledger.declarations import DeliveryMode
+from ledger.errors import ConfigurationError
 from ledger.persistence import StoreLock
 from ledger.status import ExecutionState, SettlementState, is_quiescent
 from migrations import migrate
@@ -75,7 +77,7 @@ def scenario(n: int) -> Scenario:
 
 def run_demo(*, database_url: str | None, as_json: bool, orders: int) -> int:
     """Run the demo. Returns the exit code: 0, or 1 when anything was lost or applied twice."""
-    console = Console(stderr=as_json)
+    console = Console(stderr=as_json, soft_wrap=True)
     say = (lambda *a: None) if as_json else console.print
     DEMO_DIR.mkdir(exist_ok=True)
     run_id = time.strftime("%Y%m%dT%H%M%S")
@@ -114,8 +116,9 @@ def run_demo(*, database_url: str | None, as_json: bool, orders: int) -> int:
 def _fresh_database(database_url: str | None) -> Database:
     if database_url is None:
         path = (DEMO_DIR / "demo.db").resolve()
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(path) + suffix).unlink(missing_ok=True)
+        with StoreLock(path):  # never delete a store another process (a worker) still owns
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(path) + suffix).unlink(missing_ok=True)
         return Database.parse(f"sqlite:///{path}")
     database = Database.parse(database_url)
     if database.backend == "postgres" and database.schema is None:
@@ -128,8 +131,11 @@ def _fresh_database(database_url: str | None) -> Database:
 def _drop_schema(database: Database) -> None:
     import psycopg
 
-    with psycopg.connect(database.conninfo(), autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{database.schema}" CASCADE')
+    try:
+        with psycopg.connect(database.conninfo(), autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{database.schema}" CASCADE')
+    except psycopg.OperationalError as exc:
+        raise ConfigurationError(f"cannot reach PostgreSQL at {database.host}:{database.port}: {exc}") from None
 
 
 def _describe(database: Database) -> str:
@@ -253,7 +259,7 @@ def _print_summary(console: Console, summary: dict[str, Any], database: Database
     table.add_column("status")
     table.add_column("count", justify="right")
     for status, count in sorted(summary["by_status"].items()):
-        table.add_row(status, str(count))
+        table.add_row(cell(status), cell(count))
     console.print(table)
     console.print(f"attempts recorded: {summary['attempts']}; effects the partner applied: "
                   f"{summary['effects_applied']} (at most one per operation)")
@@ -263,7 +269,7 @@ def _print_summary(console: Console, summary: dict[str, Any], database: Database
         ambiguous.add_column("reason")
         ambiguous.add_column("partner applied", justify="right")
         for op_id, reason in summary["ambiguous"].items():
-            ambiguous.add_row(op_id, str(reason), str(summary["effects"][op_id]["applied"]))
+            ambiguous.add_row(cell(op_id), cell(reason), cell(summary["effects"][op_id]["applied"]))
         console.print(ambiguous)
     timeline = summary["example_timeline"]
     if timeline:
@@ -272,7 +278,8 @@ def _print_summary(console: Console, summary: dict[str, Any], database: Database
             events.add_column(column)
         for entry in timeline["events"]:
             shown = {k: v for k, v in entry["details"].items() if k in _TIMELINE_FIELDS and v not in (None, "")}
-            events.add_row(str(entry["version"]), entry["event"], ", ".join(f"{k}={v}" for k, v in shown.items()))
+            events.add_row(cell(entry["version"]), cell(entry["event"]),
+                           cell(", ".join(f"{k}={v}" for k, v in shown.items())))
         console.print(events)
     verdict = "[bold green]OK[/]" if summary["lost"] == 0 and summary["duplicate_effects"] == 0 else "[bold red]FAILED[/]"
     console.print(f"{verdict}: {summary['operations']} operations, lost {summary['lost']}, "

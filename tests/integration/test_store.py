@@ -79,8 +79,7 @@ def test_one_process_owns_a_sqlite_store_and_others_may_read(tmp_path) -> None:
     with open_store(settings, write=True) as owner:
         owner.app.place_order(customer_email="a@example.test", amount_cents=1, payments_url="http://p/1",
                               notify_url="http://p/2")
-        with pytest.raises(StoreLockedError, match="owned by another process"):
-            StoreLock(database.path).acquire()
+        StoreLock(database.path).acquire().release()  # holders in the owning process share it
         other = subprocess.run(
             [sys.executable, "-c", "import sys; from ledger.persistence import StoreLock; "
              "from pathlib import Path; StoreLock(Path(sys.argv[1])).acquire()", str(database.path)],
@@ -91,4 +90,25 @@ def test_one_process_owns_a_sqlite_store_and_others_may_read(tmp_path) -> None:
             with pytest.raises(sqlite3.OperationalError, match="readonly"):
                 conn = sqlite3.connect(f"file:{database.path}?mode=ro", uri=True)
                 conn.execute("DELETE FROM opledger_store")
-    StoreLock(database.path).acquire().release()  # released with the owner
+    released = subprocess.run(
+        [sys.executable, "-c", "import sys; from ledger.persistence import StoreLock; "
+         "from pathlib import Path; StoreLock(Path(sys.argv[1])).acquire()", str(database.path)])
+    assert released.returncode == 0, "the lock goes with its last holder"
+
+
+def test_an_application_cannot_write_a_store_another_process_owns(tmp_path) -> None:
+    database = Database.parse(f"sqlite:///{tmp_path / 'x.db'}")
+    migrate(database, OrdersApp)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from ledger.persistence import StoreLock; "
+         "from pathlib import Path; StoreLock(Path(sys.argv[1])).acquire(); print('ready', flush=True); "
+         "time.sleep(60)", str(database.path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreLockedError, match=f"pid {owner.pid}"):
+            OrdersApp(env=database.library_env(create_table=False))
+        reader = OrdersApp(env=database.library_env(create_table=False, read_only=True))
+        reader.close()
+    finally:
+        owner.kill()
+        owner.wait()
