@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Sequence
 from uuid import UUID, uuid4
 
@@ -36,7 +36,7 @@ from ledger.application import LedgerApplication
 from ledger.clock import Clock
 from ledger.declarations import DeliveryMode, RetryPolicy
 from ledger.egress import Adapter, EgressRequest
-from ledger.errors import LedgerError, UnknownIntegrationError
+from ledger.errors import ConfigurationError, LedgerError, UnknownIntegrationError
 from ledger.operation import APPROVAL_REQUIRED, Operation
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
 from ledger.status import ExecutionState as E
@@ -50,6 +50,8 @@ DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_BATCH_SIZE = 200
 DEFAULT_EGRESS_THREADS = 8
 DEFAULT_POLL_INTERVAL_SECONDS = 0.2
+DEFER_SECONDS = 30.0
+"""How long a worker leaves an operation it cannot serve (missing secret, declaration, adapter)."""
 KNOWN_OPERATIONS = 5000
 """Committed operations kept in memory between cycles (bounded, so memory is flat in backlog)."""
 RENEW_WHEN_REMAINING = 1 / 3
@@ -116,6 +118,7 @@ class _Plan:
 
     sends: dict[UUID, tuple[EgressRequest, RetryPolicy, int]] = field(default_factory=dict)
     lookups: dict[UUID, tuple[EgressRequest, RetryPolicy, int]] = field(default_factory=dict)
+    deferred: dict[UUID, str] = field(default_factory=dict)
 
 
 class Worker:
@@ -147,6 +150,7 @@ class Worker:
         self.stopping = threading.Event()
         self._in_flight: dict[UUID, _InFlight] = {}
         self._known: OrderedDict[UUID, Operation] = OrderedDict()
+        self._deferred: dict[UUID, datetime] = {}
         self._tasks: queue.Queue[tuple[str, EgressRequest, Adapter, datetime | None] | None] = queue.Queue()
         self._finished: queue.Queue[_Finished] = queue.Queue()
         self._threads = [threading.Thread(target=self._egress_loop, name=f"egress-{i}", daemon=True)
@@ -216,7 +220,7 @@ class Worker:
 
     def _take_due(self, counts: Counts) -> None:
         now = self.clock.now()
-        rows = self._actionable(self.view.due(now, self.config.batch_size))
+        rows = self._actionable(self.view.due(now, self.config.batch_size), now)
         ops = self._current(rows)
         plan = _Plan()
         changes: list[tuple[Operation, Change]] = []
@@ -234,6 +238,10 @@ class Worker:
         if not changes:
             return
         result = self._commit(changes, counts)
+        for op_id, reason in plan.deferred.items():
+            log.error("cannot serve this operation; it waits, and is retried later", operation_id=str(op_id),
+                      reason=reason, retry_in_seconds=DEFER_SECONDS)
+            self._deferred[op_id] = now + timedelta(seconds=DEFER_SECONDS)
         for op_id, op in result.committed.items():
             for kind, pending in (("send", plan.sends), ("lookup", plan.lookups)):
                 if op_id in pending:
@@ -267,14 +275,19 @@ class Worker:
         def change(op: Operation) -> Sequence[Aggregate]:
             plan.sends.pop(op.id, None)
             plan.lookups.pop(op.id, None)
+            sends = op.execution is not E.DISPATCHING and not op.cancel_requested and op.attempts < op.max_attempts
+            try:
+                policy = self.app.registry.get(op.integration_name, op.integration_version).retry
+                request = self._build_request(op, now) if sends else None
+            except (MissingSecretError, UnknownIntegrationError, ConfigurationError) as exc:
+                # This worker cannot serve it (a missing secret, declaration or adapter): a
+                # deployment problem, not the operation's outcome. Claim nothing; it waits.
+                plan.deferred[op.id] = str(exc)
+                raise
             epoch = op.claim(now=now, worker_id=self.config.worker_id, lease_seconds=self.config.lease_seconds)
             if op.cancel_requested and op.execution is E.CLAIMED:
                 op.cancel(now=now, epoch=epoch)
                 return []
-            try:
-                policy = self.app.registry.get(op.integration_name, op.integration_version).retry
-            except UnknownIntegrationError as exc:
-                return self._fail_before_egress(op, epoch, now, str(exc))
             if op.execution is E.DISPATCHING:
                 # The previous owner died or stalled mid-attempt: its outcome is unknown.
                 lost = Ambiguous(reason="worker_lost", detail="the previous lease expired with the attempt open")
@@ -282,13 +295,9 @@ class Worker:
                                               attempts=op.attempts, now=now, rng=self.rng),
                             now, plan, policy, lost)
                 return []
-            if op.attempts >= op.max_attempts:
+            if request is None:
                 op.exhaust_budget(epoch=epoch, now=now, last_attempt_possibly_applied=False)
                 return []
-            try:
-                request = self._build_request(op, now)
-            except (MissingSecretError, UnknownIntegrationError, KeyError) as exc:
-                return self._fail_before_egress(op, epoch, now, str(exc))
             op.start_attempt(epoch=epoch, now=now, attempt_id=request.attempt_id,
                              request_fingerprint=op.fingerprint)
             plan.sends[op.id] = (request, policy, epoch)
@@ -296,14 +305,10 @@ class Worker:
 
         return change
 
-    def _fail_before_egress(self, op: Operation, epoch: int, now: datetime, detail: str) -> Sequence[Aggregate]:
-        op.fail(epoch=epoch, now=now, category=FailureCategory.INVALID_REQUEST, retryable=False, detail=detail)
-        return []
-
     def _build_request(self, op: Operation, now: datetime, attempt_id: UUID | None = None) -> EgressRequest:
         declaration = self.app.registry.get(op.integration_name, op.integration_version)
         if declaration.adapter not in self.adapters:
-            raise KeyError(f"no adapter {declaration.adapter!r} is configured in this worker")
+            raise ConfigurationError(f"no adapter {declaration.adapter!r} is configured in this worker")
         payload, secrets = resolve_payload(op.payload, self.secrets)
         return EgressRequest(
             operation_id=op.id, attempt_id=attempt_id or uuid4(), attempt_number=op.attempts + 1,
@@ -319,13 +324,15 @@ class Worker:
 
     # ------------------------------------------------------------------ loading and committing
 
-    def _actionable(self, rows: Sequence[StatusRow]) -> list[StatusRow]:
+    def _actionable(self, rows: Sequence[StatusRow], now: datetime) -> list[StatusRow]:
         """Due rows worth loading now: every settlement, deadline or cancellation, but no more
-        claims than there are free egress threads (the rest stay due for the next cycle)."""
+        claims than there are free egress threads (the rest stay due for the next cycle), and
+        nothing this worker deferred for a configuration problem until it is time to retry."""
+        self._deferred = {i: t for i, t in self._deferred.items() if t > now}
         capacity = self.config.egress_threads - len(self._in_flight)
         chosen = []
         for row in rows:
-            if row.operation_id in self._in_flight:
+            if row.operation_id in self._in_flight or row.operation_id in self._deferred:
                 continue
             claim = row.settlement == "none" and row.execution in _CLAIMABLE and not row.cancel_requested
             if claim:
