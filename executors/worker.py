@@ -173,7 +173,10 @@ class Worker:
         """
         counts = Counts()
         if self.projection is not None:
-            self.projection.run_once()
+            try:
+                self.projection.run_once()
+            except Exception:  # the view lags; egress, outcomes and settlement carry on
+                log.exception("status projection failed; retrying next cycle")
         self._record_finished(counts)
         self._renew_leases(counts)
         if not self.stopping.is_set():

@@ -84,6 +84,11 @@ class SqlStatusView:
             cur.execute(self.queries["upsert_tracking"],
                         {"projection": projection, "upstream": upstream, "notification_id": position})
 
+    def mark_corrupt(self, operation_id: UUID, *, table: str = MAIN_TABLE) -> None:
+        with self._transaction() as cur:
+            cur.execute(self.queries["mark_corrupt"].replace("opledger_operation_status", table),
+                        {"operation_id": self._id(operation_id)})
+
     def lead(self, lease: Lease, ttl_seconds: float) -> bool:
         return True  # a single-writer backend: the owning process always leads
 

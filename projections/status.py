@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID
 
 import structlog
 
 from ledger.application import LedgerApplication
+from ledger.errors import CorruptRecordError
 from ledger.operation import Operation
 from projections.loading import load_aggregates
 from projections.rows import ledger_topics, row_from_operation
-from projections.view import REBUILD_TABLE, Lease, NotLeaderError, StatusView
+from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError, StatusView
 
 log = structlog.get_logger("opledger.projection")
 
@@ -68,6 +69,10 @@ class StatusProjection:
         self.lease = Lease(f"projection.{PROJECTION_NAME}.{app.name}", holder) if holder else None
         self._topics = ledger_topics()
         self._cache: OrderedDict[UUID, Operation] = OrderedDict()
+        self.quarantined: dict[UUID, int] = {}
+        """Operations with a stored event that does not decode, and its position; their rows
+        keep the last state that decoded and go on the attention queue."""
+        self._to_mark: set[UUID] = set()
 
     @property
     def upstream(self) -> str:
@@ -92,6 +97,7 @@ class StatusProjection:
             try:
                 self.view.write(rows.values(), projection=PROJECTION_NAME, upstream=self.upstream,
                                 position=new_position, lease=self.lease)
+                self._mark_quarantined(MAIN_TABLE)
             except NotLeaderError:
                 self._cache.clear()
                 return 0
@@ -118,6 +124,7 @@ class StatusProjection:
             The notifications applied. The main table keeps serving until the swap.
         """
         self._cache.clear()
+        self.quarantined.clear()
         self.view.begin_rebuild()
         position, total = 0, 0
         while True:
@@ -127,6 +134,7 @@ class StatusProjection:
             total += applied
             self.view.write(rows.values(), projection=f"{PROJECTION_NAME}.rebuild", upstream=self.upstream,
                             position=position, table=REBUILD_TABLE)
+            self._mark_quarantined(REBUILD_TABLE)
         self.view.finish_rebuild(projection=PROJECTION_NAME, upstream=self.upstream, position=position)
         return total
 
@@ -144,14 +152,35 @@ class StatusProjection:
     def _fold_batch(self, position: int) -> tuple[int, int, dict[UUID, Any]]:
         notifications = self.app.recorder.select_notifications(
             start=position + 1, limit=self.config.batch_size, topics=self._topics)
-        events: list[Any] = [self.app.mapper.to_domain_event(n) for n in notifications]
+        events: list[Any] = []
+        for notification in notifications:
+            try:
+                events.append(self.app.mapper.to_domain_event(notification))
+            except CorruptRecordError as exc:
+                self._quarantine(exc)
         self._load_missing(events)
         touched: dict[UUID, Operation] = {}
         for event in events:
-            op = self._fold(event)
+            if event.originator_version >= self.quarantined.get(event.originator_id, event.originator_version + 1):
+                continue  # cannot fold past a record that does not decode
+            try:
+                op = self._fold(event)
+            except CorruptRecordError as exc:
+                self._quarantine(exc)
+                touched.pop(event.originator_id, None)
+                continue
             touched[op.id] = op
         last = notifications[-1].id if notifications else position
-        return len(notifications), last, {op_id: row_from_operation(op) for op_id, op in touched.items()}
+        rows = {op_id: row_from_operation(op) for op_id, op in touched.items()}
+        for op_id in self._to_mark & rows.keys():
+            rows[op_id] = replace(rows[op_id], attention="corrupt_record", next_due_at=None)
+        return len(notifications), last, rows
+
+    def _mark_quarantined(self, table: str) -> None:
+        # After the batch's rows are written: rows of quarantined operations stop being due.
+        for op_id in self._to_mark:
+            self.view.mark_corrupt(op_id, table=table)
+        self._to_mark.clear()
 
     def _load_missing(self, events: list[Any]) -> None:
         # One query for every operation of the batch whose earlier state is not cached. Its
@@ -162,8 +191,25 @@ class StatusProjection:
                 first.setdefault(event.originator_id, event.originator_version)
         missing = [op_id for op_id, version in first.items()
                    if (cached := self._cache.get(op_id)) is None or cached.version < version - 1]
-        if missing:
-            self._remember(load_aggregates(self.app, missing).values())
+        while missing:
+            try:
+                self._remember(load_aggregates(self.app, missing).values())
+                return
+            except CorruptRecordError as exc:
+                self._quarantine(exc)
+                missing = [op_id for op_id in missing if op_id not in self.quarantined]
+                if not missing:
+                    return
+
+    def _quarantine(self, exc: CorruptRecordError) -> None:
+        # Fail closed for that operation only: the rest of the log keeps flowing.
+        op_id = exc.originator_id if isinstance(exc.originator_id, UUID) else UUID(str(exc.originator_id))
+        if op_id not in self.quarantined:
+            log.error("operation quarantined: a stored event does not decode", operation_id=str(op_id),
+                      error=str(exc))
+        self.quarantined[op_id] = min(exc.position, self.quarantined.get(op_id, exc.position))
+        self._cache.pop(op_id, None)
+        self._to_mark.add(op_id)
 
     def _fold(self, event: Any) -> Operation:
         op_id: UUID = event.originator_id

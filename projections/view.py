@@ -50,6 +50,11 @@ class StatusView(Protocol):
         """
         ...
 
+    def mark_corrupt(self, operation_id: UUID, *, table: str = MAIN_TABLE) -> None:
+        """Put an operation whose events cannot be decoded on the attention queue
+        (``corrupt_record``) and stop it being due."""
+        ...
+
     def lead(self, lease: Lease, ttl_seconds: float) -> bool:
         """Take or extend ``lease`` for ``ttl_seconds``; True when this holder now leads."""
         ...

@@ -84,3 +84,41 @@ def test_rebuild_from_zero_gives_identical_rows(orders_app: OrdersApp, migrated:
     assert projection.catch_up() == 2
     assert len(_rows(view)) == len(before) + 2
     view.close()
+
+
+def _corrupt(database: Database, app: OrdersApp, op_id, version: int) -> None:
+    if database.backend == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(database.path)
+        with conn:
+            changed = conn.execute("UPDATE stored_events SET state = ? WHERE originator_id = ? AND originator_version = ?",
+                                   (b"{not json", op_id.hex, version)).rowcount
+        conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(database.conninfo()) as conn:
+            changed = conn.execute(
+                f"UPDATE {database.schema}.{app.name}_events SET state = %s WHERE originator_id = %s "
+                "AND originator_version = %s", (b"{not json", op_id, version)).rowcount
+    assert changed == 1
+
+
+def test_a_corrupt_record_quarantines_its_operation_only(orders_app: OrdersApp, migrated: Database, clock) -> None:
+    ids = _place(orders_app, 2)
+    for op_id in ids:
+        _drive(orders_app, op_id, clock)
+    _corrupt(migrated, orders_app, ids[0], 3)  # its AttemptStarted
+    view = open_view(migrated)
+    projection = StatusProjection(app=orders_app, view=view, config=StatusProjectionConfig(batch_size=3))
+    projection.catch_up()
+    rows = _rows(view)
+    assert rows[ids[0]].attention == "corrupt_record" and rows[ids[0]].next_due_at is None
+    assert all(rows[i].status == "succeeded" for i in ids[1:]), "the rest of the log keeps flowing"
+    assert projection.quarantined == {ids[0]: 3}
+    # A fresh projection (a restart) finds it again from the events after the corrupt one.
+    fresh = StatusProjection(app=orders_app, view=view)
+    fresh.rebuild()
+    assert _rows(view)[ids[0]].attention == "corrupt_record"
+    view.close()
