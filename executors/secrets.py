@@ -28,8 +28,8 @@ class SecretResolver(Protocol):
 
 
 class EnvironmentSecrets:
-    """Secrets from environment variables ``OPLEDGER_SECRET_<NAME>`` (name upper-cased, ``-`` and
-    ``.`` as ``_``), with an optional fixed mapping that takes precedence (tests, demo)."""
+    """Secrets from environment variables ``OPLEDGER_SECRET_<NAME>`` (name upper-cased, ``-``,
+    ``.`` and ``/`` as ``_``), with an optional fixed mapping that takes precedence (tests, demo)."""
 
     def __init__(self, fixed: Mapping[str, str] | None = None) -> None:
         self._fixed = dict(fixed or {})
@@ -37,7 +37,7 @@ class EnvironmentSecrets:
     def resolve(self, name: str) -> str:
         if name in self._fixed:
             return self._fixed[name]
-        key = ENV_PREFIX + name.upper().replace("-", "_").replace(".", "_")
+        key = ENV_PREFIX + name.upper().replace("-", "_").replace(".", "_").replace("/", "_")
         value = os.environ.get(key)
         if value is None:
             raise MissingSecretError(f"secret {name!r} is not configured (set {key})")

@@ -21,7 +21,7 @@ from eventsourcing.utils import get_topic
 from ledger.clock import Clock, SystemClock
 from ledger.config import Settings
 from ledger.declarations import Integration, Registry
-from ledger.errors import IntentConflictError, OperationNotFoundError
+from ledger.errors import IntentConflictError, InvalidArgumentError, OperationNotFoundError
 from ledger.identity import Source, fingerprint, operation_id
 from ledger.operation import Operation
 from ledger.persistence import check_store_identity
@@ -124,6 +124,10 @@ class LedgerApplication(Application):
             UnknownIntegrationError: the integration is not declared.
             PayloadError: the payload breaks the declaration.
         """
+        if not entity.pending_events:
+            raise InvalidArgumentError(
+                "intend needs the entity's authorizing transition: call it after the entity's command "
+                "method and before save(), while the entity's new event is still pending")
         declaration = self.registry.get(integration)
         source = Source(
             tenant=tenant or type(self).tenant,

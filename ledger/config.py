@@ -60,7 +60,10 @@ class Database:
             dbname = parts.path.lstrip("/")
             if not dbname:
                 raise ConfigurationError(f"PostgreSQL URL must name a database, got {url!r}")
-            query = parse_qs(parts.query)
+            query = parse_qs(parts.query, keep_blank_values=True)
+            unknown = sorted(set(query) - {"schema"})
+            if unknown:
+                raise ConfigurationError(f"unknown PostgreSQL URL parameter(s) {unknown} in {url!r}; only 'schema' is read")
             schema = query.get("schema", [None])[0]
             if schema is not None and not schema.replace("_", "").isalnum():
                 raise ConfigurationError(f"schema must be letters, digits and underscores, got {schema!r}")

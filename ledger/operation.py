@@ -8,6 +8,7 @@ Source: docs/adr/0001-operation-lifecycle.md; DESIGN §4.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 from uuid import UUID
@@ -128,6 +129,7 @@ class Operation(Aggregate):
             op.cancel_requested = False
             op.cancel_reason = None
             op.failure = None
+            op.last_retry_reason = None
             op.ambiguity_reason = None
             op.excerpt = ""
             op.settlement_attempts = 0
@@ -280,8 +282,8 @@ class Operation(Aggregate):
             op.lease_expires_at = None
             op.open_attempt_id = None
             op.possibly_applied = op.possibly_applied or self.possibly_applied
-            op.failure = {"category": self.category, "retryable": True, "detail": self.reason,
-                          "status_code": None}
+            # Why the last attempt is being retried; ``failure`` is kept for a terminal failure.
+            op.last_retry_reason = f"{self.category}: {self.reason}"
 
     class CancelRequested(Event):
         principal: str
@@ -422,6 +424,7 @@ class Operation(Aggregate):
     cancel_requested: bool
     cancel_reason: str | None
     failure: dict[str, Any] | None
+    last_retry_reason: str | None
     ambiguity_reason: str | None
     excerpt: str
     settlement_attempts: int
@@ -503,6 +506,7 @@ class Operation(Aggregate):
         now = require_utc(now, "now")
         _check_payload(integration, payload)
         target = target if target is not None else integration.endpoint
+        _check_intent(integration, source, target, principal, traceparent)
         return cls._create(
             cls.Intended,
             id=operation_id(source, integration.name),
@@ -607,6 +611,7 @@ class Operation(Aggregate):
             IllegalTransitionError: not pending, or approval not required or already decided.
         """
         self._allow("grant_approval")
+        _require_principal(principal)
         if self.approval != APPROVAL_REQUIRED:
             raise IllegalTransitionError("grant_approval", self.execution.value, f"approval is {self.approval}")
         self.trigger_event(self.ApprovalGranted, timestamp=require_utc(now), principal=principal)
@@ -618,6 +623,7 @@ class Operation(Aggregate):
             IllegalTransitionError: not pending, or approval not required or already decided.
         """
         self._allow("deny_approval")
+        _require_principal(principal)
         if self.approval != APPROVAL_REQUIRED:
             raise IllegalTransitionError("deny_approval", self.execution.value, f"approval is {self.approval}")
         self.trigger_event(self.ApprovalDenied, timestamp=require_utc(now), principal=principal, reason=reason)
@@ -823,6 +829,7 @@ class Operation(Aggregate):
             True when recorded; False when cancellation was already requested.
         """
         self._allow("request_cancel")
+        _require_principal(principal)
         if self.cancel_requested:
             return False
         self.trigger_event(self.CancelRequested, timestamp=require_utc(now), principal=principal, reason=reason)
@@ -930,6 +937,11 @@ class Operation(Aggregate):
         """
         if not evidence.strip():
             raise InvalidArgumentError("evidence is required: say what was checked")
+        _require_principal(principal)
+        if resolution not in RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED:
+            raise InvalidArgumentError(
+                f"unknown resolution {resolution!r}: one of "
+                f"{', '.join(dict.fromkeys(RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED))}")
         if self.disposition == "abandoned":
             raise IllegalTransitionError("resolve", self.status.value, "already abandoned")
         if self.execution in lifecycle.RESOLVABLE_EXECUTION:
@@ -947,6 +959,38 @@ class Operation(Aggregate):
                            resolution=resolution, evidence=evidence)
 
 
+TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+"""W3C Trace Context ``traceparent`` (version-traceid-parentid-flags)."""
+SECRET_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_./-]{0,127}$")
+"""A secret reference's name: a path-like key for a secret store, never climbing out of it."""
+TARGET_ADAPTERS = frozenset({"webhook"})
+"""Adapters that call a URL: their intents need an http(s) target."""
+
+
+def _require_principal(principal: str) -> None:
+    if not isinstance(principal, str) or not principal.strip():
+        raise InvalidArgumentError("principal is required: say who decides")
+
+
+def _check_intent(integration: Integration, source: Source, target: str | None, principal: str,
+                  traceparent: str | None) -> None:
+    problems: list[str] = []
+    if target is not None and not re.match(r"^https?://[^\s/]+", target):
+        problems.append(f"target: {target!r} is not an http:// or https:// URL")
+    if target is None and integration.adapter in TARGET_ADAPTERS:
+        problems.append("target: none given and the declaration has no endpoint")
+    if not source.tenant:
+        problems.append("tenant: must not be empty")
+    if source.effect_index < 0:
+        problems.append(f"effect_index: must be >= 0, got {source.effect_index}")
+    if not isinstance(principal, str) or not principal.strip():
+        problems.append("principal: must not be empty")
+    if traceparent is not None and not TRACEPARENT.match(traceparent):
+        problems.append(f"traceparent: {traceparent!r} is not a W3C traceparent")
+    if problems:
+        raise PayloadError(integration.name, problems)
+
+
 def _check_payload(integration: Integration, payload: Mapping[str, Any]) -> None:
     problems: list[str] = []
     if not isinstance(payload, Mapping):
@@ -956,9 +1000,11 @@ def _check_payload(integration: Integration, payload: Mapping[str, Any]) -> None
         if kind is None:
             problems.append(f"payload.{key}: field is not classified by the declaration")
         elif kind is Classification.SECRET and not (
-            isinstance(value, str) and value.startswith(SECRET_REF_PREFIX) and len(value) > len(SECRET_REF_PREFIX)
+            isinstance(value, str) and value.startswith(SECRET_REF_PREFIX)
+            and SECRET_NAME.match(value[len(SECRET_REF_PREFIX):])
         ):
-            problems.append(f"payload.{key}: secret fields take a '{SECRET_REF_PREFIX}NAME' reference, not a value")
+            problems.append(f"payload.{key}: secret fields take a '{SECRET_REF_PREFIX}NAME' reference "
+                            "(NAME: letters, digits, '.', '_', '-', '/', no '..'), not a value")
         # Checked field by field so every bad value is listed with its path, not only the first.
         try:
             canonical_json(value)

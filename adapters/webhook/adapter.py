@@ -105,7 +105,9 @@ class WebhookAdapter:
         try:
             self._webhook = Webhook(secret)
         except Exception as exc:  # the library raises several unrelated types for a bad secret
-            raise ConfigurationError(f"webhook secret is invalid: {type(exc).__name__}") from None
+            raise ConfigurationError(
+                "webhook secret is invalid: expected 'whsec_' followed by base64 "
+                f"(the Standard Webhooks format); the library said {type(exc).__name__}") from None
         self._clock = clock
         self._config = config
         self._owns_client = client is None
