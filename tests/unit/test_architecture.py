@@ -65,6 +65,15 @@ PUBLIC_API = {
         "DeclarationError", "PayloadError", "CorruptRecordError", "ConfigurationError", "StoreLockedError",
         "OperationNotFoundError", "UnknownIntegrationError",
     ],
+    "executors": [
+        "Worker", "WorkerConfig", "Counts", "decide", "backoff_seconds", "Record", "Retry", "GiveUp",
+        "Lookup", "AwaitCallback", "commit_changes", "CommitResult", "SecretResolver", "EnvironmentSecrets",
+        "MissingSecretError",
+    ],
+    "projections": [
+        "StatusProjection", "StatusProjectionConfig", "StatusView", "open_view", "StatusRow",
+        "row_from_operation", "Lease", "NotLeaderError",
+    ],
 }
 
 
