@@ -40,7 +40,7 @@ from ledger.errors import ConfigurationError, LedgerError, UnknownIntegrationErr
 from ledger.operation import APPROVAL_REQUIRED, Operation
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
 from ledger.status import ExecutionState as E
-from projections.rows import StatusRow
+from projections.rows import DueRow
 from projections.status import StatusProjection
 from projections.view import StatusView
 
@@ -327,7 +327,7 @@ class Worker:
 
     # ------------------------------------------------------------------ loading and committing
 
-    def _actionable(self, rows: Sequence[StatusRow], now: datetime) -> list[StatusRow]:
+    def _actionable(self, rows: Sequence[DueRow], now: datetime) -> list[DueRow]:
         """Due rows worth loading now: every settlement, deadline or cancellation, but no more
         claims than there are free egress threads (the rest stay due for the next cycle), and
         nothing this worker deferred for a configuration problem until it is time to retry."""
@@ -345,7 +345,7 @@ class Worker:
             chosen.append(row)
         return chosen
 
-    def _current(self, rows: Sequence[StatusRow]) -> list[Operation]:
+    def _current(self, rows: Sequence[DueRow]) -> list[Operation]:
         """The operations behind ``rows``: this worker's last committed instance where the row is
         not newer (the projection may lag our own writes), else one query for the rest. A stale
         instance is harmless: its commit conflicts and is redone against fresh state."""

@@ -13,9 +13,9 @@ import os
 from typing import Any, ClassVar, Mapping, Sequence
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import Mapper
+from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
+from eventsourcing.domain import Aggregate, BaseAggregate
+from eventsourcing.persistence import Mapper, Recording
 from eventsourcing.utils import get_topic
 
 from ledger.clock import Clock, SystemClock
@@ -77,6 +77,29 @@ class LedgerApplication(Application):
         database = (settings or Settings()).database
         check_store_identity(database, cls.name)
         return database.library_env(create_table=False)
+
+    def save(self, *objs: Any, **kwargs: Any) -> list[Recording[Any]]:
+        """Record the pending events of ``objs`` (aggregates or events) in one transaction.
+
+        The library's ``save``, with one difference: events of ``eventsourcing`` aggregates are
+        collected directly. The library tells aggregates from events with runtime-checkable
+        protocol ``isinstance`` checks, which cost tens of microseconds each on Python 3.11 and
+        dominated batched worker commits. Anything else goes through the library's own path.
+        """
+        processing_event: ProcessingEvent[Any] = ProcessingEvent()
+        others = []
+        for obj in objs:
+            if isinstance(obj, BaseAggregate):
+                processing_event.events.extend(obj.collect_events())
+                processing_event.aggregates[obj.id] = obj
+            elif obj is not None:
+                others.append(obj)
+        processing_event.collect_events(*others, **kwargs)
+        recordings = self._record(processing_event)
+        self._take_snapshots(processing_event)
+        self._notify(recordings)
+        self.notify(processing_event.events)  # the library's deprecated hook, kept for subclasses
+        return recordings
 
     def construct_mapper(self) -> Mapper[Any]:
         """Use the msgspec ledger mapper; it delegates host events to the library's transcoder."""

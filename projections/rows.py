@@ -69,6 +69,17 @@ class StatusRow:
 COLUMNS: tuple[str, ...] = tuple(StatusRow.__dataclass_fields__)
 
 
+@dataclass(frozen=True, slots=True)
+class DueRow:
+    """The slice of a status row a worker needs to choose due work (``StatusView.due``)."""
+
+    operation_id: UUID
+    version: int
+    execution: str
+    settlement: str
+    cancel_requested: bool
+
+
 def row_from_operation(op: Operation) -> StatusRow:
     """Derive the status row of ``op`` (pure; no I/O)."""
     return StatusRow(

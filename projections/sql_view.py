@@ -8,7 +8,7 @@ from typing import Any, Iterable, Sequence
 from uuid import UUID
 
 from migrations.queries import load_queries
-from projections.rows import COLUMNS, StatusRow
+from projections.rows import COLUMNS, DueRow, StatusRow
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease
 
 
@@ -54,8 +54,11 @@ class SqlStatusView:
             cur.execute(self.queries["upsert_tracking"],
                         {"projection": projection, "upstream": upstream, "notification_id": position})
 
-    def due(self, now: datetime, limit: int) -> list[StatusRow]:
-        return self._select("select_due", {"now": self._time(now), "limit": limit})
+    def due(self, now: datetime, limit: int) -> list[DueRow]:
+        with self._transaction() as cur:
+            cur.execute(self.queries["select_due"], {"now": self._time(now), "limit": limit})
+            return [DueRow(self._uuid(op_id), version, execution, settlement, bool(cancel))
+                    for op_id, version, execution, settlement, cancel in cur.fetchall()]
 
     def get(self, operation_id: UUID) -> StatusRow | None:
         rows = self._select("select_one", {"operation_id": self._id(operation_id)})
@@ -105,6 +108,9 @@ class SqlStatusView:
         return value
 
     def _id(self, value: UUID) -> Any:
+        return value
+
+    def _uuid(self, value: Any) -> UUID:
         return value
 
 

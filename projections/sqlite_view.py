@@ -80,6 +80,9 @@ class SQLiteStatusView(SqlStatusView):
     def _id(self, value: UUID) -> Any:
         return str(value)
 
+    def _uuid(self, value: Any) -> UUID:
+        return UUID(value)
+
     def _create_rebuild_table(self, cur: Any) -> None:
         # SQLite has no CREATE TABLE ... LIKE: reuse the migrated DDL with the new name.
         cur.execute("SELECT type, sql FROM sqlite_master WHERE tbl_name = ? AND sql IS NOT NULL", (MAIN_TABLE,))

@@ -13,7 +13,7 @@ from uuid import UUID
 
 from ledger.config import Database
 from ledger.errors import LedgerError
-from projections.rows import StatusRow
+from projections.rows import DueRow, StatusRow
 
 MAIN_TABLE = "opledger_operation_status"
 REBUILD_TABLE = "opledger_operation_status_rebuild"
@@ -59,7 +59,7 @@ class StatusView(Protocol):
         """Take or extend ``lease`` for ``ttl_seconds``; True when this holder now leads."""
         ...
 
-    def due(self, now: datetime, limit: int) -> list[StatusRow]:
+    def due(self, now: datetime, limit: int) -> list[DueRow]:
         """Rows whose ``next_due_at`` is at or before ``now`` (UTC), earliest first."""
         ...
 
