@@ -16,11 +16,9 @@ from projections.sql_view import SqlStatusView, row_values
 from projections.view import MAIN_TABLE, REBUILD_TABLE
 
 _TIME_FIELDS = ("lease_expires_at", "next_due_at", "created_at", "updated_at")
-_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%f+00:00"  # fixed width, so text order is time order
-
-
 def _encode_time(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(timezone.utc).strftime(_TIME_FORMAT)
+    # Fixed width (always microseconds, always +00:00), so text order is time order.
+    return None if value is None else value.astimezone(timezone.utc).isoformat(timespec="microseconds")
 
 
 class SQLiteStatusView(SqlStatusView):
