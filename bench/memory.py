@@ -1,0 +1,85 @@
+"""Memory: peak RSS of a worker process with 10k vs. 200k pending operations.
+
+For each size one store is seeded and projected; then, per repetition, one worker process
+(the product's ``opledger worker`` via ``spawn_worker``) starts, settles K operations, and its
+peak resident set (``VmHWM`` in ``/proc/PID/status``, the kernel's high-water mark; psutil's
+RSS as a fallback) is read before it is killed. Each repetition leaves K fewer pending.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.harness import (
+    Options,
+    Result,
+    Stats,
+    fresh_store,
+    reader,
+    seed_pending,
+    settled_count,
+    start_workers,
+    stop_workers,
+    wait_ready,
+    wait_until,
+    worker_env,
+)
+from bench.throughput import TUNED_THREADS
+
+TARGET_GROWTH = 0.10
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident set size, MiB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import psutil
+
+    return psutil.Process(pid).memory_info().rss / 2**20
+
+
+def run(options: Options, log=print) -> list[Result]:
+    small, large = (200, 2_000) if options.smoke else (10_000, 200_000)
+    settle = 50 if options.smoke else 2_000
+    results: list[Result] = []
+    for backend in ("postgres", "sqlite"):
+        medians = {}
+        for pending in (small, large):
+            samples = []
+            with fresh_store(backend, options) as database:
+                projected = seed_pending(database, pending)
+                log(f"  memory {backend}: seeded and projected {pending:,} pending ({projected:.1f} s to project)")
+                view = reader(database)
+                try:
+                    for rep in range(options.repetitions):
+                        target = settled_count(view) + settle
+                        workers = start_workers(1, worker_env(database, threads=TUNED_THREADS), options,
+                                                f"memory-{backend}-{pending}")
+                        try:
+                            wait_ready(workers)
+                            wait_until(lambda: settled_count(view) >= target, timeout=600,
+                                       what=f"{settle} settled", workers=workers)
+                            samples.append(peak_rss_mib(workers[0].pid))
+                        finally:
+                            stop_workers(workers)
+                        log(f"  memory rep {rep + 1} {backend} {pending:,} pending: peak RSS {samples[-1]:.1f} MiB")
+                finally:
+                    view.close()
+            stats = Stats.of(samples)
+            medians[pending] = stats.median
+            result = Result(name=f"memory.peak_rss.{pending // 1000}k" if pending >= 1000 else f"memory.peak_rss.{pending}",
+                            backend=backend, workers=1, stats=stats, unit="MiB", n=pending,
+                            extra={"pending": pending, "settled_per_run": settle})
+            if pending == large:
+                growth = stats.median / medians[small] - 1
+                result.ratio = stats.median / medians[small]
+                result.baseline = results[-1].name
+                result.target = f"≤ +10 % over {small:,} pending"
+                result.met = growth <= TARGET_GROWTH
+                result.extra["growth"] = round(growth, 4)
+            results.append(result)
+    return results

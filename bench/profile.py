@@ -1,0 +1,174 @@
+"""Profile a worker's drain with pyinstrument: where the time of claim, attempt, ``Succeeded``
+and ``Settled`` goes.
+
+    python -m bench.profile --backend postgres --n 3000
+    python -m bench.profile --backend sqlite --n 3000 --threads 8
+    python -m bench.profile --what catch-up --backend postgres --n 100000
+    python -m bench.profile --what cocommit --backend sqlite --n 2000
+
+N items with intents are committed and projected; then one ``executors.worker.Worker`` (the
+fake adapter, the benchmark's settings) cycles *in this process* until the status view shows
+all N settled. The status projection runs inside the worker's cycle on both backends (as the
+SQLite runtime does; on PostgreSQL the runtime runs it on a thread, which a statistical
+profiler of the main thread would not see), so the whole drain is one thread's profile.
+
+``--what catch-up`` instead builds the projection scenario's synthetic log of N ledger events
+(``bench.projection.build_log``) and profiles ``StatusProjection.catch_up()`` from zero.
+
+Writes ``bench/profiles/<what>-<backend>.txt``: the call tree (inclusive seconds), a flat list by
+self time, and the product functions (``ledger``, ``executors``, ``projections``, ``adapters``,
+``migrations``) by inclusive share of the drain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from adapters.fake import FakeAdapter
+from bench.app import BenchApp
+from bench.harness import Options, fresh_store, seed_pending, settled_count
+from bench.throughput import TUNED_THREADS
+from executors.worker import Worker, WorkerConfig
+from ledger.clock import SystemClock
+from ledger.persistence import StoreLock
+from projections.status import StatusProjection
+from projections.view import open_view
+
+PROFILES = Path(__file__).with_name("profiles")
+PRODUCT = ("ledger/", "executors/", "projections/", "adapters/", "migrations/")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def product_functions(session, limit: int = 25) -> list[tuple[str, float, float]]:
+    """Product functions by inclusive time (outermost occurrence only, so recursion and nested
+    calls of the same function are not double counted). Returns (name, seconds, share)."""
+    root = session.root_frame()
+    total = root.time
+    inclusive: dict[str, float] = defaultdict(float)
+
+    def walk(frame, active: frozenset[str]) -> None:
+        key = None
+        path = frame.file_path or ""
+        if path.startswith(str(REPO)):
+            relative = path[len(str(REPO)) + 1:]
+            if relative.startswith(PRODUCT):
+                key = f"{relative}:{frame.line_no} {frame.function}"
+        if key is not None and key not in active:
+            inclusive[key] += frame.time
+            active = active | {key}
+        for child in frame.children:
+            walk(child, active)
+
+    walk(root, frozenset())
+    ranked = sorted(inclusive.items(), key=lambda kv: kv[1], reverse=True)[:limit]
+    return [(name, seconds, seconds / total) for name, seconds in ranked]
+
+
+def _write(session_profiler, what: str, backend: str, title: str) -> Path:
+    session = session_profiler.last_session
+    PROFILES.mkdir(exist_ok=True)
+    out = PROFILES / f"{what}-{backend}.txt"
+    lines = [f"# {title}", "", "## product functions by inclusive share", ""]
+    lines += [f"{share:6.1%} {secs:8.2f} s  {name}" for name, secs, share in product_functions(session)]
+    lines += ["", "## call tree", "", session_profiler.output_text(unicode=False, color=False),
+              "", "## flat, by self time", "",
+              session_profiler.output_text(unicode=False, color=False, flat=True, flat_time="self")]
+    out.write_text("\n".join(lines))
+    print(f"{title}; profile in {out}")
+    return out
+
+
+def profile_catch_up(backend: str, n: int) -> Path:
+    from pyinstrument import Profiler
+
+    from bench.harness import writer
+    from bench.projection import build_log, reset_view
+
+    with fresh_store(backend, Options()) as database, writer(database) as app:
+        build_log(app, n, log=lambda line: None)
+        reset_view(database)
+        view = open_view(database)
+        profiler = Profiler(interval=0.0005)
+        try:
+            began = time.perf_counter()
+            profiler.start()
+            applied = StatusProjection(app=app, view=view).catch_up()
+            profiler.stop()
+            seconds = time.perf_counter() - began
+        finally:
+            view.close()
+    return _write(profiler, "catch-up", backend, f"catch-up of {applied} ledger events on {backend}: "
+                  f"{seconds:.2f} s, {applied / seconds:.0f} events/s")
+
+
+def profile_cocommit(backend: str, n: int) -> Path:
+    from pyinstrument import Profiler
+
+    from bench.harness import writer
+
+    with fresh_store(backend, Options()) as database, writer(database) as app:
+        for i in range(20):  # warm up
+            app.create_with_intent(10_000_000 + i)
+        profiler = Profiler(interval=0.0002)
+        began = time.perf_counter()
+        profiler.start()
+        for i in range(n):
+            app.create_with_intent(i)
+        profiler.stop()
+        seconds = time.perf_counter() - began
+    return _write(profiler, "cocommit", backend, f"{n} co-commits (item + intent, one save each) on {backend}: "
+                  f"{seconds:.2f} s, {n / seconds:.0f} saves/s")
+
+
+def profile(backend: str, n: int, threads: int, batch_size: int) -> Path:
+    from pyinstrument import Profiler
+
+    options = Options()
+    with fresh_store(backend, options) as database:
+        seed_pending(database, n)
+        lock = StoreLock(database.path).acquire() if backend == "sqlite" else None
+        app = BenchApp(env=database.library_env(create_table=False))
+        view = open_view(database)
+        projection = StatusProjection(app=app, view=view)
+        worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=SystemClock(),
+                        config=WorkerConfig(worker_id="profile", egress_threads=threads, batch_size=batch_size),
+                        projection=projection)
+        profiler = Profiler(interval=0.0005)
+        try:
+            began = time.perf_counter()
+            profiler.start()
+            while settled_count(view) < n:
+                worker.run_once()
+            profiler.stop()
+            seconds = time.perf_counter() - began
+        finally:
+            worker.close()
+            view.close()
+            app.close()
+            if lock is not None:
+                lock.release()
+    return _write(profiler, "drain", backend, f"drain of {n} operations on {backend}, in-process worker "
+                  f"(egress threads {threads}, batch {batch_size}): {seconds:.2f} s, {n / seconds:.0f} ops/s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--what", choices=("drain", "catch-up", "cocommit"), default="drain")
+    parser.add_argument("--backend", choices=("postgres", "sqlite"), default="postgres")
+    parser.add_argument("--n", type=int, default=3000)
+    parser.add_argument("--threads", type=int, default=TUNED_THREADS, help="egress threads (claim capacity)")
+    parser.add_argument("--batch-size", type=int, default=200)
+    args = parser.parse_args()
+    if args.what == "cocommit":
+        profile_cocommit(args.backend, args.n)
+    elif args.what == "catch-up":
+        profile_catch_up(args.backend, args.n)
+    else:
+        profile(args.backend, args.n, args.threads, args.batch_size)
+
+
+if __name__ == "__main__":
+    main()

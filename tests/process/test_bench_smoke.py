@@ -1,0 +1,33 @@
+"""The benchmark runner runs end to end at tiny sizes, so it cannot rot. Never a timed assertion:
+it only checks that every scenario ran and reported its figures (issue: benchmarks)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_postgres
+
+REPO = Path(__file__).resolve().parents[2]
+FIELDS = {"name", "backend", "workers", "median", "min", "max", "unit", "ratio"}
+
+pytestmark = [pytest.mark.process, pytest.mark.postgres]
+
+
+def test_bench_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
+    require_postgres()
+    output = tmp_path / "results.json"
+    run = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--output", str(output)],
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    document = json.loads(output.read_text())
+    results = document["results"] if isinstance(document, dict) else document
+    names = {r["name"].split(".")[0] for r in results}
+    assert {"cocommit", "drain", "e2e", "procrastinate", "projection", "recovery", "memory"} <= names, names
+    for result in results:
+        assert FIELDS <= set(result), result
+        assert result["median"] is not None and result["min"] <= result["median"] <= result["max"]
