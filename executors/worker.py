@@ -223,7 +223,9 @@ class Worker:
 
     def _take_due(self, counts: Counts) -> None:
         now = self.clock.now()
-        rows = self._actionable(self.view.due(now, self.config.batch_size), now)
+        due = self.view.due(now, self.config.batch_size)
+        self.rng.shuffle(due)  # several workers reading the same head of the list rarely collide
+        rows = self._actionable(due, now)
         ops = self._current(rows)
         plan = _Plan()
         changes: list[tuple[Operation, Change]] = []
@@ -337,7 +339,16 @@ class Worker:
         for row in rows:
             if row.operation_id in self._in_flight or row.operation_id in self._deferred:
                 continue
-            claim = row.settlement == "none" and row.execution in _CLAIMABLE and not row.cancel_requested
+            known = self._known.get(row.operation_id)
+            if known is not None and known.version > row.version:
+                # The view lags this worker's own commits: judge by what we committed.
+                due = known.next_due_at
+                if due is None or due > now:
+                    continue
+                claim = (known.settlement.value == "none" and known.execution.value in _CLAIMABLE
+                         and not known.cancel_requested)
+            else:
+                claim = row.settlement == "none" and row.execution in _CLAIMABLE and not row.cancel_requested
             if claim:
                 if capacity <= 0:
                     continue

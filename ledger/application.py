@@ -160,7 +160,10 @@ class LedgerApplication(Application):
             effect_index=effect_index,
         )
         resolved_target = target if target is not None else declaration.endpoint
-        existing = self._find_operation(operation_id(source, declaration.name))
+        # An entity created in this very transaction has no stored history, so no operation can
+        # exist for it yet: only a transition of a stored entity needs the lookup.
+        created_now = entity.version == len(entity.pending_events)
+        existing = None if created_now else self._find_operation(operation_id(source, declaration.name))
         if existing is not None:
             given = fingerprint(declaration, payload, resolved_target)
             if existing.fingerprint != given:

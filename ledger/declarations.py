@@ -178,6 +178,11 @@ class Integration(_Strict):
         return self._digest
 
     @cached_property
+    def deadline_seconds(self) -> dict[str, float]:
+        """The deadlines as ``{state: seconds}`` (computed once; copy before changing it)."""
+        return self.deadlines.model_dump()
+
+    @cached_property
     def _digest(self) -> str:
         # Computed once: the model is frozen, and every intent records it.
         return "sha256:" + hashlib.sha256(canonical_json(self.model_dump(mode="json"))).hexdigest()

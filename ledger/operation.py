@@ -520,7 +520,7 @@ class Operation(Aggregate):
             code_digest=code_digest,
             delivery_mode=integration.delivery_mode.value,
             max_attempts=integration.retry.max_attempts,
-            deadlines=integration.deadlines.model_dump(),
+            deadlines=dict(integration.deadline_seconds),
             settlement_max_attempts=integration.settlement.max_attempts if integration.settlement else 0,
             requires_approval=integration.requires_approval,
             payload=dict(payload),
