@@ -239,15 +239,15 @@ def start_workers(count: int, env: dict[str, str], options: Options, label: str)
     return [spawn_worker(env, logs / f"{label}-{uuid.uuid4().hex[:6]}-{i}.log") for i in range(count)]
 
 
-def wait_ready(workers: list[WorkerProcess], timeout: float = 60.0) -> float:
-    """Wait until every worker logged ``worker started``; returns ``perf_counter`` when the
-    first did (it starts claiming right after that line)."""
+def wait_ready(workers: list[Any], timeout: float = 60.0, marker: str = "worker started") -> float:
+    """Wait until every worker (anything with ``log_path`` and ``alive()``) logged ``marker``;
+    returns ``perf_counter`` when the first did (it starts working right after that line)."""
     deadline = time.perf_counter() + timeout
     first: float | None = None
     pending = list(workers)
     while pending:
         for worker in list(pending):
-            if "worker started" in worker.log_path.read_text(errors="replace"):
+            if marker in worker.log_path.read_text(errors="replace"):
                 pending.remove(worker)
                 first = first or time.perf_counter()
             elif not worker.alive():

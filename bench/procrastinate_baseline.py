@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import harness
 from bench.harness import PG_URL, REPO, Options, drop_schema, tail
 from ledger.config import Database
 
@@ -130,23 +131,8 @@ def start_workers(schema: str, count: int, options: Options) -> list[QueueWorker
 
 
 def wait_ready(workers: list[QueueWorker], timeout: float = 60.0) -> float:
-    """Wait until every worker printed READY; returns ``perf_counter`` when the first did."""
-    deadline = time.perf_counter() + timeout
-    first: float | None = None
-    pending = list(workers)
-    while pending:
-        for worker in list(pending):
-            if "READY" in worker.log_path.read_text(errors="replace"):
-                pending.remove(worker)
-                first = first or time.perf_counter()
-            elif not worker.alive():
-                raise RuntimeError(f"procrastinate worker exited:\n{tail(worker.log_path)}")
-        if time.perf_counter() > deadline:
-            raise TimeoutError("procrastinate workers not ready")
-        if pending:
-            time.sleep(0.005)
-    assert first is not None
-    return first
+    """Wait until every Procrastinate worker printed READY; returns ``perf_counter`` when the first did."""
+    return harness.wait_ready(workers, timeout, marker="READY")
 
 
 def _worker_main(argv: list[str]) -> int:

@@ -26,7 +26,6 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable
@@ -36,6 +35,7 @@ from standardwebhooks.webhooks import Webhook
 
 from adapters.partner.faults import FAULT_HEADER, ApplyTiming, Fault, FaultBook, FaultError
 from adapters.partner.store import PartnerRequest, PartnerStore, StoredResponse
+from ledger.clock import Clock, SystemClock
 
 SECRET_ENV = "OPLEDGER_PARTNER_SECRET"
 """Environment variable the secret is read from when ``--secret`` is not given."""
@@ -75,14 +75,17 @@ class PartnerServer(ThreadingHTTPServer):
         address: ``(host, port)``; port 0 picks a free port.
         store: the durable log and effects.
         secret: the Standard Webhooks secret deliveries are verified with.
+        clock: the partner's own clock (a remote system's wall clock, UTC), for its log.
     """
 
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], *, store: PartnerStore, secret: str) -> None:
+    def __init__(self, address: tuple[str, int], *, store: PartnerStore, secret: str,
+                 clock: Clock | None = None) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
+        self.clock = clock or SystemClock()
         self.store = store
         self.faults = FaultBook()
         self.webhook = Webhook(secret)
@@ -132,7 +135,7 @@ class PartnerHandler(BaseHTTPRequestHandler):
         """Silence per-request stderr lines: the durable log is the record."""
 
     def _handle(self) -> None:
-        received_at = datetime.now(timezone.utc).isoformat()
+        received_at = self.server.clock.now().isoformat()
         length = self.headers.get("Content-Length", "0")
         if not length.isdigit() or int(length) > MAX_REQUEST_BYTES:
             self.close_connection = True
