@@ -50,6 +50,8 @@ DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_BATCH_SIZE = 200
 DEFAULT_EGRESS_THREADS = 8
 DEFAULT_POLL_INTERVAL_SECONDS = 0.2
+DUE_READ_FACTOR = 4
+"""Due rows read per cycle, as a multiple of the egress threads (see ``_take_due``)."""
 DEFER_SECONDS = 30.0
 """How long a worker leaves an operation it cannot serve (missing secret, declaration, adapter)."""
 KNOWN_OPERATIONS = 5000
@@ -223,8 +225,10 @@ class Worker:
 
     def _take_due(self, counts: Counts) -> None:
         now = self.clock.now()
-        due = self.view.due(now, self.config.batch_size)
-        self.rng.shuffle(due)  # several workers reading the same head of the list rarely collide
+        # Read well past what this worker can claim and shuffle it: workers sharing a store then
+        # take mostly different operations from the head of the list instead of colliding.
+        due = self.view.due(now, max(self.config.batch_size, DUE_READ_FACTOR * self.config.egress_threads))
+        self.rng.shuffle(due)
         rows = self._actionable(due, now)
         ops = self._current(rows)
         plan = _Plan()
