@@ -67,7 +67,7 @@ class WorkerConfig:
     Attributes:
         worker_id: unique per worker process (recorded on ``Claimed``).
         lease_seconds: lease length, seconds.
-        batch_size: due operations taken per cycle.
+        batch_size: due rows read per cycle (at least ``DUE_READ_FACTOR`` times the egress threads).
         egress_threads: concurrent egress calls.
         poll_interval_seconds: idle wait between cycles, seconds.
     """

@@ -147,7 +147,7 @@ class Settings(BaseSettings):
         lease_seconds: executor lease length, seconds.
         poll_interval_seconds: how long an idle worker waits before looking for work, seconds.
         worker_threads: concurrent egress threads per worker process.
-        batch_size: due operations a worker takes per cycle.
+        batch_size: due rows a worker reads per cycle (at least four times ``worker_threads``).
         grace_seconds: on SIGTERM, how long in-flight attempts may take to record, seconds.
         webhook_secret: the Standard Webhooks signing secret (``whsec_...``) of the webhook adapter.
         log_format: ``json`` (production) or ``console``.
