@@ -1,0 +1,29 @@
+"""The README's first command, `opledger demo`, end to end (SQLite, real processes, a SIGKILL)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.process
+
+
+def test_demo_loses_nothing_and_applies_nothing_twice(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    run = subprocess.run([sys.executable, "-m", "adapters.cli", "demo", "--json", "--orders", "6"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    summary = json.loads(run.stdout)
+    assert summary["operations"] == 12
+    assert summary["lost"] == 0 and summary["duplicate_effects"] == 0
+    assert sum(summary["by_status"].values()) == 12
+    assert set(summary["by_status"]) <= {"settled", "ambiguous"}
+    assert not summary["succeeded_without_exactly_one_effect"]
+    assert (tmp_path / ".opledger" / "demo.db").exists()
