@@ -25,7 +25,7 @@ from ledger.clock import Clock, SystemClock
 from ledger.config import Settings
 from ledger.egress import Adapter
 from ledger.errors import ConfigurationError
-from ledger.persistence import StoreLock, check_store_identity
+from ledger.persistence import check_store_identity
 from projections.status import StatusProjection
 from projections.view import StatusView, open_view
 
@@ -50,18 +50,17 @@ def load_app_class(topic: str) -> type[LedgerApplication]:
 
 @dataclass
 class Store:
-    """An open store: the host application, the status view, and (SQLite writers) the lock."""
+    """An open store: the host application and the status view. ``owner`` is True when this
+    process owns a SQLite store for writing (the application's factory holds the lock)."""
 
     settings: Settings
     app: LedgerApplication
     view: StatusView
-    lock: StoreLock | None
+    owner: bool
 
     def close(self) -> None:
         self.view.close()
         self.app.close()
-        if self.lock is not None:
-            self.lock.release()
 
 
 @contextmanager
@@ -81,16 +80,16 @@ def open_store(settings: Settings, *, write: bool, clock: Clock | None = None) -
     database = settings.database
     app_class = load_app_class(settings.app)
     check_store_identity(database, app_class.name)
-    lock = StoreLock(database.path).acquire() if write and database.backend == "sqlite" else None
+    # A writable SQLite application takes the store's lock itself (StoreLockedError if another
+    # process owns it); readers open the file read-only.
+    read_only = not write and database.backend == "sqlite"
+    app = app_class(env=database.library_env(create_table=False, read_only=read_only), clock=clock)
     try:
-        read_only = not write and database.backend == "sqlite"
-        app = app_class(env=database.library_env(create_table=False, read_only=read_only), clock=clock)
         view = open_view(database, read_only=read_only)
     except BaseException:
-        if lock is not None:
-            lock.release()
+        app.close()
         raise
-    store = Store(settings=settings, app=app, view=view, lock=lock)
+    store = Store(settings=settings, app=app, view=view, owner=write and database.backend == "sqlite")
     try:
         yield store
     finally:

@@ -96,7 +96,6 @@ def commit_changes(app: LedgerApplication, changes: Sequence[tuple[Operation, Ch
             continue
         for op, _ in applied:
             result.committed[op.id] = op
-            result.rejected.pop(op.id, None)
         result.events.extend(names)
         return result
     for op, change in pending:

@@ -200,15 +200,6 @@ class Worker:
             log.warning("stopping with attempts in flight; recovery will decide them",
                         operations=[str(i) for i in self._in_flight])
 
-    def drain(self, *, max_cycles: int = 1000) -> None:
-        """Cycle until no work is due and nothing is in flight (tests and the simulator)."""
-        for _ in range(max_cycles):
-            busy = self.run_once().busy
-            if not busy and not self._in_flight:
-                return
-            if not busy:
-                self._wait(0.01)
-
     def close(self) -> None:
         """Stop the egress threads (in-flight calls finish on their own, unrecorded)."""
         for _ in self._threads:
@@ -487,7 +478,7 @@ class Worker:
                policy: RetryPolicy, outcome: Outcome | None, request: EgressRequest | None = None) -> None:
         attempt_id = op.last_attempt_id
         if isinstance(decision, Lookup):
-            plan.lookups[op.id] = (request or self._lookup_request(op, now), policy, epoch)
+            plan.lookups[op.id] = (request or self._build_request(op, now, attempt_id=op.last_attempt_id), policy, epoch)
         elif isinstance(decision, Retry):
             op.schedule_retry(epoch=epoch, now=now, attempt_id=attempt_id, retry_at=decision.at,
                               category=decision.category, reason=decision.reason,
@@ -500,9 +491,6 @@ class Worker:
                       excerpt=f"response lost ({decision.reason}); waiting for the provider's callback")
         elif isinstance(decision, Record):
             _record(op, epoch, attempt_id, decision.outcome, now)
-
-    def _lookup_request(self, op: Operation, now: datetime) -> EgressRequest:
-        return self._build_request(op, now, attempt_id=op.last_attempt_id)
 
     # ------------------------------------------------------------------ leases
 

@@ -100,13 +100,6 @@ moves on."""
 TERMINAL_STATUSES: frozenset[Status] = frozenset({Status.SETTLED})
 """Statuses in which nothing more will ever happen without an operator."""
 
-QUIESCENT_STATUSES: frozenset[Status] = frozenset(
-    {Status.SETTLED, Status.AMBIGUOUS, Status.SETTLEMENT_BLOCKED}
-)
-"""Statuses where automated work has stopped: done, or waiting for an operator. Terminal
-outcomes whose integration needs no settlement are quiescent too (see ``is_quiescent``)."""
-
-
 def derive_status(execution: ExecutionState, settlement: SettlementState) -> Status:
     """Return the projection status for an execution and settlement state pair.
 

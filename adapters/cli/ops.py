@@ -170,7 +170,7 @@ def _operator_write(database_url: str | None, operation_id: str, command) -> Non
         op = store.app.get_operation(op_id)
         command(op, store.app.clock.now())
         store.app.save(op)
-        if store.lock is not None:
+        if store.owner:
             # This process owns the SQLite store: bring the status view up to date now. On
             # PostgreSQL the workers' projection leader does it within moments.
             StatusProjection(app=store.app, view=store.view).catch_up()

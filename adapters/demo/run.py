@@ -147,7 +147,6 @@ def _describe(database: Database) -> str:
 def _place_orders(database: Database, partner_url: str, orders: int) -> tuple[list[UUID], dict[UUID, str]]:
     op_ids: list[UUID] = []
     modes: dict[UUID, str] = {}
-    lock = StoreLock(database.path).acquire() if database.backend == "sqlite" else None
     app = OrdersApp(env=database.library_env(create_table=False))
     try:
         with httpx.Client(base_url=partner_url) as client:
@@ -162,9 +161,7 @@ def _place_orders(database: Database, partner_url: str, orders: int) -> tuple[li
                 modes[ids[0]] = DeliveryMode.IDEMPOTENT.value
                 modes[ids[1]] = DeliveryMode.NON_IDEMPOTENT.value
     finally:
-        app.close()
-        if lock is not None:
-            lock.release()
+        app.close()  # releases the SQLite store for the worker processes
     return op_ids, modes
 
 
