@@ -191,8 +191,10 @@ class _EventCodec:
             decoded = self._decode_and_upcast(data)
         if _NUL_ESCAPE in data:
             self._refuse_nul(decoded)
-        # zip stops at the shorter tuple, dropping the trailing class_version field.
-        return dict(zip(self.names, msgspec.structs.astuple(decoded)))
+        state = msgspec.structs.asdict(decoded)
+        if self.class_version > 1:
+            del state[_CLASS_VERSION]
+        return state
 
     def _decode_and_upcast(self, data: bytes) -> msgspec.Struct:
         state = _PLAIN_DECODER.decode(data)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Iterable, Sequence
+from operator import attrgetter
+from typing import Any, Callable, Iterable, Sequence
 from uuid import UUID
 
 from migrations.queries import load_queries
@@ -14,7 +15,7 @@ from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease
 
 class SqlStatusView:
     """``StatusView`` over DB-API connections. Subclasses implement ``_transaction`` (a context
-    manager yielding a cursor, committing on success), ``_to_db`` and ``_from_db``."""
+    manager yielding a cursor, committing on success), ``_upsert`` and ``_from_db``."""
 
     backend: str = ""
 
@@ -25,7 +26,9 @@ class SqlStatusView:
     def _transaction(self) -> AbstractContextManager[Any]:
         raise NotImplementedError
 
-    def _to_db(self, row: StatusRow) -> dict[str, Any]:
+    def _upsert(self, cur: Any, table: str, rows: list[StatusRow]) -> None:
+        """Insert or replace ``rows`` (sorted by operation id) in ``table``, in ``cur``'s
+        transaction; a row never replaces one of a newer version."""
         raise NotImplementedError
 
     def _from_db(self, values: Sequence[Any]) -> StatusRow:
@@ -43,14 +46,13 @@ class SqlStatusView:
 
     def write(self, rows: Iterable[StatusRow], *, projection: str, upstream: str, position: int,
               table: str = MAIN_TABLE, lease: Lease | None = None) -> None:
-        upsert = self.queries["upsert_status"].replace("{table}", table)
         # Sorted, so two writers lock rows in the same order and cannot deadlock.
-        params = [self._to_db(row) for row in sorted(rows, key=lambda r: r.operation_id)]
+        ordered = sorted(rows, key=_operation_id)
         with self._transaction() as cur:
             if lease is not None:
                 self._check_lease(cur, lease)
-            if params:
-                cur.executemany(upsert, params)
+            if ordered:
+                self._upsert(cur, table, ordered)
             cur.execute(self.queries["upsert_tracking"],
                         {"projection": projection, "upstream": upstream, "notification_id": position})
 
@@ -114,6 +116,7 @@ class SqlStatusView:
         return value
 
 
-def row_values(row: StatusRow) -> dict[str, Any]:
-    """The row's fields by column name, in ``COLUMNS`` order."""
-    return {name: getattr(row, name) for name in COLUMNS}
+_operation_id = attrgetter("operation_id")
+
+row_values: Callable[[StatusRow], tuple[Any, ...]] = attrgetter(*COLUMNS)
+"""``row_values(row)``: the row's fields as a tuple in ``COLUMNS`` (table column) order."""

@@ -11,14 +11,34 @@ from typing import Any, Iterator, Sequence
 from uuid import UUID
 
 from ledger.config import SQLITE_LOCK_TIMEOUT_SECONDS, Database
-from projections.rows import StatusRow
+from projections.rows import COLUMNS, StatusRow
 from projections.sql_view import SqlStatusView, row_values
 from projections.view import MAIN_TABLE, REBUILD_TABLE
 
 _TIME_FIELDS = ("lease_expires_at", "next_due_at", "created_at", "updated_at")
+_UUID_INDEXES = tuple(COLUMNS.index(name) for name in ("operation_id", "source_entity_id"))
+_TIME_INDEXES = tuple(COLUMNS.index(name) for name in _TIME_FIELDS)
+_CANCEL_INDEX = COLUMNS.index("cancel_requested")
+
+
 def _encode_time(value: datetime | None) -> str | None:
     # Fixed width (always microseconds, always +00:00), so text order is time order.
-    return None if value is None else value.astimezone(timezone.utc).isoformat(timespec="microseconds")
+    if value is None:
+        return None
+    if value.tzinfo is not timezone.utc:
+        value = value.astimezone(timezone.utc)
+    return value.isoformat(timespec="microseconds")
+
+
+def _to_db(row: StatusRow) -> list[Any]:
+    """The row's values in column order, as SQLite stores them (text UUIDs and times)."""
+    values = list(row_values(row))
+    for index in _UUID_INDEXES:
+        values[index] = str(values[index])
+    for index in _TIME_INDEXES:
+        values[index] = _encode_time(values[index])
+    values[_CANCEL_INDEX] = int(values[_CANCEL_INDEX])
+    return values
 
 
 class SQLiteStatusView(SqlStatusView):
@@ -53,14 +73,8 @@ class SQLiteStatusView(SqlStatusView):
             finally:
                 cur.close()
 
-    def _to_db(self, row: StatusRow) -> dict[str, Any]:
-        values = row_values(row)
-        values["operation_id"] = str(row.operation_id)
-        values["source_entity_id"] = str(row.source_entity_id)
-        values["cancel_requested"] = int(row.cancel_requested)
-        for name in _TIME_FIELDS:
-            values[name] = _encode_time(values[name])
-        return values
+    def _upsert(self, cur: Any, table: str, rows: list[StatusRow]) -> None:
+        cur.executemany(self.queries["upsert_status"].replace("{table}", table), map(_to_db, rows))
 
     def _from_db(self, values: Sequence[Any]) -> StatusRow:
         data = dict(zip(StatusRow.__dataclass_fields__, values))

@@ -26,8 +26,8 @@ from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError, S
 log = structlog.get_logger("opledger.projection")
 
 PROJECTION_NAME = "status"
-DEFAULT_BATCH_SIZE = 1000
-DEFAULT_CACHE_SIZE = 5_000
+DEFAULT_BATCH_SIZE = 10_000
+DEFAULT_CACHE_SIZE = 10_000
 DEFAULT_IDLE_SECONDS = 0.1
 DEFAULT_LEADER_LEASE_SECONDS = 3.0
 
@@ -149,27 +149,33 @@ class StatusProjection:
                 self._cache.clear()
                 stop.wait(1.0)
 
-    def _fold_batch(self, position: int) -> tuple[int, int, dict[UUID, Any]]:
+    def _fold_batch(self, position: int, limit: int | None = None) -> tuple[int, int, dict[UUID, Any]]:
         notifications = self.app.recorder.select_notifications(
-            start=position + 1, limit=self.config.batch_size, topics=self._topics)
+            start=position + 1, limit=limit or self.config.batch_size, topics=self._topics)
+        to_domain_event = self.app.mapper.to_domain_event
         events: list[Any] = []
         for notification in notifications:
             try:
-                events.append(self.app.mapper.to_domain_event(notification))
+                events.append(to_domain_event(notification))
             except CorruptRecordError as exc:
                 self._quarantine(exc)
         self._load_missing(events)
+        # Fold the whole batch first, then derive one row per operation touched: an operation
+        # with several events in the batch is written once, at its last version.
         touched: dict[UUID, Operation] = {}
+        cache, quarantined = self._cache, self.quarantined
         for event in events:
-            if event.originator_version >= self.quarantined.get(event.originator_id, event.originator_version + 1):
+            op_id: UUID = event.originator_id
+            if quarantined and event.originator_version >= quarantined.get(op_id, event.originator_version + 1):
                 continue  # cannot fold past a record that does not decode
             try:
-                op = self._fold(event)
+                op = self._fold(event, touched.get(op_id) or cache.get(op_id))
             except CorruptRecordError as exc:
                 self._quarantine(exc)
-                touched.pop(event.originator_id, None)
+                touched.pop(op_id, None)
                 continue
-            touched[op.id] = op
+            touched[op_id] = op
+        self._remember(touched.values())
         last = notifications[-1].id if notifications else position
         rows = {op_id: row_from_operation(op) for op_id, op in touched.items()}
         for op_id in self._to_mark & rows.keys():
@@ -185,12 +191,12 @@ class StatusProjection:
     def _load_missing(self, events: list[Any]) -> None:
         # One query for every operation of the batch whose earlier state is not cached. Its
         # current state may be ahead of this batch; ``_fold`` then skips what it already has.
+        # An operation whose first event here is its ``Intended`` (version 1) needs nothing.
         first: dict[UUID, int] = {}
         for event in events:
-            if not isinstance(event, Operation.Intended):
-                first.setdefault(event.originator_id, event.originator_version)
-        missing = [op_id for op_id, version in first.items()
-                   if (cached := self._cache.get(op_id)) is None or cached.version < version - 1]
+            first.setdefault(event.originator_id, event.originator_version)
+        missing = [op_id for op_id, version in first.items() if version > 1
+                   and ((cached := self._cache.get(op_id)) is None or cached.version < version - 1)]
         while missing:
             try:
                 self._remember(load_aggregates(self.app, missing).values())
@@ -211,18 +217,15 @@ class StatusProjection:
         self._cache.pop(op_id, None)
         self._to_mark.add(op_id)
 
-    def _fold(self, event: Any) -> Operation:
-        op_id: UUID = event.originator_id
+    def _fold(self, event: Any, op: Operation | None) -> Operation:
+        """``event`` folded into ``op`` (its operation's latest known state, or None)."""
         if isinstance(event, Operation.Intended):
-            op = event.mutate(None)
-        else:
-            op = self._cache.get(op_id)
-            if op is None or op.version < event.originator_version - 1:  # evicted mid-batch
-                op = self.app.repository.get(op_id, version=event.originator_version)
-            elif op.version == event.originator_version - 1:
-                event.mutate(op)
-        self._remember([op])
-        return op
+            return event.mutate(None)
+        if op is None or op.version < event.originator_version - 1:  # evicted mid-batch
+            return self.app.repository.get(event.originator_id, version=event.originator_version)
+        if op.version == event.originator_version - 1:
+            event.mutate(op)
+        return op  # already at or past this event (loaded ahead of the batch)
 
     def _remember(self, ops: Any) -> None:
         for op in ops:
