@@ -123,6 +123,7 @@ class Database:
         else:
             env.update({
                 "PERSISTENCE_MODULE": "eventsourcing.postgres",
+                "APPLICATION_RECORDER_TOPIC": "ledger.persistence:LedgerPostgresApplicationRecorder",
                 "POSTGRES_DBNAME": self.dbname,
                 "POSTGRES_HOST": self.host,
                 "POSTGRES_PORT": str(self.port),

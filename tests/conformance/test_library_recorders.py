@@ -1,5 +1,6 @@
 """The eventsourcing library's own recorder test cases, run against opledger's SQLite factory
-(it customizes the connection pool: synchronous=FULL and WAL verified on every connection).
+(it customizes the connection pool: synchronous=FULL and WAL verified on every connection) and
+its PostgreSQL application recorder (it inserts plain arrays instead of a composite array).
 
 The library's modules are imported, not its classes, so pytest does not collect the abstract
 bases (DESIGN §11).
@@ -11,9 +12,15 @@ import tempfile
 import threading
 from pathlib import Path
 
+import psycopg
+import pytest
+from eventsourcing.persistence import InfrastructureFactory
 from eventsourcing.tests import persistence as lib
+from eventsourcing.utils import Environment
 
-from ledger.persistence import LedgerSQLiteFactory, _DurableSQLitePool
+from ledger.config import Database
+from ledger.persistence import LedgerPostgresApplicationRecorder, LedgerSQLiteFactory, _DurableSQLitePool
+from tests.conftest import drop_schema, new_postgres_url, require_postgres
 
 
 class _OurSQLite:
@@ -75,3 +82,38 @@ def test_every_connection_is_durable(tmp_path: Path) -> None:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert recorder.max_notification_id() is None
     factory.close()
+
+
+class _OurPostgres:
+    """Mixin: a fresh schema per test, with ``LedgerPostgresApplicationRecorder`` as
+    ``ledger.config`` selects it (the same env as every opledger application)."""
+
+    def setUp(self) -> None:
+        require_postgres()
+        url, self._schema = new_postgres_url()
+        with psycopg.connect(Database.parse(url).conninfo(), autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{self._schema}"')
+        env = Database.parse(url).library_env(create_table=True)
+        self.factory = InfrastructureFactory.construct(Environment("", env))
+        super().setUp()
+
+    def tearDown(self) -> None:
+        super().tearDown()
+        self.factory.close()
+        drop_schema(self._schema)
+
+
+@pytest.mark.postgres
+class TestPostgresApplicationRecorder(_OurPostgres, lib.ApplicationRecorderTestCase):
+    def create_recorder(self):
+        recorder = self.factory.application_recorder()
+        assert isinstance(recorder, LedgerPostgresApplicationRecorder)
+        return recorder
+
+
+@pytest.mark.postgres
+class TestPostgresNonInterleavingNotificationIDs(_OurPostgres, lib.NonInterleavingNotificationIDsBaseCase):
+    insert_num = 200
+
+    def create_recorder(self):
+        return self.factory.application_recorder()
