@@ -192,28 +192,40 @@ class Integration(_Strict):
         return self.payload.get(field)
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""``json.dumps`` with these options builds an encoder per call; one shared encoder is the same
+encoding without that cost (it keeps no state between calls)."""
+
+
+def check_plain_json(value: Any) -> None:
+    """Check that ``value`` is plain JSON data: str, int, finite float, bool, None, and lists and
+    string-keyed dicts of those.
+
+    Raises:
+        ValueError: a float is NaN or infinite, a key is not a string, or a value is of another type.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("payload numbers must be finite")
+    if isinstance(value, dict):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise ValueError("payload keys must be strings")
+            check_plain_json(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            check_plain_json(item)
+    elif not isinstance(value, (str, int, float, bool, type(None))):
+        raise ValueError(f"payload values must be plain JSON data, got {type(value).__name__}")
+
+
 def canonical_json(value: Any) -> bytes:
     """Encode plain JSON data canonically: sorted keys, no spaces, UTF-8, finite numbers only.
 
     Raises:
         ValueError: a float is NaN or infinite, or a value is not plain JSON data.
     """
-    def check(v: Any) -> None:
-        if isinstance(v, float) and not math.isfinite(v):
-            raise ValueError("payload numbers must be finite")
-        if isinstance(v, dict):
-            for k, item in v.items():
-                if not isinstance(k, str):
-                    raise ValueError("payload keys must be strings")
-                check(item)
-        elif isinstance(v, (list, tuple)):
-            for item in v:
-                check(item)
-        elif not isinstance(v, (str, int, float, bool, type(None))):
-            raise ValueError(f"payload values must be plain JSON data, got {type(v).__name__}")
-
-    check(value)
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    check_plain_json(value)
+    return _CANONICAL.encode(value).encode()
 
 
 class Registry:

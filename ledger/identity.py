@@ -37,6 +37,9 @@ class Source:
     effect_index: int = 0
 
 
+_KEY_ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps(..., separators=...), minus a new encoder per call
+
+
 def operation_id(source: Source, integration_name: str) -> UUID:
     """Return the operation id: ``uuid5`` over tenant, entity id, entity version, integration
     name and effect index (DESIGN §3 'operation id').
@@ -49,10 +52,8 @@ def operation_id(source: Source, integration_name: str) -> UUID:
     Returns:
         A stable UUID.
     """
-    key = json.dumps(
-        [source.tenant, str(source.entity_id), source.entity_version, integration_name, source.effect_index],
-        separators=(",", ":"),
-    )
+    key = _KEY_ENCODER.encode(
+        [source.tenant, str(source.entity_id), source.entity_version, integration_name, source.effect_index])
     return uuid5(OPERATION_NAMESPACE, key)
 
 

@@ -17,7 +17,7 @@ from eventsourcing.domain import Aggregate
 
 from ledger import lifecycle
 from ledger.clock import require_utc
-from ledger.declarations import SECRET_REF_PREFIX, Classification, DeliveryMode, Integration, canonical_json
+from ledger.declarations import SECRET_REF_PREFIX, Classification, DeliveryMode, Integration, check_plain_json
 from ledger.errors import (
     AttemptBudgetExceededError,
     IllegalTransitionError,
@@ -1018,7 +1018,7 @@ def _check_payload(integration: Integration, payload: Mapping[str, Any]) -> None
                             "(NAME: letters, digits, '.', '_', '-', '/', no '..'), not a value")
         # Checked field by field so every bad value is listed with its path, not only the first.
         try:
-            canonical_json(value)
+            check_plain_json(value)
         except ValueError as exc:
             problems.append(f"payload.{key}: {exc}")
     if problems:
