@@ -157,6 +157,7 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
                                 batch_size=settings.batch_size, egress_threads=settings.worker_threads,
                                 poll_interval_seconds=settings.poll_interval_seconds),
             projection=projection if leader is None else None,
+            on_committed=projection.offer,
         )
         log.info("worker started", worker_id=worker.config.worker_id, backend=settings.database.backend)
         try:

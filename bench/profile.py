@@ -135,7 +135,7 @@ def profile(backend: str, n: int, threads: int, batch_size: int) -> Path:
         projection = StatusProjection(app=app, view=view)
         worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=SystemClock(),
                         config=WorkerConfig(worker_id="profile", egress_threads=threads, batch_size=batch_size),
-                        projection=projection)
+                        projection=projection, on_committed=projection.offer)
         profiler = Profiler(interval=0.0005)
         try:
             began = time.perf_counter()

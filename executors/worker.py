@@ -17,7 +17,7 @@ import queue
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Sequence
@@ -134,15 +134,19 @@ class Worker:
         config: :class:`WorkerConfig`.
         secrets: resolves ``secretref:`` payload values at egress.
         rng: random source for retry jitter.
-        projection: when this worker also keeps the status projection (the SQLite owner, or the
-            elected PostgreSQL worker), each cycle first applies new log entries to it.
+        projection: when this worker also keeps the status projection (the SQLite owner), each
+            cycle first applies new log entries to it.
+        on_committed: called with the operations of each successful commit (their committed
+            state); the runtime hands them to this process's status projection (``offer``).
     """
 
     def __init__(self, *, app: LedgerApplication, view: StatusView, adapters: Mapping[str, Adapter],
                  clock: Clock, config: WorkerConfig, secrets: SecretResolver | None = None,
-                 rng: random.Random | None = None, projection: StatusProjection | None = None) -> None:
+                 rng: random.Random | None = None, projection: StatusProjection | None = None,
+                 on_committed: Callable[[Iterable[Operation]], None] | None = None) -> None:
         self.app = app
         self.projection = projection
+        self.on_committed = on_committed
         self.view = view
         self.adapters = dict(adapters)
         self.clock = clock
@@ -397,6 +401,8 @@ class Worker:
             self._known.move_to_end(op_id)
         for op_id in result.rejected:
             self._known.pop(op_id, None)
+        if self.on_committed is not None and result.committed:
+            self.on_committed(result.committed.values())
         while len(self._known) > KNOWN_OPERATIONS:
             self._known.popitem(last=False)
         return result

@@ -8,6 +8,7 @@ Source: docs/adr/0001-operation-lifecycle.md; DESIGN §4.
 
 from __future__ import annotations
 
+import copy
 import re
 from datetime import datetime, timedelta
 from typing import Any, Mapping
@@ -233,7 +234,7 @@ class Operation(Aggregate):
         detail: str
 
         def apply(self, op: Operation) -> None:
-            op.callback_ids.add(self.callback_id)
+            op.callback_ids = op.callback_ids | {self.callback_id}  # assign-only: copies share values
             if self.remote_status is not None:
                 op.remote_status = self.remote_status
             if self.outcome == "succeeded":
@@ -542,6 +543,17 @@ class Operation(Aggregate):
             source_entity_version=source.entity_version,
             effect_index=source.effect_index,
         )
+
+    def detached_copy(self) -> Operation:
+        """A copy of this operation's current state that later commands on either do not change.
+
+        Cheap (no reload, no replay): ``apply`` methods only ever assign new values, never change
+        a stored value in place, so the copy may share them. Pending events are not copied.
+        Used to hand a worker's committed states to the status projection in the same process.
+        """
+        clone = copy.copy(self)
+        clone._pending_events = []
+        return clone
 
     # ------------------------------------------------------------------ derived views
 

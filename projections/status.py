@@ -9,7 +9,8 @@ batch, not per event (DESIGN §11: the library's runner commits per event and ca
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID
@@ -73,6 +74,22 @@ class StatusProjection:
         """Operations with a stored event that does not decode, and its position; their rows
         keep the last state that decoded and go on the attention queue."""
         self._to_mark: set[UUID] = set()
+        # Committed states handed over by a worker of this process (``offer``); a deque, so a
+        # worker thread may append while the projection thread takes (both atomic).
+        self._offered: deque[Operation] = deque(maxlen=self.config.cache_size)
+
+    def offer(self, ops: Iterable[Operation]) -> None:
+        """Hand over operation states just committed by this process (a worker's commits), so
+        the next batch folds onto them instead of reloading them from the store.
+
+        Thread-safe; keeps detached copies, so the caller may go on changing its instances. A
+        state ahead of the log position the projection has reached is fine: folding skips
+        events an operation already has, and a row never moves to an older version.
+
+        Args:
+            ops: operations whose pending events were committed (none pending now).
+        """
+        self._offered.extend(op.detached_copy() for op in ops)
 
     @property
     def upstream(self) -> str:
@@ -191,6 +208,11 @@ class StatusProjection:
     def _load_missing(self, events: list[Any]) -> None:
         # One query for every operation of the batch whose earlier state is not cached. Its
         # current state may be ahead of this batch; ``_fold`` then skips what it already has.
+        while self._offered:
+            op = self._offered.popleft()
+            cached = self._cache.get(op.id)
+            if (cached is None or cached.version < op.version) and op.id not in self.quarantined:
+                self._remember([op])
         # An operation whose first event here is its ``Intended`` (version 1) needs nothing.
         first: dict[UUID, int] = {}
         for event in events:

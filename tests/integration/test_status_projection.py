@@ -122,3 +122,32 @@ def test_a_corrupt_record_quarantines_its_operation_only(orders_app: OrdersApp, 
     fresh.rebuild()
     assert _rows(view)[ids[0]].attention == "corrupt_record"
     view.close()
+
+
+def test_offered_states_spare_the_reload_and_stay_detached(orders_app: OrdersApp, migrated: Database, clock,
+                                                            monkeypatch) -> None:
+    ids = _place(orders_app, 3)
+    view = open_view(migrated)
+    projection = StatusProjection(app=orders_app, view=view)
+    projection.catch_up()  # the Intended events
+    # A worker in this process commits, then offers what it committed; a fresh projection (empty
+    # cache) then folds the log onto the offered states without reading any aggregate.
+    ops = [orders_app.get_operation(op_id) for op_id in ids]
+    for op in ops:
+        epoch = op.claim(now=clock.now(), worker_id="w", lease_seconds=30)
+        op.start_attempt(epoch=epoch, now=clock.now(), attempt_id=uuid4(), request_fingerprint="f")
+    orders_app.save(*ops)
+    fresh = StatusProjection(app=orders_app, view=view)
+    fresh.offer(ops)
+    # The worker goes on changing its own instances, uncommitted: the offered copies must not move.
+    for op in ops:
+        op.succeed(epoch=op.epoch, now=clock.now(), attempt_id=op.last_attempt_id)
+
+    def no_reads(*args, **kwargs):
+        raise AssertionError("the projection reloaded an operation it was offered")
+
+    monkeypatch.setattr("projections.status.load_aggregates", no_reads)
+    monkeypatch.setattr(orders_app.repository, "get", no_reads)
+    assert fresh.catch_up() == 2 * len(ids)
+    assert view.counts() == {"dispatching": len(ids)}
+    view.close()
