@@ -16,9 +16,10 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from eventsourcing.persistence import InterfaceError, StoredEvent
+from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool, SQLiteFactory
+from eventsourcing.utils import retry
 from psycopg.sql import SQL, Identifier
 
 from ledger.config import Database
@@ -74,13 +75,19 @@ class LedgerSQLiteFactory(SQLiteFactory):
 
 
 class LedgerPostgresApplicationRecorder(PostgresApplicationRecorder):
-    """The library's PostgreSQL application recorder, inserting events as four plain arrays.
+    """The library's PostgreSQL application recorder, inserting a batch in one round trip.
 
-    The library sends a batch as one array of a composite type, which psycopg can only dump as
-    text, in Python: 14 % of a worker's drain (docs/performance.md). This sends the same rows
-    as ``unnest(uuid[], bigint[], text[], bytea[])`` with psycopg's binary dumpers, in the same
-    transaction, after the same table lock and notify, returning the notification ids in the
-    same order. Selected by ``ledger.config`` (``APPLICATION_RECORDER_TOPIC``).
+    The library inserts in a client-side transaction: ``BEGIN``, the ``EXCLUSIVE`` table lock,
+    ``NOTIFY``, the insert (one array of a composite type, which psycopg dumps as text, in
+    Python), a sync to fetch the notification ids, then ``COMMIT``: several round trips, all
+    while holding the lock that serializes every writer of the store. This recorder calls one
+    server-side function instead, in autocommit: the same lock, notify and insert (plain arrays,
+    dumped by psycopg's binary C dumpers), the ids returned in insertion order, and the commit,
+    in one statement. Notification ids stay in commit order (the lock is taken before any id is
+    drawn and held until the commit), so followers never pass over a gap that fills later.
+
+    ``opledger migrate`` creates the function with the table (``create_table``). Selected by
+    ``ledger.config`` (``APPLICATION_RECORDER_TOPIC``); docs/performance.md has the figures.
 
     Args:
         datastore: the library's PostgreSQL datastore.
@@ -89,19 +96,37 @@ class LedgerPostgresApplicationRecorder(PostgresApplicationRecorder):
 
     def __init__(self, datastore: PostgresDatastore, events_table_name: str = "stored_events") -> None:
         super().__init__(datastore, events_table_name=events_table_name)
-        self._insert_columns = SQL(
-            "INSERT INTO {schema}.{table} (originator_id, originator_version, topic, state) "
-            "SELECT * FROM unnest(%s::{id_type}[], %s::bigint[], %s::text[], %s::bytea[]) "
-            "RETURNING notification_id"
-        ).format(schema=Identifier(datastore.schema), table=Identifier(events_table_name),
-                 id_type=Identifier(datastore.originator_id_type))
+        function = Identifier(datastore.schema, f"opledger_insert_{events_table_name}"[:63])
+        table = Identifier(datastore.schema, events_table_name)
+        self.sql_create_statements.append(SQL(
+            "CREATE OR REPLACE FUNCTION {function}("
+            "ids {id_type}[], versions bigint[], topics text[], states bytea[]) "
+            "RETURNS SETOF bigint LANGUAGE plpgsql AS $BODY$ BEGIN "
+            "SET LOCAL lock_timeout = '{lock_timeout}s'; "
+            "LOCK TABLE {table} IN EXCLUSIVE MODE; "
+            "NOTIFY {channel}; "
+            "RETURN QUERY INSERT INTO {table} (originator_id, originator_version, topic, state) "
+            "SELECT * FROM unnest(ids, versions, topics, states) RETURNING notification_id; "
+            "END; $BODY$"
+        ).format(function=function, table=table, id_type=Identifier(datastore.originator_id_type),
+                 lock_timeout=datastore.lock_timeout, channel=Identifier(self.channel_name)))
+        self._call_insert = SQL("SELECT id FROM {function}(%s, %s, %s, %s) AS id").format(function=function)
 
-    def _insert_stored_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
-        self._lock_table(curs)
-        self._notify_channel(curs)
-        curs.execute(self._insert_columns, (
-            [e.originator_id for e in stored_events], [e.originator_version for e in stored_events],
-            [e.topic for e in stored_events], [e.state for e in stored_events]))
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        """Insert ``stored_events`` in one transaction; return their notification ids, in order.
+
+        Raises:
+            eventsourcing.persistence.IntegrityError: an ``(originator_id, originator_version)``
+                is already recorded; nothing of the batch is written.
+        """
+        if not stored_events:
+            return []
+        params = ([e.originator_id for e in stored_events], [e.originator_version for e in stored_events],
+                  [e.topic for e in stored_events], [e.state for e in stored_events])
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(self._call_insert, params, prepare=True)
+            return [row["id"] for row in curs.fetchall()]
 
 
 class StoreLock:
