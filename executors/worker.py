@@ -225,6 +225,11 @@ class Worker:
         due = self.view.due(now, max(self.config.batch_size, DUE_READ_FACTOR * self.config.egress_threads))
         self.rng.shuffle(due)
         rows = self._actionable(due, now)
+        # Held until after this cycle's commit: another worker of the store skips these rows.
+        with self.view.reserve([row.operation_id for row in rows]) as reserved:
+            self._decide_and_commit([row for row in rows if row.operation_id in reserved], now, counts)
+
+    def _decide_and_commit(self, rows: list[DueRow], now: datetime, counts: Counts) -> None:
         ops = self._current(rows)
         plan = _Plan()
         changes: list[tuple[Operation, Change]] = []

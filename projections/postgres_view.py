@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Iterator, Sequence
+from uuid import UUID
 
 from psycopg_pool import ConnectionPool
 
@@ -60,6 +61,14 @@ class PostgresStatusView(SqlStatusView):
 
     def _create_rebuild_table(self, cur: Any) -> None:
         cur.execute(f"CREATE TABLE {REBUILD_TABLE} (LIKE {MAIN_TABLE} INCLUDING ALL)")
+
+    @contextmanager
+    def reserve(self, operation_ids: Sequence[UUID]) -> Iterator[set[UUID]]:
+        # Transaction-scoped advisory locks, taken without waiting: a worker skips what another
+        # holds, and the locks go with the transaction, after this worker's commit.
+        with self._transaction() as cur:
+            cur.execute(self.queries["reserve_operations"], (list(operation_ids),))
+            yield {op_id for (op_id,) in cur.fetchall()}
 
     def lead(self, lease: Lease, ttl_seconds: float) -> bool:
         with self._transaction() as cur:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 from uuid import UUID
 
 from migrations.queries import load_queries
@@ -61,6 +61,10 @@ class SqlStatusView:
             cur.execute(self.queries["select_due"], {"now": self._time(now), "limit": limit})
             return [DueRow(self._uuid(op_id), version, execution, settlement, bool(cancel))
                     for op_id, version, execution, settlement, cancel in cur.fetchall()]
+
+    @contextmanager
+    def reserve(self, operation_ids: Sequence[UUID]) -> Iterator[set[UUID]]:
+        yield set(operation_ids)  # a single-owner backend (SQLite): no other worker to avoid
 
     def get(self, operation_id: UUID) -> StatusRow | None:
         rows = self._select("select_one", {"operation_id": self._id(operation_id)})

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable, Protocol
+from contextlib import AbstractContextManager
+from typing import Iterable, Protocol, Sequence
 from uuid import UUID
 
 from ledger.config import Database
@@ -61,6 +62,17 @@ class StatusView(Protocol):
 
     def due(self, now: datetime, limit: int) -> list[DueRow]:
         """Rows whose ``next_due_at`` is at or before ``now`` (UTC), earliest first."""
+        ...
+
+    def reserve(self, operation_ids: Sequence[UUID]) -> AbstractContextManager[set[UUID]]:
+        """Reserve operations for this worker's next commit, so concurrent workers of the same
+        store mostly pick different operations: yields the ids no other worker holds, and holds
+        them until the context exits (after the commit).
+
+        A hint against wasted conflicts, never a guarantee: fencing stays with the aggregate's
+        version and epoch (DESIGN §7), so a missed or lost reservation costs a conflict, never
+        a duplicate.
+        """
         ...
 
     def get(self, operation_id: UUID) -> StatusRow | None:
