@@ -187,6 +187,13 @@ def e2e_sqlite(cfg: Config, n: int, options: Options, partner_url: str | None) -
                           "note": "host and worker in one process"}
 
 
+def producers_only(n: int, options: Options) -> float:
+    """Diagnostic: the end-to-end producers with no worker running (one host transaction per
+    intent, ``PRODUCERS`` threads, PostgreSQL): the ceiling an end-to-end run cannot pass."""
+    with fresh_store("postgres", options) as database, writer(database) as app:
+        return _produce(app, n, PRODUCERS, NOOP, None)
+
+
 # ---------------------------------------------------------------------- baseline runs
 
 
@@ -202,6 +209,15 @@ def queue_drain(workers: int, n: int, options: Options) -> float:
             for worker in started:
                 worker.kill()
     return done - began
+
+
+def queue_defer_only(n: int) -> float:
+    """Diagnostic: Procrastinate's producers alone (``PRODUCERS`` threads, one job per
+    transaction, no worker running)."""
+    with queue.fresh_queue() as schema:
+        began = time.perf_counter()
+        queue.defer_each(schema, n, PRODUCERS)
+        return time.perf_counter() - began
 
 
 def queue_e2e(workers: int, n: int, options: Options) -> float:
@@ -247,6 +263,7 @@ def run(options: Options, log=print) -> list[Result]:
     samples: dict[Config, list[float]] = {c: [] for c in all_configs}
     extras: dict[Config, dict] = {}
     baseline: dict[tuple[str, int], list[float]] = {(k, w): [] for k in ("drain", "e2e") for w in (1, 2)}
+    ceilings: dict[str, list[float]] = {"e2e.producers_only": [], "procrastinate.defer_only": []}
     with ExitStack() as stack:
         partner_url = stack.enter_context(_partner(options))
         for rep in range(options.repetitions):
@@ -265,12 +282,24 @@ def run(options: Options, log=print) -> list[Result]:
                     baseline[key].append(rate(n, seconds))
                     log(f"  throughput rep {rep + 1}: procrastinate.{cfg.kind:<6} postgres workers={cfg.workers} "
                         f"{rate(n, seconds):8.1f} jobs/s")
+                if (cfg.kind, cfg.backend, cfg.workers, cfg.adapter, cfg.small) == ("e2e", "postgres", 2, "fake", False):
+                    for name, seconds in (("e2e.producers_only", producers_only(n, options)),
+                                          ("procrastinate.defer_only", queue_defer_only(n))):
+                        ceilings[name].append(rate(n, seconds))
+                        log(f"  throughput rep {rep + 1}: {name:<24} postgres {rate(n, seconds):8.1f} /s")
     results: list[Result] = []
     for (kind, workers), values in baseline.items():
         if values:
             results.append(Result(name=f"procrastinate.{kind}", backend="postgres", workers=workers,
                                   stats=Stats.of(values), unit="jobs/s", n=n,
                                   note=f"Procrastinate {_version()}, concurrency {queue.CONCURRENCY} per process"))
+    for name, values in ceilings.items():
+        if values:
+            results.append(Result(
+                name=name, backend="postgres", workers=0, stats=Stats.of(values),
+                unit="jobs/s" if name.startswith("procrastinate") else "ops/s", n=n,
+                note=f"diagnostic: {PRODUCERS} producer threads, one transaction each, no worker running: "
+                     "the ceiling of the end-to-end row"))
     for cfg in all_configs:
         stats = Stats.of(samples[cfg])
         base = baseline.get((cfg.kind, cfg.workers)) if cfg.adapter == "fake" and not cfg.small else None
