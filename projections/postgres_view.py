@@ -70,6 +70,9 @@ class PostgresStatusView(SqlStatusView):
             cur.execute(self.queries["reserve_operations"], (list(operation_ids),))
             yield {op_id for (op_id,) in cur.fetchall()}
 
+    def _without_flush(self, cur: Any) -> None:
+        cur.execute("SET LOCAL synchronous_commit = off")  # this transaction only
+
     def lead(self, lease: Lease, ttl_seconds: float) -> bool:
         with self._transaction() as cur:
             cur.execute(self.queries["acquire_lease"], {"name": lease.name, "holder": lease.holder, "ttl": ttl_seconds})
