@@ -5,6 +5,7 @@ and ``Settled`` goes.
     python -m bench.profile --backend sqlite --n 3000 --threads 8
     python -m bench.profile --what catch-up --backend postgres --n 100000
     python -m bench.profile --what cocommit --backend sqlite --n 2000
+    python -m bench.profile --what catch-up-stages --backend sqlite --n 100000
 
 N items with intents are committed and projected; then one ``executors.worker.Worker`` (the
 fake adapter, the benchmark's settings) cycles *in this process* until the status view shows
@@ -13,7 +14,8 @@ SQLite runtime does; on PostgreSQL the runtime runs it on a thread, which a stat
 profiler of the main thread would not see), so the whole drain is one thread's profile.
 
 ``--what catch-up`` instead builds the projection scenario's synthetic log of N ledger events
-(``bench.projection.build_log``) and profiles ``StatusProjection.catch_up()`` from zero.
+(``bench.projection.build_log``) and profiles ``StatusProjection.catch_up()`` from zero;
+``--what catch-up-stages`` times the stages of that catch-up one by one, without a profiler.
 
 Writes ``bench/profiles/<what>-<backend>.txt``: the call tree (inclusive seconds), a flat list by
 self time, and the product functions (``ledger``, ``executors``, ``projections``, ``adapters``,
@@ -104,6 +106,66 @@ def profile_catch_up(backend: str, n: int) -> Path:
                   f"{seconds:.2f} s, {applied / seconds:.0f} events/s")
 
 
+def catch_up_stages(backend: str, n: int) -> Path:
+    """Time each stage of a catch-up separately, without a profiler: what one ledger event costs
+    to read (the library's ``select_notifications``, the baseline's call), decode, fold into its
+    operation, derive rows (one per operation per batch) and write them with the position. The
+    same calls ``StatusProjection`` makes, in batches of its default size; writes go to an
+    emptied table. Writes ``bench/profiles/catch-up-stages-<backend>.txt``."""
+    from bench.harness import writer
+    from bench.projection import build_log, reset_view
+    from ledger.operation import Operation
+    from projections.rows import ledger_topics, row_from_operation
+    from projections.status import DEFAULT_BATCH_SIZE
+
+    spent: dict[str, float] = dict.fromkeys(("read", "decode", "fold", "rows", "write"), 0.0)
+    with fresh_store(backend, Options()) as database, writer(database) as app:
+        build_log(app, n, log=lambda line: None)
+        reset_view(database)
+        view = open_view(database)
+        topics, cache, position, events_seen = ledger_topics(), {}, 0, 0
+        try:
+            while True:
+                began = time.perf_counter()
+                notifications = app.recorder.select_notifications(position + 1, DEFAULT_BATCH_SIZE, topics=topics)
+                spent["read"] += time.perf_counter() - began
+                if not notifications:
+                    break
+                position, events_seen = notifications[-1].id, events_seen + len(notifications)
+                began = time.perf_counter()
+                events = [app.mapper.to_domain_event(notification) for notification in notifications]
+                spent["decode"] += time.perf_counter() - began
+                began = time.perf_counter()
+                touched = {}
+                for event in events:
+                    op_id = event.originator_id
+                    if isinstance(event, Operation.Intended):
+                        touched[op_id] = event.mutate(None)
+                    else:
+                        touched[op_id] = event.mutate(touched.get(op_id) or cache[op_id])
+                cache.update(touched)
+                spent["fold"] += time.perf_counter() - began
+                began = time.perf_counter()
+                rows = [row_from_operation(op) for op in touched.values()]
+                spent["rows"] += time.perf_counter() - began
+                began = time.perf_counter()
+                view.write(rows, projection="stages", upstream=app.name, position=position)
+                spent["write"] += time.perf_counter() - began
+        finally:
+            view.close()
+    total = sum(spent.values())
+    lines = [f"# catch-up stages on {backend}: {events_seen} ledger events, batches of {DEFAULT_BATCH_SIZE}", ""]
+    lines += [f"{name:7} {seconds * 1e6 / events_seen:6.2f} us/event  {seconds / total:5.1%}"
+              for name, seconds in spent.items()]
+    lines += [f"{'total':7} {total * 1e6 / events_seen:6.2f} us/event  "
+              f"({events_seen / total:,.0f} events/s; read alone {events_seen / spent['read']:,.0f} events/s)"]
+    PROFILES.mkdir(exist_ok=True)
+    out = PROFILES / f"catch-up-stages-{backend}.txt"
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return out
+
+
 def profile_cocommit(backend: str, n: int) -> Path:
     from pyinstrument import Profiler
 
@@ -156,7 +218,7 @@ def profile(backend: str, n: int, threads: int, batch_size: int) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--what", choices=("drain", "catch-up", "cocommit"), default="drain")
+    parser.add_argument("--what", choices=("drain", "catch-up", "catch-up-stages", "cocommit"), default="drain")
     parser.add_argument("--backend", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--threads", type=int, default=TUNED_THREADS, help="egress threads (claim capacity)")
@@ -166,6 +228,8 @@ def main() -> None:
         profile_cocommit(args.backend, args.n)
     elif args.what == "catch-up":
         profile_catch_up(args.backend, args.n)
+    elif args.what == "catch-up-stages":
+        catch_up_stages(args.backend, args.n)
     else:
         profile(args.backend, args.n, args.threads, args.batch_size)
 
