@@ -7,6 +7,7 @@ storage. Source: DESIGN §8, issue "Ledger core" item 8.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -20,6 +21,7 @@ DEFAULT_DATABASE_URL = "sqlite:///.opledger/opledger.db"
 DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_POLL_INTERVAL_SECONDS = 0.2
 SQLITE_LOCK_TIMEOUT_SECONDS = 30
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +67,13 @@ class Database:
             if unknown:
                 raise ConfigurationError(f"unknown PostgreSQL URL parameter(s) {unknown} in {url!r}; only 'schema' is read")
             schema = query.get("schema", [None])[0]
-            if schema is not None and not schema.replace("_", "").isalnum():
-                raise ConfigurationError(f"schema must be letters, digits and underscores, got {schema!r}")
+            if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
+                # Unquoted PostgreSQL identifiers fold to lower case and may not start with a
+                # digit; allowing only names that read the same quoted or not keeps every query
+                # (and yoyo's search_path) pointing at the same schema.
+                raise ConfigurationError(
+                    f"schema must be lower-case letters, digits and underscores, not starting with a digit "
+                    f"(at most 63), got {schema!r}")
             return cls(
                 backend="postgres",
                 host=parts.hostname or "127.0.0.1",
@@ -109,7 +116,8 @@ class Database:
 
         Returns:
             Keys for ``Application(env=...)``. The database-function insert path stays off: it
-            drops the table lock that keeps notification ids in commit order (DESIGN §8).
+            drops the table lock that keeps notification ids in commit order (DESIGN §8); our own
+            recorder (``APPLICATION_RECORDER_TOPIC``) calls a function that keeps it.
         """
         env = {"CREATE_TABLE": "y" if create_table else "n"}
         if self.backend == "sqlite":

@@ -161,8 +161,11 @@ class StoreLock:
         return self
 
     def _lock_file(self) -> int:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigurationError(f"cannot create the store's lock file {self.path}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -200,16 +203,23 @@ class StoreLock:
         self.release()
 
 
-def read_store_identity(database: Database) -> dict[str, str]:
+def read_store_identity(database: Database, *, missing_ok: bool = False) -> dict[str, str]:
     """Return the ``opledger_store`` key/value rows (``schema_version``, ``store_id``, ``app_name``).
 
+    Args:
+        database: the store.
+        missing_ok: return ``{}`` for a store never migrated instead of raising.
+
     Raises:
-        ConfigurationError: the store has not been migrated (no identity table or no file).
+        ConfigurationError: the store has not been migrated (no identity table or no file),
+            unless ``missing_ok``; or it cannot be read.
     """
     hint = "run `opledger migrate` first"
     if database.backend == "sqlite":
         assert database.path is not None
         if not database.path.exists():
+            if missing_ok:
+                return {}
             raise ConfigurationError(f"no store at {database.path}; {hint}")
         try:
             conn = sqlite3.connect(f"file:{database.path}?mode=ro", uri=True)
@@ -219,6 +229,8 @@ def read_store_identity(database: Database) -> dict[str, str]:
                 conn.close()
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
+                if missing_ok:
+                    return {}
                 raise ConfigurationError(f"the store at {database.path} is not migrated; {hint}") from None
             raise ConfigurationError(f"{database.path} cannot be opened as a store: {exc}") from None
         except sqlite3.DatabaseError as exc:
@@ -226,15 +238,32 @@ def read_store_identity(database: Database) -> dict[str, str]:
     else:
         import psycopg
 
-        table = f"{database.schema}.{STORE_TABLE}" if database.schema else STORE_TABLE
+        table = f'"{database.schema}".{STORE_TABLE}' if database.schema else STORE_TABLE
         try:
             with psycopg.connect(database.conninfo(), connect_timeout=10) as conn:
                 rows = conn.execute(f"SELECT key, value FROM {table}").fetchall()
         except psycopg.errors.UndefinedTable:
+            if missing_ok:
+                return {}
             raise ConfigurationError(f"the PostgreSQL store is not migrated; {hint}") from None
         except psycopg.OperationalError as exc:
             raise ConfigurationError(f"cannot reach PostgreSQL at {database.host}:{database.port}: {exc}") from None
     return {str(k): str(v) for k, v in rows}
+
+
+def check_newer_schema(identity: dict[str, str]) -> None:
+    """Refuse a store migrated by a newer opledger (schema version above ``SCHEMA_VERSION``).
+
+    Args:
+        identity: the store's identity rows (``read_store_identity``).
+
+    Raises:
+        ConfigurationError: the store's schema version is newer than this code's.
+    """
+    version = identity.get("schema_version", "")
+    if version.isdigit() and int(version) > SCHEMA_VERSION:
+        raise ConfigurationError(
+            f"the store has schema version {version}, newer than this code's {SCHEMA_VERSION}; upgrade opledger")
 
 
 def check_store_identity(database: Database, app_name: str) -> dict[str, str]:
@@ -248,6 +277,7 @@ def check_store_identity(database: Database, app_name: str) -> dict[str, str]:
         ConfigurationError: not migrated, another schema version, or another application's store.
     """
     identity = read_store_identity(database)
+    check_newer_schema(identity)
     version = identity.get("schema_version")
     if version != str(SCHEMA_VERSION):
         raise ConfigurationError(

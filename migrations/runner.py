@@ -17,7 +17,7 @@ from yoyo import get_backend, read_migrations
 
 from ledger.config import Database
 from ledger.errors import ConfigurationError
-from ledger.persistence import STORE_TABLE, StoreLock
+from ledger.persistence import SCHEMA_VERSION, STORE_TABLE, StoreLock, check_newer_schema, read_store_identity
 
 HERE = Path(__file__).parent
 
@@ -57,6 +57,13 @@ def _ensure_container(database: Database) -> None:
         try:
             with psycopg.connect(database.conninfo(), autocommit=True, connect_timeout=10) as conn:
                 if database.schema:
+                    # The library names types and tables in this schema without quoting some of
+                    # them, so a name PostgreSQL reserves breaks it halfway: refuse it up front.
+                    found = conn.execute("SELECT catdesc FROM pg_get_keywords() WHERE word = %s AND catcode <> 'U'",
+                                         (database.schema,)).fetchone()
+                    if found:
+                        raise ConfigurationError(f"schema name {database.schema!r} is a PostgreSQL keyword "
+                                                 f"({found[0]}); choose another")
                     conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{database.schema}"')
         except psycopg.OperationalError as exc:
             raise ConfigurationError(f"cannot reach PostgreSQL at {database.host}:{database.port}: {exc}") from None
@@ -79,6 +86,9 @@ def _record_identity(database: Database, app_name: str) -> str:
                 conn.execute(f"INSERT OR IGNORE INTO {STORE_TABLE} VALUES ('store_id', ?)", (new_id,))
                 conn.execute(f"INSERT OR IGNORE INTO {STORE_TABLE} VALUES ('app_name', ?)", (app_name,))
                 conn.execute(f"INSERT OR IGNORE INTO {STORE_TABLE} VALUES ('backend', 'sqlite')")
+                # The code's version, whatever the migration files wrote: migrate is the repair.
+                conn.execute(f"INSERT OR REPLACE INTO {STORE_TABLE} VALUES ('schema_version', ?)",
+                             (str(SCHEMA_VERSION),))
                 return conn.execute(f"SELECT value FROM {STORE_TABLE} WHERE key='store_id'").fetchone()[0]
         finally:
             conn.close()
@@ -90,6 +100,8 @@ def _record_identity(database: Database, app_name: str) -> str:
         _check_owner(rows, app_name)
         for key, value in (("store_id", new_id), ("app_name", app_name), ("backend", "postgres")):
             conn.execute(f"INSERT INTO {table} VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", (key, value))
+        conn.execute(f"INSERT INTO {table} VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE "
+                     "SET value = EXCLUDED.value", (str(SCHEMA_VERSION),))
         return conn.execute(f"SELECT value FROM {table} WHERE key='store_id'").fetchone()[0]
 
 
@@ -111,7 +123,8 @@ def migrate(database: Database, app_class: type) -> MigrationReport:
         A :class:`MigrationReport`.
 
     Raises:
-        ConfigurationError: the database is unreachable, or belongs to another application.
+        ConfigurationError: the database is unreachable, belongs to another application, or was
+            migrated by a newer opledger (nothing is created then).
         StoreLockedError: another process owns the SQLite store.
     """
     app_name = app_class.name
@@ -120,6 +133,10 @@ def migrate(database: Database, app_class: type) -> MigrationReport:
         lock.acquire()
     try:
         _ensure_container(database)
+        # Refuse before creating anything: another application's store, or a newer schema.
+        existing = read_store_identity(database, missing_ok=True)
+        _check_owner(existing, app_name)
+        check_newer_schema(existing)
         _create_library_tables(app_class, database)
         backend = get_backend(database.url(driver="psycopg"))
         migrations = read_migrations(str(HERE / database.backend / "schema"))

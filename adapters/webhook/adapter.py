@@ -10,6 +10,7 @@ Standard Webhooks specification (``webhook-id``/``webhook-timestamp``/``webhook-
 
 from __future__ import annotations
 
+import base64
 import math
 import time
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from ledger.outcomes import Ambiguous, Failed, FailureCategory, Outcome
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
 DEFAULT_LOOKUP_PATH = "/idempotency/{key}"
 DEFAULT_USER_AGENT = "opledger-webhook/0.1"
+SECRET_PREFIX = "whsec_"
+MIN_SECRET_BYTES = 24  # Standard Webhooks, "Signature scheme": secrets of 24 to 64 random bytes
 REDIRECT_SAFE_MODES = frozenset({DeliveryMode.IDEMPOTENT, DeliveryMode.READ_ONLY})
 
 _RESERVED_HEADERS = frozenset({
@@ -95,19 +98,29 @@ class WebhookAdapter:
         config: limits and paths.
 
     Raises:
-        ConfigurationError: ``secret`` is empty or not base64.
+        ConfigurationError: ``secret`` lacks the ``whsec_`` prefix, is not base64, or holds fewer
+            than 24 bytes (Standard Webhooks: secrets of 24 to 64 random bytes).
 
     Source: DESIGN §5, §7; Standard Webhooks specification.
     """
 
     def __init__(self, *, secret: str, clock: Clock, client: httpx.Client | None = None,
                  config: WebhookConfig = WebhookConfig()) -> None:
+        problem = None
         try:
             self._webhook = Webhook(secret)
+            key = base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
         except Exception as exc:  # the library raises several unrelated types for a bad secret
+            problem = f"the library said {type(exc).__name__}"
+        else:
+            if not secret.startswith(SECRET_PREFIX):
+                problem = f"it does not start with {SECRET_PREFIX!r}"
+            elif len(key) < MIN_SECRET_BYTES:
+                problem = f"it holds {len(key)} bytes, the specification asks for {MIN_SECRET_BYTES} to 64"
+        if problem:
             raise ConfigurationError(
-                "webhook secret is invalid: expected 'whsec_' followed by base64 "
-                f"(the Standard Webhooks format); the library said {type(exc).__name__}") from None
+                f"webhook secret is invalid: expected {SECRET_PREFIX!r} followed by base64 of {MIN_SECRET_BYTES} "
+                f"to 64 random bytes (the Standard Webhooks format); {problem}") from None
         self._clock = clock
         self._config = config
         self._owns_client = client is None

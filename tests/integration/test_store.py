@@ -57,19 +57,52 @@ def test_a_store_of_another_application_is_refused(migrated: Database) -> None:
         migrate(migrated, ModesApp)
 
 
-def test_a_store_of_another_schema_version_is_refused(migrated: Database) -> None:
-    if migrated.backend == "sqlite":
-        conn = sqlite3.connect(migrated.path)
+def _set_schema_version(database: Database, version: str) -> None:
+    if database.backend == "sqlite":
+        conn = sqlite3.connect(database.path)
         with conn:
-            conn.execute("UPDATE opledger_store SET value = '999' WHERE key = 'schema_version'")
+            conn.execute("UPDATE opledger_store SET value = ? WHERE key = 'schema_version'", (version,))
         conn.close()
     else:
         import psycopg
 
-        with psycopg.connect(migrated.conninfo()) as conn:
-            conn.execute(f"UPDATE {migrated.schema}.opledger_store SET value = '999' WHERE key = 'schema_version'")
-    with pytest.raises(ConfigurationError, match="schema version 999"):
+        with psycopg.connect(database.conninfo()) as conn:
+            conn.execute(f"UPDATE {database.schema}.opledger_store SET value = %s WHERE key = 'schema_version'",
+                         (version,))
+
+
+def test_a_store_of_a_newer_schema_is_refused_and_migrate_creates_nothing(migrated: Database) -> None:
+    _set_schema_version(migrated, "999")
+    with pytest.raises(ConfigurationError, match="schema version 999.*upgrade opledger"):
         check_store_identity(migrated, OrdersApp.name)
+    with pytest.raises(ConfigurationError, match="upgrade opledger"):
+        migrate(migrated, OrdersApp)
+
+
+def test_migrate_repairs_an_older_schema_version(migrated: Database) -> None:
+    _set_schema_version(migrated, "2")
+    with pytest.raises(ConfigurationError, match="schema version 2.*run `opledger migrate`"):
+        check_store_identity(migrated, OrdersApp.name)
+    assert migrate(migrated, OrdersApp).applied == []  # every migration file already ran
+    assert check_store_identity(migrated, OrdersApp.name)["schema_version"] == str(SCHEMA_VERSION)
+
+
+def test_migrate_refuses_another_applications_store_before_creating_its_tables(migrated: Database) -> None:
+    with pytest.raises(ConfigurationError, match="belongs to application"):
+        migrate(migrated, ModesApp)
+    if migrated.backend == "postgres":
+        import psycopg
+
+        with psycopg.connect(migrated.conninfo()) as conn:
+            found = conn.execute("SELECT to_regclass(%s)", (f"{migrated.schema}.{ModesApp.name.lower()}_events",))
+            assert found.fetchone()[0] is None, "migrate created tables in another application's store"
+
+
+def test_a_lock_file_that_cannot_be_created_is_a_clear_error(tmp_path) -> None:
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a directory")
+    with pytest.raises(ConfigurationError, match="cannot create the store's lock file"):
+        migrate(Database.parse(f"sqlite:///{blocker / 'x.db'}"), OrdersApp)
 
 
 def test_one_process_owns_a_sqlite_store_and_others_may_read(tmp_path) -> None:
@@ -112,3 +145,12 @@ def test_an_application_cannot_write_a_store_another_process_owns(tmp_path) -> N
     finally:
         owner.kill()
         owner.wait()
+
+
+@pytest.mark.postgres
+def test_a_schema_named_like_a_postgres_keyword_is_refused_before_anything_is_created() -> None:
+    from tests.conftest import PG_URL, require_postgres
+
+    require_postgres()
+    with pytest.raises(ConfigurationError, match="is a PostgreSQL keyword"):
+        migrate(Database.parse(f"{PG_URL}?schema=select"), OrdersApp)

@@ -71,3 +71,10 @@ def test_operator_input_is_checked() -> None:
 def test_unknown_postgres_url_parameters_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="unknown PostgreSQL URL parameter"):
         Database.parse("postgresql://root@127.0.0.1/test?shema=demo")
+
+
+@pytest.mark.parametrize("schema", ["ReviewUpper", "1review", "a;drop", "x" * 64, "with-dash"])
+def test_schema_names_that_would_not_read_the_same_quoted_and_unquoted_are_refused(schema: str) -> None:
+    with pytest.raises(ConfigurationError, match="schema must be lower-case"):
+        Database.parse(f"postgresql://root@127.0.0.1/test?schema={schema}")
+    assert Database.parse("postgresql://root@127.0.0.1/test?schema=_shop_2").schema == "_shop_2"

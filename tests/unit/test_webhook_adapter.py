@@ -5,6 +5,8 @@ Source: DESIGN §5, §7 (Idempotency-Key, attempt id, traceparent); Standard Web
 
 from __future__ import annotations
 
+import base64
+
 import json
 import math
 from datetime import datetime, timedelta, timezone
@@ -208,7 +210,9 @@ def test_lookup_failure_is_ambiguous(wall_clock: FakeClock) -> None:
     assert isinstance(outcome, Ambiguous) and outcome.reason == "lookup_failed"
 
 
-@pytest.mark.parametrize("secret", ["", "whsec_", "whsec_!!not base64!!"])
+@pytest.mark.parametrize("secret", ["", "whsec_", "whsec_!!not base64!!", "garbage",
+                                    "whsec_" + base64.b64encode(b"too-short").decode(),
+                                    base64.b64encode(b"opledger-process-tests-secret!!").decode()])
 def test_a_bad_signing_secret_is_a_configuration_error(secret: str) -> None:
     with pytest.raises(ConfigurationError):
         WebhookAdapter(secret=secret, clock=FakeClock())
