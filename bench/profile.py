@@ -108,14 +108,14 @@ def profile_catch_up(backend: str, n: int) -> Path:
 
 def catch_up_stages(backend: str, n: int) -> Path:
     """Time each stage of a catch-up separately, without a profiler: what one ledger event costs
-    to read (the library's ``select_notifications``, the baseline's call), decode, fold into its
+    to read (the library's ``select_notifications``, in the projection's chunks), decode, fold into its
     operation, derive rows (one per operation per batch) and write them with the position. The
     same calls ``StatusProjection`` makes, in batches of its default size; writes go to an
     emptied table. Writes ``bench/profiles/catch-up-stages-<backend>.txt``."""
     from bench.harness import writer
     from bench.projection import build_log, reset_view
     from ledger.operation import Operation
-    from projections.rows import ledger_topics, row_from_operation
+    from projections.rows import row_from_operation
     from projections.status import DEFAULT_BATCH_SIZE
 
     spent: dict[str, float] = dict.fromkeys(("read", "decode", "fold", "rows", "write"), 0.0)
@@ -123,11 +123,11 @@ def catch_up_stages(backend: str, n: int) -> Path:
         build_log(app, n, log=lambda line: None)
         reset_view(database)
         view = open_view(database)
-        topics, cache, position, events_seen = ledger_topics(), {}, 0, 0
+        reader, cache, position, events_seen = StatusProjection(app=app, view=view), {}, 0, 0
         try:
             while True:
                 began = time.perf_counter()
-                notifications = app.recorder.select_notifications(position + 1, DEFAULT_BATCH_SIZE, topics=topics)
+                notifications = reader._read(position, DEFAULT_BATCH_SIZE)  # the projection's own read
                 spent["read"] += time.perf_counter() - began
                 if not notifications:
                     break

@@ -28,6 +28,7 @@ log = structlog.get_logger("opledger.projection")
 
 PROJECTION_NAME = "status"
 DEFAULT_BATCH_SIZE = 10_000
+READ_CHUNK = 1000  # notifications per query (a batch takes several)
 DEFAULT_CACHE_SIZE = 10_000
 DEFAULT_IDLE_SECONDS = 0.1
 DEFAULT_LEADER_LEASE_SECONDS = 3.0
@@ -167,8 +168,7 @@ class StatusProjection:
                 stop.wait(1.0)
 
     def _fold_batch(self, position: int, limit: int | None = None) -> tuple[int, int, dict[UUID, Any]]:
-        notifications = self.app.recorder.select_notifications(
-            start=position + 1, limit=limit or self.config.batch_size, topics=self._topics)
+        notifications = self._read(position, limit or self.config.batch_size)
         to_domain_event = self.app.mapper.to_domain_event
         events: list[Any] = []
         for notification in notifications:
@@ -198,6 +198,20 @@ class StatusProjection:
         for op_id in self._to_mark & rows.keys():
             rows[op_id] = replace(rows[op_id], attention="corrupt_record", next_due_at=None)
         return len(notifications), last, rows
+
+    def _read(self, position: int, limit: int) -> list[Any]:
+        # In queries of at most READ_CHUNK: on PostgreSQL a larger LIMIT reads fewer events a
+        # second (measured: 10,000 per query 20-30 % slower than 1,000), though folding and
+        # writing gain from the larger batch.
+        notifications: list[Any] = []
+        while len(notifications) < limit:
+            wanted = min(READ_CHUNK, limit - len(notifications))
+            chunk = self.app.recorder.select_notifications(start=position + 1, limit=wanted, topics=self._topics)
+            notifications.extend(chunk)
+            if len(chunk) < wanted:
+                break
+            position = chunk[-1].id
+        return notifications
 
     def _mark_quarantined(self, table: str) -> None:
         # After the batch's rows are written: rows of quarantined operations stop being due.
