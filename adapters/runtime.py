@@ -7,6 +7,7 @@ any adapter import.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -30,6 +31,26 @@ from projections.status import StatusProjection
 from projections.view import StatusView, open_view
 
 log = structlog.get_logger("opledger.runtime")
+
+WORKER_GC_THRESHOLDS = (50_000, 50, 100)
+"""Cyclic-GC thresholds of a worker process (CPython's defaults are 700, 10, 10)."""
+
+
+def tune_gc_for_worker() -> None:
+    """Set this process's garbage collector for a long-running worker: the objects alive now
+    (modules, classes, the application) move to a permanent generation (``gc.freeze``), and the
+    collector runs after 50,000 net allocations instead of 700.
+
+    A worker keeps tens of thousands of long-lived objects (its recent operations, the
+    projection's cache) and allocates many short-lived ones per batch; with the defaults every
+    full collection walks all of them again. Most of what a worker allocates is freed by
+    reference counting; the collector is only needed for reference cycles. Measured:
+    a two-worker PostgreSQL drain of 3,000 operations, 1,363–1,517 ops/s with the defaults and
+    1,856–2,022 with these settings (docs/performance.md). ``opledger worker`` calls it; a host
+    that runs the worker in its own process (SQLite) may call it too, for the whole process.
+    """
+    gc.freeze()
+    gc.set_threshold(*WORKER_GC_THRESHOLDS)
 
 
 

@@ -38,11 +38,12 @@ def worker(
 ) -> None:
     """Run a worker until SIGTERM/SIGINT: claim, attempt, record, settle, recover."""
     from adapters.logs import configure_logging
-    from adapters.runtime import run_worker
+    from adapters.runtime import run_worker, tune_gc_for_worker
 
     config = settings(database_url, lease_seconds=lease_seconds, worker_threads=threads)
     configure_logging(config.log_format)
     with UserErrors():
+        tune_gc_for_worker()
         run_worker(config)
 
 
