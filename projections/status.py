@@ -78,6 +78,7 @@ class StatusProjection:
         # Committed states handed over by a worker of this process (``offer``); a deque, so a
         # worker thread may append while the projection thread takes (both atomic).
         self._offered: deque[Operation] = deque(maxlen=self.config.cache_size)
+        self._following = True  # whether the last run_once found this process leading
 
     def offer(self, ops: Iterable[Operation]) -> None:
         """Hand over operation states just committed by this process (a worker's commits), so
@@ -90,7 +91,8 @@ class StatusProjection:
         Args:
             ops: operations whose pending events were committed (none pending now).
         """
-        self._offered.extend(op.detached_copy() for op in ops)
+        if self._following:  # a process that does not lead would only discard them
+            self._offered.extend(op.detached_copy() for op in ops)
 
     @property
     def upstream(self) -> str:
@@ -106,8 +108,10 @@ class StatusProjection:
         Raises:
             CorruptRecordError: a stored ledger event cannot be decoded; nothing is written.
         """
-        if self.lease is not None and not self.view.lead(self.lease, self.config.lease_seconds):
+        self._following = self.lease is None or self.view.lead(self.lease, self.config.lease_seconds)
+        if not self._following:
             self._cache.clear()  # another process leads; our cache would go stale
+            self._offered.clear()
             return 0
         position = self.view.position(PROJECTION_NAME, self.upstream)
         applied, new_position, rows = self._fold_batch(position)
