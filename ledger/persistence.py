@@ -161,6 +161,9 @@ class StoreLock:
         return self
 
     def _lock_file(self) -> int:
+        store = Path(str(self.path).removesuffix(".lock"))
+        if store.is_dir():  # refuse before leaving a lock file beside it
+            raise ConfigurationError(f"{store} is a directory, not an SQLite store file")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -221,6 +224,8 @@ def read_store_identity(database: Database, *, missing_ok: bool = False) -> dict
             if missing_ok:
                 return {}
             raise ConfigurationError(f"no store at {database.path}; {hint}")
+        if database.path.is_dir():
+            raise ConfigurationError(f"{database.path} is a directory, not an SQLite store file")
         try:
             conn = sqlite3.connect(f"file:{database.path}?mode=ro", uri=True)
             try:

@@ -154,3 +154,11 @@ def test_a_schema_named_like_a_postgres_keyword_is_refused_before_anything_is_cr
     require_postgres()
     with pytest.raises(ConfigurationError, match="is a PostgreSQL keyword"):
         migrate(Database.parse(f"{PG_URL}?schema=select"), OrdersApp)
+
+
+def test_a_directory_given_as_the_store_is_refused_without_leaving_a_lock_file(tmp_path) -> None:
+    directory = tmp_path / "adir"
+    directory.mkdir()
+    with pytest.raises(ConfigurationError, match="is a directory"):
+        migrate(Database.parse(f"sqlite:///{directory}"), OrdersApp)
+    assert not (tmp_path / "adir.lock").exists()
