@@ -138,22 +138,18 @@ def fresh_store(backend: str, options: Options, *, migrated: bool = True) -> Ite
     if backend == "postgres":
         schema = f"bench_{uuid.uuid4().hex[:12]}"
         database = Database.parse(f"{PG_URL}?schema={schema}")
-        try:
-            if migrated:
-                migrate(database, BenchApp)
-            yield database
-        finally:
-            drop_schema(schema)
-        return
-    directory = options.workdir / f"sqlite-{uuid.uuid4().hex[:8]}"
-    directory.mkdir(parents=True)
-    database = Database.parse(f"sqlite:///{directory / 'bench.db'}")
+        cleanup: Callable[[], None] = lambda: drop_schema(schema)
+    else:
+        directory = options.workdir / f"sqlite-{uuid.uuid4().hex[:8]}"
+        directory.mkdir(parents=True)
+        database = Database.parse(f"sqlite:///{directory / 'bench.db'}")
+        cleanup = lambda: shutil.rmtree(directory, ignore_errors=True)
     try:
         if migrated:
             migrate(database, BenchApp)
         yield database
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        cleanup()
 
 
 def url_of(database: Database) -> str:

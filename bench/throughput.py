@@ -197,18 +197,35 @@ def producers_only(n: int, options: Options) -> float:
 # ---------------------------------------------------------------------- baseline runs
 
 
-def queue_drain(workers: int, n: int, options: Options) -> float:
+def _queue_run(workers: int, n: int, options: Options, *, deferred_first: bool) -> float:
+    """Procrastinate draining ``n`` no-op jobs with ``workers`` processes: deferred in one batch
+    before the workers start (drain, timed from the first worker's ``READY``), or deferred one
+    per transaction by ``PRODUCERS`` threads while they run (end to end, timed from the first
+    defer). Returns the seconds until all succeeded."""
     with queue.fresh_queue() as schema:
-        queue.defer_batch(schema, n)
+        if deferred_first:
+            queue.defer_batch(schema, n)
         started = queue.start_workers(schema, workers, options)
         try:
             began = queue.wait_ready(started)
+            if not deferred_first:
+                time.sleep(0.5)
+                began = time.perf_counter()
+                queue.defer_each(schema, n, PRODUCERS)
             done = wait_until(lambda: queue.succeeded(schema) >= n, timeout=TIMEOUT_SECONDS,
                               what=f"{n} procrastinate jobs")
         finally:
             for worker in started:
                 worker.kill()
     return done - began
+
+
+def queue_drain(workers: int, n: int, options: Options) -> float:
+    return _queue_run(workers, n, options, deferred_first=True)
+
+
+def queue_e2e(workers: int, n: int, options: Options) -> float:
+    return _queue_run(workers, n, options, deferred_first=False)
 
 
 def queue_defer_only(n: int) -> float:
@@ -218,22 +235,6 @@ def queue_defer_only(n: int) -> float:
         began = time.perf_counter()
         queue.defer_each(schema, n, PRODUCERS)
         return time.perf_counter() - began
-
-
-def queue_e2e(workers: int, n: int, options: Options) -> float:
-    with queue.fresh_queue() as schema:
-        started = queue.start_workers(schema, workers, options)
-        try:
-            queue.wait_ready(started)
-            time.sleep(0.5)
-            began = time.perf_counter()
-            queue.defer_each(schema, n, PRODUCERS)
-            done = wait_until(lambda: queue.succeeded(schema) >= n, timeout=TIMEOUT_SECONDS,
-                              what=f"{n} procrastinate jobs")
-        finally:
-            for worker in started:
-                worker.kill()
-    return done - began
 
 
 # ---------------------------------------------------------------------- the scenario

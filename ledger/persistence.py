@@ -144,6 +144,7 @@ class StoreLock:
     _guard = threading.Lock()
 
     def __init__(self, db_path: Path) -> None:
+        self.store = Path(db_path)
         self.path = Path(str(db_path) + ".lock")
         self._holding = False
 
@@ -161,9 +162,8 @@ class StoreLock:
         return self
 
     def _lock_file(self) -> int:
-        store = Path(str(self.path).removesuffix(".lock"))
-        if store.is_dir():  # refuse before leaving a lock file beside it
-            raise ConfigurationError(f"{store} is a directory, not an SQLite store file")
+        if self.store.is_dir():  # refuse before leaving a lock file beside it
+            raise ConfigurationError(f"{self.store} is a directory, not an SQLite store file")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -178,7 +178,7 @@ class StoreLock:
             except OSError:
                 holder = "?"
             raise StoreLockedError(
-                f"the store {self.path.with_suffix('')} is owned by another process (pid {holder}); "
+                f"the store {self.store} is owned by another process (pid {holder}); "
                 "stop it first (reading commands such as `opledger ops list` work meanwhile)"
             ) from None
         os.ftruncate(fd, 0)

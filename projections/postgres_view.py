@@ -10,6 +10,7 @@ from uuid import UUID
 from psycopg_pool import ConnectionPool
 
 from ledger.config import Database
+from ledger.errors import ConfigurationError
 from projections.rows import COLUMNS, StatusRow
 from projections.sql_view import SqlStatusView, row_values
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError
@@ -50,7 +51,7 @@ class PostgresStatusView(SqlStatusView):
             cur.execute(self.queries["select_status_types"])
             found = dict(cur.fetchall())
             if set(found) != set(COLUMNS):
-                raise RuntimeError(f"opledger_operation_status has columns {sorted(found)}, expected "
+                raise ConfigurationError(f"opledger_operation_status has columns {sorted(found)}, expected "
                                    f"{sorted(COLUMNS)}: run `opledger migrate`")
             self._types = [found[name] for name in COLUMNS]
         return self._types

@@ -27,8 +27,9 @@ class SqlStatusView:
         raise NotImplementedError
 
     def _upsert(self, cur: Any, table: str, rows: list[StatusRow]) -> None:
-        """Insert or replace ``rows`` (sorted by operation id) in ``table``, in ``cur``'s
-        transaction; a row never replaces one of a newer version."""
+        """Insert or replace ``rows`` in ``table``, in ``cur``'s transaction; a row never replaces
+        one of a newer version. Where several processes write, rows are taken in operation id
+        order, so two writers lock them in the same order and cannot deadlock."""
         raise NotImplementedError
 
     def _from_db(self, values: Sequence[Any]) -> StatusRow:
@@ -51,14 +52,13 @@ class SqlStatusView:
 
     def write(self, rows: Iterable[StatusRow], *, projection: str, upstream: str, position: int,
               table: str = MAIN_TABLE, lease: Lease | None = None) -> None:
-        # Sorted, so two writers lock rows in the same order and cannot deadlock.
-        ordered = sorted(rows, key=_operation_id)
+        batch = list(rows)
         with self._transaction() as cur:
             self._without_flush(cur)
             if lease is not None:
                 self._check_lease(cur, lease)
-            if ordered:
-                self._upsert(cur, table, ordered)
+            if batch:
+                self._upsert(cur, table, batch)
             cur.execute(self.queries["upsert_tracking"],
                         {"projection": projection, "upstream": upstream, "notification_id": position})
 
@@ -125,8 +125,6 @@ class SqlStatusView:
     def _uuid(self, value: Any) -> UUID:
         return value
 
-
-_operation_id = attrgetter("operation_id")
 
 row_values: Callable[[StatusRow], tuple[Any, ...]] = attrgetter(*COLUMNS)
 """``row_values(row)``: the row's fields as a tuple in ``COLUMNS`` (table column) order."""
