@@ -108,7 +108,7 @@ def profile_catch_up(backend: str, n: int) -> Path:
 
 def catch_up_stages(backend: str, n: int) -> Path:
     """Time each stage of a catch-up separately, without a profiler: what one ledger event costs
-    to read (the library's ``select_notifications``, in the projection's chunks), decode, fold into its
+    to read (``projections.loading.select_records``, in the projection's chunks), decode, fold into its
     operation, derive rows (one per operation per batch) and write them with the position. The
     same calls ``StatusProjection`` makes, in batches of its default size; writes go to an
     emptied table. Writes ``bench/profiles/catch-up-stages-<backend>.txt``."""
@@ -127,13 +127,13 @@ def catch_up_stages(backend: str, n: int) -> Path:
         try:
             while True:
                 began = time.perf_counter()
-                notifications = reader._read(position, DEFAULT_BATCH_SIZE)  # the projection's own read
+                records = reader._read(position, DEFAULT_BATCH_SIZE)  # the projection's own read
                 spent["read"] += time.perf_counter() - began
-                if not notifications:
+                if not records:
                     break
-                position, events_seen = notifications[-1].id, events_seen + len(notifications)
+                position, events_seen = records[-1][0], events_seen + len(records)
                 began = time.perf_counter()
-                events = [app.mapper.to_domain_event(notification) for notification in notifications]
+                events = [app.mapper.decode_record(*record[1:]) for record in records]
                 spent["decode"] += time.perf_counter() - began
                 began = time.perf_counter()
                 touched = {}

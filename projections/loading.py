@@ -1,18 +1,20 @@
-"""Loading many aggregates with one query (DESIGN §11: one query per aggregate cannot keep up).
+"""Reading the store in bulk (DESIGN §11: one query or one object per record cannot keep up).
 
-The library's repository reads one aggregate per query. Workers take operations (and settle
-their entities) in batches, so they read every event of a batch of aggregates at once through
-the library's own recorder connection and mapper, and fold them exactly as the repository does.
+The library's repository reads one aggregate per query, and its notification reader builds a
+``Notification`` per record. Workers take operations (and settle their entities) in batches, and
+the status projection reads the log in stretches of thousands, so both read plain rows through
+the library's own recorder connection and decode them with the application's mapper
+(``LedgerMapper.decode_record``): the same rules and errors as the library's path, with fewer
+objects per record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import StoredEvent
 
 from migrations.queries import load_queries
 
@@ -30,7 +32,7 @@ def load_aggregates(app: Application, ids: Collection[UUID]) -> dict[UUID, Any]:
         CorruptRecordError: a stored ledger event cannot be decoded (fails closed).
     """
     recorder: Any = app.recorder
-    sqlite = type(recorder).__module__.startswith("eventsourcing.sqlite")
+    sqlite = _is_sqlite(recorder)
     template = load_queries("sqlite" if sqlite else "postgres")["select_events_of_many"]
     found: dict[UUID, Any] = {}
     wanted = list(dict.fromkeys(ids))
@@ -45,10 +47,56 @@ def load_aggregates(app: Application, ids: Collection[UUID]) -> dict[UUID, Any]:
         with recorder.datastore.transaction(commit=False) as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
+        decode = app.mapper.decode_record  # type: ignore[attr-defined]
         for row in rows:
             originator_id = recorder.convert_originator_id(row["originator_id"]) if sqlite else row["originator_id"]
-            event: Any = app.mapper.to_domain_event(StoredEvent(
-                originator_id=originator_id, originator_version=row["originator_version"],
-                topic=row["topic"], state=bytes(row["state"])))
+            event: Any = decode(originator_id, row["originator_version"], row["topic"], bytes(row["state"]))
             found[originator_id] = event.mutate(found.get(originator_id))
     return found
+
+
+def select_records(app: Application, after: int, limit: int, topics: Sequence[str],
+                   ids: dict[Any, UUID]) -> list[tuple[int, UUID, int, str, bytes]]:
+    """Return up to ``limit`` records of the notification log after position ``after``, of the
+    given topics only, in log order, as ``(position, originator_id, originator_version, topic,
+    state)`` tuples (decode each with ``LedgerMapper.decode_record``).
+
+    The rows the library's ``select_notifications`` reads, without a ``Notification`` object per
+    row (measured on 100k records: 1.7-2.9 against 9-12 µs a record on SQLite, 6.4-7.6 against
+    15-16 µs on PostgreSQL).
+
+    Args:
+        app: the application whose log is read.
+        after: the last position already read (0 for the start of the log).
+        limit: how many records at most.
+        topics: the event topics wanted (not empty).
+        ids: a memo of originator ids by their stored form, shared across calls by the caller:
+            SQLite stores ids as text, and an operation's records share one ``UUID`` object
+            instead of parsing the text of each.
+    """
+    recorder: Any = app.recorder
+    if _is_sqlite(recorder):
+        sql = load_queries("sqlite")["select_records"].format(
+            table=recorder.events_table_name, topics=",".join("?" * len(topics)))
+        with recorder.datastore.transaction(commit=False) as cursor:
+            cursor.sqlite_cursor.row_factory = None  # plain tuples
+            cursor.execute(sql, [after, *topics, limit])
+            rows = cursor.fetchall()
+        records = []
+        for position, text_id, version, topic, state in rows:
+            originator_id = ids.get(text_id)
+            if originator_id is None:
+                originator_id = ids[text_id] = recorder.convert_originator_id(text_id)
+            records.append((position, originator_id, version, topic, state))
+        return records
+    from psycopg.rows import tuple_row
+
+    sql = load_queries("postgres")["select_records"].format(
+        table=f'"{recorder.datastore.schema}"."{recorder.events_table_name}"')
+    with recorder.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as cursor:
+        cursor.execute(sql, [after, list(topics), limit], prepare=True)
+        return cursor.fetchall()
+
+
+def _is_sqlite(recorder: Any) -> bool:
+    return type(recorder).__module__.startswith("eventsourcing.sqlite")
