@@ -9,6 +9,7 @@ baseline, and reports median, min and max.
 from __future__ import annotations
 
 import base64
+import gc
 import os
 import shutil
 import statistics
@@ -122,6 +123,22 @@ class Result:
         if self.extra:
             data["extra"] = self.extra
         return data
+
+
+@contextmanager
+def worker_gc() -> Iterator[None]:
+    """Run the block with the garbage collector set as ``opledger worker`` sets it
+    (``adapters.runtime.tune_gc_for_worker``), then restore it: in-process scenarios measure
+    code that runs inside worker processes, such as the status projection."""
+    from adapters.runtime import tune_gc_for_worker
+
+    thresholds = gc.get_threshold()
+    tune_gc_for_worker()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
 
 
 def rate(count: int, seconds: float) -> float:

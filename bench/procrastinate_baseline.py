@@ -17,7 +17,6 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import harness
-from bench.harness import PG_URL, REPO, Options, drop_schema, tail
+from bench.harness import PG_URL, REPO, Options, drop_schema
 from ledger.config import Database
 
 CONCURRENCY = 4

@@ -49,6 +49,10 @@ APPROVAL_DENIED = "denied"
 RESOLUTIONS_FOR_AMBIGUOUS = ("succeeded", "failed", "retry", "abandon")
 RESOLUTIONS_FOR_BLOCKED = ("retry_settlement", "abandon")
 
+# By value: calling the enum costs a microsecond per fold, a dict lookup a twentieth of that
+# (an unknown value still goes through the enum, for its error).
+_DELIVERY_MODES = {mode.value: mode for mode in DeliveryMode}
+
 LEASE_TAKEOVERS_FOR_ATTENTION = 3
 """After this many reclaims of an expired lease the operation is shown on the attention queue."""
 
@@ -98,7 +102,7 @@ class Operation(Aggregate):
             op.integration_version = self.integration_version
             op.integration_digest = self.integration_digest
             op.code_digest = self.code_digest
-            op.delivery_mode = DeliveryMode(self.delivery_mode)
+            op.delivery_mode = _DELIVERY_MODES.get(self.delivery_mode) or DeliveryMode(self.delivery_mode)
             op.max_attempts = self.max_attempts
             op.deadlines = dict(self.deadlines)
             op.settlement_max_attempts = self.settlement_max_attempts

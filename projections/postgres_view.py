@@ -12,7 +12,7 @@ from psycopg_pool import ConnectionPool
 from ledger.config import Database
 from ledger.errors import ConfigurationError
 from projections.rows import COLUMNS, StatusRow
-from projections.sql_view import SqlStatusView, row_values
+from projections.sql_view import SqlStatusView
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError
 
 
@@ -43,7 +43,7 @@ class PostgresStatusView(SqlStatusView):
         with cur.copy(f"COPY opledger_status_stage ({', '.join(COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(types)
             for row in rows:
-                copy.write_row(row_values(row))
+                copy.write_row(row)
         cur.execute(self.queries["upsert_status"].replace("{table}", table))
 
     def _column_types(self, cur: Any) -> list[int]:

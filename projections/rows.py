@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from eventsourcing.utils import get_topic
@@ -12,13 +12,16 @@ from eventsourcing.utils import get_topic
 from ledger.operation import Operation
 
 
-@dataclass(frozen=True, slots=True)
-class StatusRow:
+class StatusRow(NamedTuple):
     """An operation's status as the read model shows it. Times are UTC-aware.
 
     Execution and settlement state are separate fields; ``status`` is derived from both
     (``ledger.status.derive_status``); attention and disposition are separate too
     (docs/adr/0001-operation-lifecycle.md).
+
+    Immutable; ``row._replace(field=value)`` gives a changed copy. A named tuple in table column
+    order (``COLUMNS``), so the views write it as it is: building a frozen dataclass of 28
+    fields cost 4.2 µs against 0.5 µs, once per operation per projection batch.
     """
 
     operation_id: UUID
@@ -52,12 +55,12 @@ class StatusRow:
 
     def as_dict(self) -> dict[str, Any]:
         """The row as plain data (UUIDs and datetimes kept as objects)."""
-        return asdict(self)
+        return self._asdict()
 
     def as_json(self) -> dict[str, Any]:
         """The row as JSON-ready data (UUIDs as strings, datetimes ISO 8601 UTC)."""
         out: dict[str, Any] = {}
-        for key, value in asdict(self).items():
+        for key, value in self._asdict().items():
             if isinstance(value, UUID):
                 value = str(value)
             elif isinstance(value, datetime):
@@ -66,7 +69,7 @@ class StatusRow:
         return out
 
 
-COLUMNS: tuple[str, ...] = tuple(StatusRow.__dataclass_fields__)
+COLUMNS: tuple[str, ...] = StatusRow._fields
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from operator import attrgetter
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 from uuid import UUID
 
 from migrations.queries import load_queries
-from projections.rows import COLUMNS, DueRow, StatusRow
+from projections.rows import DueRow, StatusRow
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease
 
 
@@ -125,6 +124,3 @@ class SqlStatusView:
     def _uuid(self, value: Any) -> UUID:
         return value
 
-
-row_values: Callable[[StatusRow], tuple[Any, ...]] = attrgetter(*COLUMNS)
-"""``row_values(row)``: the row's fields as a tuple in ``COLUMNS`` (table column) order."""

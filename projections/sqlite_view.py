@@ -12,7 +12,7 @@ from uuid import UUID
 
 from ledger.config import SQLITE_LOCK_TIMEOUT_SECONDS, Database
 from projections.rows import COLUMNS, StatusRow
-from projections.sql_view import SqlStatusView, row_values
+from projections.sql_view import SqlStatusView
 from projections.view import MAIN_TABLE, REBUILD_TABLE
 
 _TIME_FIELDS = ("lease_expires_at", "next_due_at", "created_at", "updated_at")
@@ -32,7 +32,7 @@ def _encode_time(value: datetime | None) -> str | None:
 
 def _to_db(row: StatusRow) -> list[Any]:
     """The row's values in column order, as SQLite stores them (text UUIDs and times)."""
-    values = list(row_values(row))
+    values = list(row)
     for index in _UUID_INDEXES:
         values[index] = str(values[index])
     for index in _TIME_INDEXES:
@@ -81,7 +81,7 @@ class SQLiteStatusView(SqlStatusView):
         cur.executemany(self.queries["upsert_status"].replace("{table}", table), map(_to_db, rows))
 
     def _from_db(self, values: Sequence[Any]) -> StatusRow:
-        data = dict(zip(StatusRow.__dataclass_fields__, values))
+        data = dict(zip(COLUMNS, values))
         data["operation_id"] = UUID(data["operation_id"])
         data["source_entity_id"] = UUID(data["source_entity_id"])
         data["cancel_requested"] = bool(data["cancel_requested"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -203,7 +203,7 @@ class StatusProjection:
         last = records[-1][0] if records else position
         rows = {op_id: row_from_operation(op) for op_id, op in touched.items()}
         for op_id in self._to_mark & rows.keys():
-            rows[op_id] = replace(rows[op_id], attention="corrupt_record", next_due_at=None)
+            rows[op_id] = rows[op_id]._replace(attention="corrupt_record", next_due_at=None)
         return len(records), last, rows
 
     def _read(self, position: int, limit: int) -> list[tuple[int, UUID, int, str, bytes]]:

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets
-import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass
