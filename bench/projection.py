@@ -12,6 +12,9 @@ Measured, each on the same log:
 - ``projection.raw_read``: ``app.recorder.select_notifications(start, limit=1000,
   topics=ledger topics)`` until exhausted: the floor any follower pays;
 - ``projection.raw_read_decode`` (diagnostic): the same plus ``mapper.to_domain_event``;
+- ``projection.raw_rows`` (diagnostic): the projection's own reader,
+  ``projections.loading.select_records`` (plain rows, no ``Notification`` objects), in the
+  same batches: how much of the catch-up's lead over the library's read is the cheaper read;
 - ``projection.catch_up``: ``StatusProjection.catch_up()`` from position 0 into an empty table
   (reset between repetitions), ratio against the raw read;
 - ``projection.rebuild``: ``StatusProjection.rebuild()`` (into a new table, then swapped in),
@@ -27,6 +30,7 @@ from uuid import uuid4
 from bench.app import BenchApp, Item
 from bench.harness import Options, Result, Stats, fresh_store, rate, worker_gc, writer
 from ledger.config import Database
+from projections.loading import select_records
 from projections.rows import ledger_topics
 from projections.status import StatusProjection
 from projections.view import MAIN_TABLE, open_view
@@ -96,6 +100,16 @@ def raw_read(app: BenchApp, *, decode: bool) -> tuple[int, float]:
     return count, time.perf_counter() - began
 
 
+def raw_rows(app: BenchApp) -> tuple[int, float]:
+    topics, ids = list(ledger_topics()), {}
+    began = time.perf_counter()
+    position, count = 0, 0
+    while batch := select_records(app, position, READ_BATCH, topics, ids):
+        count += len(batch)
+        position = batch[-1][0]
+    return count, time.perf_counter() - began
+
+
 def reset_view(database: Database) -> None:
     """Empty the status table and its tracking row, so ``catch_up`` starts from zero."""
     if database.backend == "postgres":
@@ -119,6 +133,8 @@ def _repetition(app: BenchApp, database: Database, events: int, samples: dict[st
     samples["raw"].append(rate(count, seconds))
     count, seconds = raw_read(app, decode=True)
     samples["decode"].append(rate(count, seconds))
+    count, seconds = raw_rows(app)
+    samples["rows"].append(rate(count, seconds))
     reset_view(database)
     view = open_view(database)
     try:
@@ -134,7 +150,7 @@ def _repetition(app: BenchApp, database: Database, events: int, samples: dict[st
 
 
 def measure(backend: str, events: int, repetitions: int, options: Options, log=print) -> list[Result]:
-    samples: dict[str, list[float]] = {"raw": [], "decode": [], "catch_up": [], "rebuild": []}
+    samples: dict[str, list[float]] = {"raw": [], "decode": [], "rows": [], "catch_up": [], "rebuild": []}
     with fresh_store(backend, options) as database, writer(database) as app:
         built = build_log(app, events, log)
         log(f"  projection {backend} {events:,}: log built in {built:.1f} s")
@@ -160,6 +176,10 @@ def measure(backend: str, events: int, repetitions: int, options: Options, log=p
                stats=Stats.of(samples["decode"]), unit="events/s", n=events,
                ratio=Stats.of(samples["decode"]).median / raw.median, baseline=f"projection.raw_read.{size}",
                note="diagnostic: raw read + mapper.to_domain_event"),
+        Result(name=f"projection.raw_rows.{size}", backend=backend, workers=None,
+               stats=Stats.of(samples["rows"]), unit="events/s", n=events,
+               ratio=Stats.of(samples["rows"]).median / raw.median, baseline=f"projection.raw_read.{size}",
+               note="diagnostic: the projection's own plain-row read (select_records)"),
         Result(name=f"projection.catch_up.{size}", backend=backend, workers=None, stats=catch_up, unit="events/s",
                n=events, ratio=ratio, baseline=f"projection.raw_read.{size}",
                target="≥ 0.5x raw read", met=ratio >= TARGET_RATIO, note=note),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,16 @@ DEFAULT_CACHE_SIZE = 10_000
 ID_MEMO_SIZE = 100_000  # operation ids kept parsed between batches (SQLite stores them as text)
 DEFAULT_IDLE_SECONDS = 0.1
 DEFAULT_LEADER_LEASE_SECONDS = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """A folded batch, ready to write: its rows, the log position it reaches, and the
+    operations quarantined while folding it (their rows are then marked)."""
+
+    rows: list[Any]
+    position: int
+    marks: set[UUID]
 
 
 @dataclass(frozen=True)
@@ -111,36 +122,42 @@ class StatusProjection:
         Raises:
             CorruptRecordError: a stored ledger event cannot be decoded; nothing is written.
         """
-        self._following = self.lease is None or self.view.lead(self.lease, self.config.lease_seconds)
-        if not self._following:
-            self._cache.clear()  # another process leads; our cache would go stale
-            self._offered.clear()
+        if not self._lead():
             return 0
         position = self.view.position(PROJECTION_NAME, self.upstream)
-        applied, new_position, rows = self._fold_batch(position)
-        if applied:
+        records = self._read(position, self.config.batch_size)
+        if records:
             try:
-                self.view.write(rows.values(), projection=PROJECTION_NAME, upstream=self.upstream,
-                                position=new_position, lease=self.lease)
-                self._mark_quarantined(MAIN_TABLE)
+                self._write(self._fold(records), PROJECTION_NAME, MAIN_TABLE)
             except NotLeaderError:
                 self._cache.clear()
                 return 0
             except BaseException:
                 self._cache.clear()  # the cache ran ahead of what was committed
                 raise
-        return applied
+        return len(records)
 
     def is_leader(self) -> bool:
         """True when this process may write (always, without a lease)."""
         return self.lease is None or self.view.lead(self.lease, self.config.lease_seconds)
 
     def catch_up(self) -> int:
-        """Apply batches until the log is exhausted. Returns the notifications applied."""
-        total = 0
-        while n := self.run_once():
-            total += n
-        return total
+        """Apply batches until the log is exhausted, pipelined (see :meth:`_pipeline`).
+
+        Returns:
+            The notifications applied; 0 when another process leads.
+
+        Raises:
+            The errors of :meth:`run_once`. Batches written before the error stay written.
+        """
+        if not self._lead():
+            return 0
+        try:
+            applied, _ = self._pipeline(self.view.position(PROJECTION_NAME, self.upstream),
+                                        PROJECTION_NAME, MAIN_TABLE)
+        except NotLeaderError:
+            return 0
+        return applied
 
     def rebuild(self) -> int:
         """Rebuild from zero into a new table and swap it in (DESIGN §8).
@@ -151,31 +168,69 @@ class StatusProjection:
         self._cache.clear()
         self.quarantined.clear()
         self.view.begin_rebuild()
-        position, total = 0, 0
-        while True:
-            applied, position, rows = self._fold_batch(position)
-            if not applied:
-                break
-            total += applied
-            self.view.write(rows.values(), projection=f"{PROJECTION_NAME}.rebuild", upstream=self.upstream,
-                            position=position, table=REBUILD_TABLE)
-            self._mark_quarantined(REBUILD_TABLE)
+        applied, position = self._pipeline(0, f"{PROJECTION_NAME}.rebuild", REBUILD_TABLE)
         self.view.finish_rebuild(projection=PROJECTION_NAME, upstream=self.upstream, position=position)
-        return total
+        return applied
 
     def run(self, stop: threading.Event) -> None:
-        """Follow the log until ``stop`` is set (the loop only; the work is ``run_once``)."""
+        """Follow the log until ``stop`` is set (the loop only; the work is ``catch_up``)."""
         while not stop.is_set():
             try:
-                if not self.run_once():
+                if not self.catch_up():
                     stop.wait(self.config.idle_seconds if self.is_leader() else self.config.lease_seconds / 3)
             except Exception:
                 log.exception("status projection failed; retrying")
                 self._cache.clear()
                 stop.wait(1.0)
 
-    def _fold_batch(self, position: int, limit: int | None = None) -> tuple[int, int, dict[UUID, Any]]:
-        records = self._read(position, limit or self.config.batch_size)
+    def _lead(self) -> bool:
+        # Whether this process may write now; a process that stops leading drops what it holds.
+        self._following = self.lease is None or self.view.lead(self.lease, self.config.lease_seconds)
+        if not self._following:
+            self._cache.clear()  # another process leads; our cache would go stale
+            self._offered.clear()
+        return self._following
+
+    def _pipeline(self, position: int, projection: str, table: str) -> tuple[int, int]:
+        """Apply batches after ``position`` until the log is exhausted; return how many records
+        were applied and the last position.
+
+        While one batch is folded, the next is read and the previous one written, each on a
+        helper thread: database calls release the GIL, so a long catch-up overlaps them with
+        folding. Writes stay one at a time and in log order, each with its position, so the
+        committed state is always a prefix of the log; a batch is folded onto the state of the
+        one being written, and an error discards the cache (folded ahead of what committed).
+        Measured: see docs/performance.md ("the projection pipeline").
+
+        Raises:
+            NotLeaderError: leadership was lost (PostgreSQL); re-checked before every write.
+            CorruptRecordError: as :meth:`run_once`.
+        """
+        applied, size = 0, self.config.batch_size
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="opledger-projection") as pool:
+            reading = pool.submit(self._read, position, size)
+            writing: Future[None] | None = None
+            try:
+                while records := reading.result():
+                    position = records[-1][0]
+                    reading = pool.submit(self._read, position, size)
+                    batch = self._fold(records)
+                    if writing is not None:
+                        writing.result()  # the previous batch committed (or its error is raised)
+                        if table == MAIN_TABLE and not self.is_leader():  # renews the lease
+                            raise NotLeaderError(f"projection {projection}: leadership lost")
+                    writing = pool.submit(self._write, batch, projection, table)
+                    applied += len(records)
+                if writing is not None:
+                    writing.result()
+            except BaseException:
+                self._cache.clear()  # the cache ran ahead of what was committed
+                raise
+        return applied, position
+
+    def _fold(self, records: list[tuple[int, UUID, int, str, bytes]]) -> _Batch:
+        """Decode and fold ``records`` (one batch), then derive one row per operation touched:
+        an operation with several events in the batch is written once, at its last version."""
         decode = self._decode
         events: list[Any] = []
         for _, originator_id, version, topic, state in records:
@@ -184,8 +239,6 @@ class StatusProjection:
             except CorruptRecordError as exc:
                 self._quarantine(exc)
         self._load_missing(events)
-        # Fold the whole batch first, then derive one row per operation touched: an operation
-        # with several events in the batch is written once, at its last version.
         touched: dict[UUID, Operation] = {}
         cache, quarantined = self._cache, self.quarantined
         for event in events:
@@ -193,18 +246,26 @@ class StatusProjection:
             if quarantined and event.originator_version >= quarantined.get(op_id, event.originator_version + 1):
                 continue  # cannot fold past a record that does not decode
             try:
-                op = self._fold(event, touched.get(op_id) or cache.get(op_id))
+                op = self._fold_event(event, touched.get(op_id) or cache.get(op_id))
             except CorruptRecordError as exc:
                 self._quarantine(exc)
                 touched.pop(op_id, None)
                 continue
             touched[op_id] = op
         self._remember(touched.values())
-        last = records[-1][0] if records else position
         rows = {op_id: row_from_operation(op) for op_id, op in touched.items()}
-        for op_id in self._to_mark & rows.keys():
+        marks, self._to_mark = self._to_mark, set()
+        for op_id in marks & rows.keys():
             rows[op_id] = rows[op_id]._replace(attention="corrupt_record", next_due_at=None)
-        return len(records), last, rows
+        return _Batch(list(rows.values()), records[-1][0], marks)
+
+    def _write(self, batch: _Batch, projection: str, table: str) -> None:
+        # The rows and the position in one transaction (which re-checks the lease); then rows of
+        # newly quarantined operations stop being due.
+        self.view.write(batch.rows, projection=projection, upstream=self.upstream, position=batch.position,
+                        table=table, lease=self.lease if table == MAIN_TABLE else None)
+        for op_id in batch.marks:
+            self.view.mark_corrupt(op_id, table=table)
 
     def _read(self, position: int, limit: int) -> list[tuple[int, UUID, int, str, bytes]]:
         """Up to ``limit`` ledger records after ``position``, as ``select_records`` tuples."""
@@ -222,12 +283,6 @@ class StatusProjection:
                 break
             position = chunk[-1][0]
         return records
-
-    def _mark_quarantined(self, table: str) -> None:
-        # After the batch's rows are written: rows of quarantined operations stop being due.
-        for op_id in self._to_mark:
-            self.view.mark_corrupt(op_id, table=table)
-        self._to_mark.clear()
 
     def _load_missing(self, events: list[Any]) -> None:
         # One query for every operation of the batch whose earlier state is not cached. Its
@@ -263,7 +318,7 @@ class StatusProjection:
         self._cache.pop(op_id, None)
         self._to_mark.add(op_id)
 
-    def _fold(self, event: Any, op: Operation | None) -> Operation:
+    def _fold_event(self, event: Any, op: Operation | None) -> Operation:
         """``event`` folded into ``op`` (its operation's latest known state, or None)."""
         if isinstance(event, Operation.Intended):
             return event.mutate(None)

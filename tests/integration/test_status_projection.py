@@ -176,3 +176,52 @@ def test_select_records_reads_what_the_library_reader_reads(orders_app: OrdersAp
                 assert orders_app.mapper.decode_record(*record[1:]) == orders_app.mapper.to_domain_event(notification)
     # Host events are not ledger topics: asking for none of them reads nothing.
     assert select_records(orders_app, 0, 100, ["no.such:Topic"], memo) == []
+
+
+def test_a_failed_write_mid_catch_up_leaves_a_committed_prefix(orders_app: OrdersApp, migrated: Database, clock,
+                                                             monkeypatch) -> None:
+    # catch_up folds the next batch while the previous one is written: when a write fails, what
+    # is committed is the batches before it, the error reaches the caller, and a later catch_up
+    # (whose cache was dropped) ends with the same rows as an undisturbed projection.
+    ids = _place(orders_app, 6)
+    for op_id in ids[::3]:
+        _drive(orders_app, op_id, clock)
+    view = open_view(migrated)
+    projection = StatusProjection(app=orders_app, view=view, config=StatusProjectionConfig(batch_size=3))
+    real_write, calls = view.write, []
+
+    def failing_write(rows, **kwargs):
+        calls.append(kwargs["position"])
+        if len(calls) == 3:
+            raise RuntimeError("disk full")
+        real_write(rows, **kwargs)
+
+    monkeypatch.setattr(view, "write", failing_write)
+    with pytest.raises(RuntimeError, match="disk full"):
+        projection.catch_up()
+    assert view.position(PROJECTION_NAME, orders_app.name) == calls[1]  # two batches committed
+    monkeypatch.setattr(view, "write", real_write)
+    assert projection.catch_up() > 0
+    caught_up = _rows(view)
+    fresh = StatusProjection(app=orders_app, view=view)
+    fresh.rebuild()
+    assert _rows(view) == caught_up and len(caught_up) == 12
+    view.close()
+
+
+def test_catch_up_stops_writing_when_leadership_is_lost(orders_app: OrdersApp, migrated: Database,
+                                                        monkeypatch) -> None:
+    # Before each write after the first, the lease is renewed; a lost lease ends the catch-up
+    # with nothing more written (PostgreSQL has leases; the check is the same code on SQLite).
+    _place(orders_app, 5)
+    view = open_view(migrated)
+    projection = StatusProjection(app=orders_app, view=view, config=StatusProjectionConfig(batch_size=2))
+    answers = iter([True, False])  # leads at the start, lost before the second write
+    monkeypatch.setattr(projection, "lease", object())
+    monkeypatch.setattr(view, "lead", lambda lease, ttl: next(answers))
+    real_write = view.write
+    monkeypatch.setattr(view, "write", lambda rows, **kw: real_write(rows, **{**kw, "lease": None}))
+    assert projection.catch_up() == 0
+    assert view.position(PROJECTION_NAME, orders_app.name) == 3  # the first batch: Placed, two intents
+    assert projection._cache == {}
+    view.close()
