@@ -173,10 +173,15 @@ class StatusProjection:
         return applied
 
     def run(self, stop: threading.Event) -> None:
-        """Follow the log until ``stop`` is set (the loop only; the work is ``catch_up``)."""
+        """Follow the log until ``stop`` is set (the loop only; the work is ``run_once``, and
+        ``catch_up`` once a full batch shows a backlog: its pipeline pays for its threads only
+        then)."""
         while not stop.is_set():
             try:
-                if not self.catch_up():
+                applied = self.run_once()
+                if applied >= self.config.batch_size:
+                    self.catch_up()
+                elif not applied:
                     stop.wait(self.config.idle_seconds if self.is_leader() else self.config.lease_seconds / 3)
             except Exception:
                 log.exception("status projection failed; retrying")
