@@ -86,7 +86,7 @@ def _write(session_profiler, what: str, backend: str, title: str) -> Path:
 def profile_catch_up(backend: str, n: int) -> Path:
     from pyinstrument import Profiler
 
-    from bench.harness import writer
+    from bench.harness import worker_gc, writer
     from bench.projection import build_log, reset_view
 
     with fresh_store(backend, Options()) as database, writer(database) as app:
@@ -110,16 +110,17 @@ def catch_up_stages(backend: str, n: int) -> Path:
     """Time each stage of a catch-up separately, without a profiler: what one ledger event costs
     to read (``projections.loading.select_records``, in the projection's chunks), decode, fold into its
     operation, derive rows (one per operation per batch) and write them with the position. The
-    same calls ``StatusProjection`` makes, in batches of its default size; writes go to an
-    emptied table. Writes ``bench/profiles/catch-up-stages-<backend>.txt``."""
-    from bench.harness import writer
+    same calls ``StatusProjection`` makes, in batches of its default size, one after the other (the
+    projection's catch-up overlaps reading and writing with folding); writes go to an emptied
+    table; the collector is set as in a worker. Writes ``bench/profiles/catch-up-stages-<backend>.txt``."""
+    from bench.harness import worker_gc, writer
     from bench.projection import build_log, reset_view
     from ledger.operation import Operation
     from projections.rows import row_from_operation
     from projections.status import DEFAULT_BATCH_SIZE
 
     spent: dict[str, float] = dict.fromkeys(("read", "decode", "fold", "rows", "write"), 0.0)
-    with fresh_store(backend, Options()) as database, writer(database) as app:
+    with fresh_store(backend, Options()) as database, writer(database) as app, worker_gc():
         build_log(app, n, log=lambda line: None)
         reset_view(database)
         view = open_view(database)
