@@ -62,8 +62,8 @@ def select_records(app: Application, after: int, limit: int, topics: Sequence[st
     state)`` tuples (decode each with ``LedgerMapper.decode_record``).
 
     The rows the library's ``select_notifications`` reads, without a ``Notification`` object per
-    row (measured on 100k records: 1.7-2.9 against 9-12 µs a record on SQLite, 6.4-7.6 against
-    15-16 µs on PostgreSQL).
+    row (measured over a log of 100k records, three runs each: 5.9-6.5 against 12.7-16.1 µs a
+    record on SQLite, 7.6-8.7 against 17.6-18.0 µs on PostgreSQL; docs/performance.md).
 
     Args:
         app: the application whose log is read.

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
