@@ -50,7 +50,7 @@ class SqlStatusView:
         return int(found[0]) if found else 0
 
     def write(self, rows: Iterable[StatusRow], *, projection: str, upstream: str, position: int,
-              table: str = MAIN_TABLE, lease: Lease | None = None) -> None:
+              table: str = MAIN_TABLE, lease: Lease | None = None, corrupt: Iterable[UUID] = ()) -> None:
         batch = list(rows)
         with self._transaction() as cur:
             self._without_flush(cur)
@@ -58,6 +58,9 @@ class SqlStatusView:
                 self._check_lease(cur, lease)
             if batch:
                 self._upsert(cur, table, batch)
+            for operation_id in corrupt:
+                cur.execute(self.queries["mark_corrupt"].replace("opledger_operation_status", table),
+                            {"operation_id": self._id(operation_id)})
             cur.execute(self.queries["upsert_tracking"],
                         {"projection": projection, "upstream": upstream, "notification_id": position})
 
@@ -97,11 +100,6 @@ class SqlStatusView:
             cur.execute(f"ALTER TABLE {REBUILD_TABLE} RENAME TO {MAIN_TABLE}")
             cur.execute(self.queries["upsert_tracking"],
                         {"projection": projection, "upstream": upstream, "notification_id": position})
-
-    def mark_corrupt(self, operation_id: UUID, *, table: str = MAIN_TABLE) -> None:
-        with self._transaction() as cur:
-            cur.execute(self.queries["mark_corrupt"].replace("opledger_operation_status", table),
-                        {"operation_id": self._id(operation_id)})
 
     def lead(self, lease: Lease, ttl_seconds: float) -> bool:
         return True  # a single-writer backend: the owning process always leads

@@ -21,7 +21,7 @@ import structlog
 from ledger.application import LedgerApplication
 from ledger.errors import CorruptRecordError
 from ledger.operation import Operation
-from projections.loading import load_aggregates, select_records
+from projections.loading import load_aggregates, record_decoder, select_records
 from projections.rows import ledger_topics, row_from_operation
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError, StatusView
 
@@ -38,11 +38,12 @@ DEFAULT_LEADER_LEASE_SECONDS = 3.0
 
 @dataclass(frozen=True, slots=True)
 class _Batch:
-    """A folded batch, ready to write: its rows, the log position it reaches, and the
-    operations quarantined while folding it (their rows are then marked)."""
+    """A folded batch, ready to write: its rows, the log position it reaches, how many records
+    it holds, and the operations quarantined while folding it (their rows are then marked)."""
 
     rows: list[Any]
     position: int
+    records: int
     marks: set[UUID]
 
 
@@ -82,7 +83,7 @@ class StatusProjection:
         self.config = config or StatusProjectionConfig()
         self.lease = Lease(f"projection.{PROJECTION_NAME}.{app.name}", holder) if holder else None
         self._topics = ledger_topics()
-        self._decode = app.mapper.decode_record  # a LedgerApplication always has a LedgerMapper
+        self._decode = record_decoder(app)
         self._ids: dict[Any, UUID] = {}  # see ``select_records``
         self._cache: OrderedDict[UUID, Operation] = OrderedDict()
         self.quarantined: dict[UUID, int] = {}
@@ -127,13 +128,17 @@ class StatusProjection:
         position = self.view.position(PROJECTION_NAME, self.upstream)
         records = self._read(position, self.config.batch_size)
         if records:
+            batches: list[_Batch] = []
             try:
-                self._write(self._fold(records), PROJECTION_NAME, MAIN_TABLE)
+                batches.append(self._fold(records))
+                self._write(batches[0], PROJECTION_NAME, MAIN_TABLE)
             except NotLeaderError:
-                self._cache.clear()
+                self._stop_following()
+                self._keep_marks(batches)
                 return 0
             except BaseException:
                 self._cache.clear()  # the cache ran ahead of what was committed
+                self._keep_marks(batches)
                 raise
         return len(records)
 
@@ -141,22 +146,23 @@ class StatusProjection:
         """True when this process may write (always, without a lease)."""
         return self.lease is None or self.view.lead(self.lease, self.config.lease_seconds)
 
-    def catch_up(self) -> int:
+    def catch_up(self, stop: threading.Event | None = None) -> int:
         """Apply batches until the log is exhausted, pipelined (see :meth:`_pipeline`).
 
+        Args:
+            stop: when set, return once the batch being written has committed.
+
         Returns:
-            The notifications applied; 0 when another process leads.
+            The notifications applied and committed; when leadership is lost part-way, those
+            committed before (0 when another process led from the start).
 
         Raises:
             The errors of :meth:`run_once`. Batches written before the error stay written.
         """
         if not self._lead():
             return 0
-        try:
-            applied, _ = self._pipeline(self.view.position(PROJECTION_NAME, self.upstream),
-                                        PROJECTION_NAME, MAIN_TABLE)
-        except NotLeaderError:
-            return 0
+        applied, _ = self._pipeline(self.view.position(PROJECTION_NAME, self.upstream),
+                                    PROJECTION_NAME, MAIN_TABLE, stop)
         return applied
 
     def rebuild(self) -> int:
@@ -180,7 +186,7 @@ class StatusProjection:
             try:
                 applied = self.run_once()
                 if applied >= self.config.batch_size:
-                    self.catch_up()
+                    self.catch_up(stop)
                 elif not applied:
                     stop.wait(self.config.idle_seconds if self.is_leader() else self.config.lease_seconds / 3)
             except Exception:
@@ -192,46 +198,68 @@ class StatusProjection:
         # Whether this process may write now; a process that stops leading drops what it holds.
         self._following = self.lease is None or self.view.lead(self.lease, self.config.lease_seconds)
         if not self._following:
-            self._cache.clear()  # another process leads; our cache would go stale
-            self._offered.clear()
+            self._stop_following()
         return self._following
 
-    def _pipeline(self, position: int, projection: str, table: str) -> tuple[int, int]:
-        """Apply batches after ``position`` until the log is exhausted; return how many records
-        were applied and the last position.
+    def _stop_following(self) -> None:
+        self._following = False
+        self._cache.clear()  # another process leads; our cache would go stale
+        self._offered.clear()
+
+    def _pipeline(self, position: int, projection: str, table: str,
+                  stop: threading.Event | None = None) -> tuple[int, int]:
+        """Apply batches after ``position`` until the log is exhausted (or ``stop`` is set);
+        return how many records were committed and the position committed.
 
         While one batch is folded, the next is read and the previous one written, each on a
         helper thread: database calls release the GIL, so a long catch-up overlaps them with
         folding. Writes stay one at a time and in log order, each with its position, so the
         committed state is always a prefix of the log; a batch is folded onto the state of the
-        one being written, and an error discards the cache (folded ahead of what committed).
-        Measured: see docs/performance.md ("the projection pipeline").
+        one being written, and an error discards the cache (folded ahead of what committed) and
+        keeps the corrupt-record marks of every batch not known to be written. Leadership
+        (PostgreSQL) is renewed before every write; once it is lost, nothing more is written.
+        Measured: docs/performance.md ("Latest round").
 
         Raises:
-            NotLeaderError: leadership was lost (PostgreSQL); re-checked before every write.
-            CorruptRecordError: as :meth:`run_once`.
+            CorruptRecordError: as :meth:`run_once`; any error of a read or a write.
         """
-        applied, size = 0, self.config.batch_size
+        committed, size = 0, self.config.batch_size
+        unwritten: list[_Batch] = []  # folded, and not yet known to be committed
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="opledger-projection") as pool:
             reading = pool.submit(self._read, position, size)
             writing: Future[None] | None = None
             try:
                 while records := reading.result():
-                    position = records[-1][0]
-                    reading = pool.submit(self._read, position, size)
-                    batch = self._fold(records)
+                    reading = pool.submit(self._read, records[-1][0], size)
+                    unwritten.append(self._fold(records))
                     if writing is not None:
                         writing.result()  # the previous batch committed (or its error is raised)
+                        committed, position = self._written(unwritten.pop(0), committed)
                         if table == MAIN_TABLE and not self.is_leader():  # renews the lease
                             raise NotLeaderError(f"projection {projection}: leadership lost")
-                    writing = pool.submit(self._write, batch, projection, table)
-                    applied += len(records)
+                    writing = pool.submit(self._write, unwritten[0], projection, table)
+                    if stop is not None and stop.is_set():
+                        break
                 if writing is not None:
                     writing.result()
+                    committed, position = self._written(unwritten.pop(0), committed)
+            except NotLeaderError:
+                self._stop_following()
+                self._keep_marks(unwritten)
             except BaseException:
                 self._cache.clear()  # the cache ran ahead of what was committed
+                self._keep_marks(unwritten)
                 raise
-        return applied, position
+        return committed, position
+
+    @staticmethod
+    def _written(batch: _Batch, committed: int) -> tuple[int, int]:
+        return committed + batch.records, batch.position
+
+    def _keep_marks(self, batches: list[_Batch]) -> None:
+        # A batch that may not have committed must not take its corrupt-record marks with it.
+        for batch in batches:
+            self._to_mark |= batch.marks
 
     def _fold(self, records: list[tuple[int, UUID, int, str, bytes]]) -> _Batch:
         """Decode and fold ``records`` (one batch), then derive one row per operation touched:
@@ -262,15 +290,13 @@ class StatusProjection:
         marks, self._to_mark = self._to_mark, set()
         for op_id in marks & rows.keys():
             rows[op_id] = rows[op_id]._replace(attention="corrupt_record", next_due_at=None)
-        return _Batch(list(rows.values()), records[-1][0], marks)
+        return _Batch(list(rows.values()), records[-1][0], len(records), marks)
 
     def _write(self, batch: _Batch, projection: str, table: str) -> None:
-        # The rows and the position in one transaction (which re-checks the lease); then rows of
-        # newly quarantined operations stop being due.
+        # The rows, the marks of newly quarantined operations and the position in one
+        # transaction, which re-checks the lease.
         self.view.write(batch.rows, projection=projection, upstream=self.upstream, position=batch.position,
-                        table=table, lease=self.lease if table == MAIN_TABLE else None)
-        for op_id in batch.marks:
-            self.view.mark_corrupt(op_id, table=table)
+                        table=table, lease=self.lease if table == MAIN_TABLE else None, corrupt=batch.marks)
 
     def _read(self, position: int, limit: int) -> list[tuple[int, UUID, int, str, bytes]]:
         """Up to ``limit`` ledger records after ``position``, as ``select_records`` tuples."""

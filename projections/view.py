@@ -43,17 +43,17 @@ class StatusView(Protocol):
         ...
 
     def write(self, rows: Iterable[StatusRow], *, projection: str, upstream: str, position: int,
-              table: str = MAIN_TABLE, lease: Lease | None = None) -> None:
-        """Upsert ``rows`` into ``table`` and set the position, in one transaction.
+              table: str = MAIN_TABLE, lease: Lease | None = None, corrupt: Iterable[UUID] = ()) -> None:
+        """Upsert ``rows`` into ``table``, mark the ``corrupt`` operations, and set the position,
+        all in one transaction.
+
+        Args:
+            corrupt: operations whose stored events cannot be decoded: their rows go on the
+                attention queue (``corrupt_record``) and stop being due.
 
         Raises:
             NotLeaderError: ``lease`` is given and no longer held; nothing was written.
         """
-        ...
-
-    def mark_corrupt(self, operation_id: UUID, *, table: str = MAIN_TABLE) -> None:
-        """Put an operation whose events cannot be decoded on the attention queue
-        (``corrupt_record``) and stop it being due."""
         ...
 
     def lead(self, lease: Lease, ttl_seconds: float) -> bool:

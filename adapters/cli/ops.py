@@ -101,7 +101,10 @@ def timeline(operation_id: str, database_url: str = DatabaseOption, json_output:
     """Show the operation's own events, oldest first (secrets never shown)."""
     op_id = _uuid(operation_id)
     with UserErrors(), _store(database_url) as store:
-        store.app.get_operation(op_id)  # a clear error when it does not exist
+        try:
+            store.app.get_operation(op_id)  # a clear error when it does not exist
+        except CorruptRecordError:
+            pass  # it exists: the timeline shows its events up to the damaged one
         entries = timeline_entries(store.app, op_id)
     if json_output:
         print_json(entries)

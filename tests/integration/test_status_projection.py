@@ -221,7 +221,93 @@ def test_catch_up_stops_writing_when_leadership_is_lost(orders_app: OrdersApp, m
     monkeypatch.setattr(view, "lead", lambda lease, ttl: next(answers))
     real_write = view.write
     monkeypatch.setattr(view, "write", lambda rows, **kw: real_write(rows, **{**kw, "lease": None}))
-    assert projection.catch_up() == 0
+    assert projection.catch_up() == 2  # what was committed before the lease was lost
     assert view.position(PROJECTION_NAME, orders_app.name) == 3  # the first batch: Placed, two intents
     assert projection._cache == {}
     view.close()
+
+
+def test_corrupt_marks_commit_with_their_batch(orders_app: OrdersApp, migrated: Database, clock, monkeypatch) -> None:
+    # The mark of an operation quarantined in a batch (its row written by an earlier batch) is
+    # part of that batch's transaction: if marking fails, neither the batch nor its position
+    # commit, and the retry marks it. The operation then waits on the attention queue, not due.
+    ids = _place(orders_app, 2)
+    _drive(orders_app, ids[0], clock)
+    _corrupt(migrated, orders_app, ids[0], 2)  # its Claimed: the rest of it cannot be folded
+    view = open_view(migrated)
+    projection = StatusProjection(app=orders_app, view=view, config=StatusProjectionConfig(batch_size=4))
+    broken = dict(view.queries)
+    broken["mark_corrupt"] = "UPDATE no_such_table SET x = 1"
+    monkeypatch.setattr(view, "queries", broken)
+    with pytest.raises(Exception):
+        projection.catch_up()
+    first_batch = view.position(PROJECTION_NAME, orders_app.name)
+    assert view.get(ids[0]).execution == "pending" and view.get(ids[0]).attention is None
+    monkeypatch.undo()
+    assert projection.catch_up() == 3
+    assert view.position(PROJECTION_NAME, orders_app.name) > first_batch
+    row = view.get(ids[0])
+    assert (row.version, row.attention, row.next_due_at) == (1, "corrupt_record", None)
+    assert [r.operation_id for r in view.attention()] == [ids[0]]
+    view.close()
+
+
+def test_catch_up_returns_soon_after_stop(orders_app: OrdersApp, migrated: Database) -> None:
+    # The follow loop hands its stop event to catch_up: a backlog does not hold up a shutdown.
+    import threading
+
+    _place(orders_app, 10)
+    view = open_view(migrated)
+    projection = StatusProjection(app=orders_app, view=view, config=StatusProjectionConfig(batch_size=2))
+    stop = threading.Event()
+    stop.set()
+    assert projection.catch_up(stop) == 2  # the batch already being written, then nothing more
+    assert view.position(PROJECTION_NAME, orders_app.name) == 3
+    assert projection.catch_up() == 18  # the rest, once asked without a stop
+    view.close()
+
+
+def test_a_host_mapper_without_decode_record_still_projects(migrated: Database, clock) -> None:
+    # A host application may construct its own mapper; reads then go through its
+    # to_domain_event, and a LedgerMapper subclass that overrides to_domain_event is used too.
+    from ledger.codec import LedgerMapper
+    from projections.loading import record_decoder
+
+    calls = []
+
+    class CountingMapper(LedgerMapper):
+        def to_domain_event(self, stored_event):
+            calls.append(stored_event.originator_version)
+            return super().to_domain_event(stored_event)
+
+    class CountingApp(OrdersApp):
+        name = OrdersApp.name  # the same tables
+        def construct_mapper(self):
+            return self.factory.mapper(transcoder=self.construct_transcoder(), mapper_class=CountingMapper)
+
+    app = CountingApp(env=migrated.library_env(create_table=False), clock=clock)
+    assert record_decoder(app).__name__ == "via_stored_event"
+    ids = _place(app, 2)
+    view = open_view(migrated)
+    assert StatusProjection(app=app, view=view).catch_up() == 4
+    assert len(calls) == 4 and {r.operation_id for r in view.list()} == set(ids)
+    view.close()
+
+
+def test_ops_timeline_shows_a_damaged_operation_up_to_its_damage(orders_app: OrdersApp, migrated: Database,
+                                                                 database_url: str, clock) -> None:
+    # docs/operations.md: the timeline shows every event up to the damaged one, then where it stops.
+    import json
+
+    from typer.testing import CliRunner
+
+    from adapters.cli.app import app as cli
+
+    ids = _place(orders_app, 1)
+    _drive(orders_app, ids[0], clock)
+    _corrupt(migrated, orders_app, ids[0], 3)
+    result = CliRunner().invoke(cli, ["ops", "timeline", str(ids[0]), "--database-url", database_url, "--json"])
+    assert result.exit_code == 0, result.output
+    entries = json.loads(result.output)
+    assert [e["event"] for e in entries] == ["Intended", "Claimed", "CORRUPT"]
+    assert entries[-1]["version"] == 3
