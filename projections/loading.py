@@ -17,7 +17,8 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import StoredEvent
 
-from ledger.codec import LedgerMapper
+from ledger.codec import LEDGER_TOPIC_PREFIX, LedgerMapper
+from ledger.errors import CorruptRecordError
 from migrations.queries import load_queries
 
 MAX_IDS_PER_QUERY = 500  # keeps SQLite under its bound-parameter limit
@@ -64,15 +65,24 @@ def record_decoder(app: Application) -> Callable[[Any, int, str, bytes], Any]:
     ``LedgerMapper.decode_record`` where the mapper is a ``LedgerMapper`` that keeps its own
     ``to_domain_event``; otherwise (a host's own mapper, or one that overrides
     ``to_domain_event``) the mapper's ``to_domain_event`` of a ``StoredEvent``, so such a mapper
-    keeps working, one object slower per record.
+    keeps working, one object slower per record. Either way a ledger record that does not
+    decode raises ``CorruptRecordError``, which readers quarantine (one operation, not the log).
     """
     mapper: Any = app.mapper
     if isinstance(mapper, LedgerMapper) and type(mapper).to_domain_event is LedgerMapper.to_domain_event:
         return mapper.decode_record
 
     def via_stored_event(originator_id: Any, originator_version: int, topic: str, state: bytes) -> Any:
-        return mapper.to_domain_event(StoredEvent(originator_id=originator_id, originator_version=originator_version,
-                                                  topic=topic, state=state))
+        try:
+            return mapper.to_domain_event(StoredEvent(originator_id=originator_id,
+                                                      originator_version=originator_version, topic=topic, state=state))
+        except CorruptRecordError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any mapper's failure on a ledger record
+            if not topic.startswith(LEDGER_TOPIC_PREFIX):
+                raise
+            raise CorruptRecordError(originator_id, originator_version, topic,
+                                     str(exc) or type(exc).__name__) from exc
 
     return via_stored_event
 

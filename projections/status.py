@@ -185,7 +185,7 @@ class StatusProjection:
         while not stop.is_set():
             try:
                 applied = self.run_once()
-                if applied >= self.config.batch_size:
+                if applied >= self.config.batch_size and not stop.is_set():
                     self.catch_up(stop)
                 elif not applied:
                     stop.wait(self.config.idle_seconds if self.is_leader() else self.config.lease_seconds / 3)

@@ -311,3 +311,27 @@ def test_ops_timeline_shows_a_damaged_operation_up_to_its_damage(orders_app: Ord
     entries = json.loads(result.output)
     assert [e["event"] for e in entries] == ["Intended", "Claimed", "CORRUPT"]
     assert entries[-1]["version"] == 3
+
+
+def test_a_host_mapper_quarantines_a_corrupt_record_like_the_ledger_mapper(migrated: Database, clock) -> None:
+    # With the library's own Mapper, a ledger record that does not decode still sets aside only
+    # its operation: the rest of the log is projected and the operation waits for an operator.
+    from eventsourcing.persistence import Mapper
+
+    class PlainApp(OrdersApp):
+        name = OrdersApp.name  # the same tables
+
+        def construct_mapper(self):
+            return self.factory.mapper(transcoder=self.construct_transcoder(), mapper_class=Mapper)
+
+    app = PlainApp(env=migrated.library_env(create_table=False), clock=clock)
+    ids = _place(app, 3)
+    _drive(app, ids[0], clock)
+    _corrupt(migrated, app, ids[0], 3)
+    view = open_view(migrated)
+    projection = StatusProjection(app=app, view=view, config=StatusProjectionConfig(batch_size=4))
+    assert projection.catch_up() == 9
+    assert set(projection.quarantined) == {ids[0]}
+    assert len(view.list()) == 6 and [r.operation_id for r in view.attention()] == [ids[0]]
+    view.close()
+    app.close()
