@@ -132,14 +132,10 @@ class StatusProjection:
             try:
                 batches.append(self._fold(records))
                 self._write(batches[0], PROJECTION_NAME, MAIN_TABLE)
-            except NotLeaderError:
-                self._stop_following()
-                self._keep_marks(batches)
+            except BaseException as exc:
+                if not self._abandon(batches, exc):
+                    raise
                 return 0
-            except BaseException:
-                self._cache.clear()  # the cache ran ahead of what was committed
-                self._keep_marks(batches)
-                raise
         return len(records)
 
     def is_leader(self) -> bool:
@@ -196,7 +192,7 @@ class StatusProjection:
 
     def _lead(self) -> bool:
         # Whether this process may write now; a process that stops leading drops what it holds.
-        self._following = self.lease is None or self.view.lead(self.lease, self.config.lease_seconds)
+        self._following = self.is_leader()
         if not self._following:
             self._stop_following()
         return self._following
@@ -243,23 +239,26 @@ class StatusProjection:
                 if writing is not None:
                     writing.result()
                     committed, position = self._written(unwritten.pop(0), committed)
-            except NotLeaderError:
-                self._stop_following()
-                self._keep_marks(unwritten)
-            except BaseException:
-                self._cache.clear()  # the cache ran ahead of what was committed
-                self._keep_marks(unwritten)
-                raise
+            except BaseException as exc:
+                if not self._abandon(unwritten, exc):
+                    raise
         return committed, position
 
     @staticmethod
     def _written(batch: _Batch, committed: int) -> tuple[int, int]:
         return committed + batch.records, batch.position
 
-    def _keep_marks(self, batches: list[_Batch]) -> None:
-        # A batch that may not have committed must not take its corrupt-record marks with it.
+    def _abandon(self, batches: list[_Batch], exc: BaseException) -> bool:
+        """After ``exc`` stopped a write: keep the corrupt-record marks of ``batches`` (which may
+        not have committed), and drop what ran ahead of the store. Returns True when ``exc`` is
+        a lost leadership (handled: this process stops following), False when it must be raised."""
         for batch in batches:
             self._to_mark |= batch.marks
+        if isinstance(exc, NotLeaderError):
+            self._stop_following()
+            return True
+        self._cache.clear()  # the cache ran ahead of what was committed
+        return False
 
     def _fold(self, records: list[tuple[int, UUID, int, str, bytes]]) -> _Batch:
         """Decode and fold ``records`` (one batch), then derive one row per operation touched:
