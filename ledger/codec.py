@@ -182,7 +182,9 @@ class _EventCodec:
             self._refuse_nul(decoded)
         return data
 
-    def decode(self, data: bytes) -> dict[str, Any]:
+    def decode(self, data: bytes, originator_id: Any, originator_version: int) -> Any:
+        """The event stored as ``data`` (plain bytes: decrypted and decompressed), built without
+        its ``__init__``, as the library's mapper does."""
         try:
             decoded = self.decoder.decode(data)
         except msgspec.MsgspecError:
@@ -192,10 +194,14 @@ class _EventCodec:
             decoded = self._decode_and_upcast(data)
         if _NUL_ESCAPE in data:
             self._refuse_nul(decoded)
-        state = msgspec.structs.asdict(decoded)
+        fields = msgspec.structs.asdict(decoded)
         if self.class_version > 1:
-            del state[_CLASS_VERSION]
-        return state
+            del fields[_CLASS_VERSION]
+        fields["originator_id"] = originator_id
+        fields["originator_version"] = originator_version
+        event = object.__new__(self.cls)
+        object.__setattr__(event, "__dict__", fields)
+        return event
 
     def _decode_and_upcast(self, data: bytes) -> msgspec.Struct:
         state = _PLAIN_DECODER.decode(data)
@@ -418,22 +424,17 @@ class LedgerMapper(Mapper[TAggregateID]):
             return super().to_domain_event(StoredEvent(originator_id=originator_id,
                                                        originator_version=originator_version,
                                                        topic=topic, state=state))
+        stored_id = originator_id
+        if type(originator_id) is not UUID:
+            originator_id = find_id_convertor(cls, type(originator_id))(originator_id)
         try:
-            data = state
             if self.cipher:
-                data = self.cipher.decrypt(data)
+                state = self.cipher.decrypt(state)
             if self.compressor:
-                data = self.compressor.decompress(data)
-            fields = codec.decode(data)
+                state = self.compressor.decompress(state)
+            return codec.decode(state, originator_id, originator_version)
         # Anything (cipher, decompressor, decoder, an upcaster) failing means the record cannot
         # be read exactly: fail closed, keeping the cause chained for the operator.
         except Exception as exc:  # noqa: BLE001
-            raise CorruptRecordError(originator_id, originator_version, topic,
+            raise CorruptRecordError(stored_id, originator_version, topic,
                                      str(exc) or type(exc).__name__) from exc
-        if type(originator_id) is not UUID:
-            originator_id = find_id_convertor(cls, type(originator_id))(originator_id)
-        fields["originator_id"] = originator_id
-        fields["originator_version"] = originator_version
-        domain_event = object.__new__(cls)
-        object.__setattr__(domain_event, "__dict__", fields)
-        return domain_event

@@ -17,6 +17,7 @@ class SqlStatusView:
     manager yielding a cursor, committing on success), ``_upsert`` and ``_from_db``."""
 
     backend: str = ""
+    in_process: bool = False
 
     def __init__(self) -> None:
         self.queries = load_queries(self.backend)

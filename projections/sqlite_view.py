@@ -27,7 +27,9 @@ def _encode_time(value: datetime | None) -> str | None:
         return None
     if value.tzinfo is not timezone.utc:
         value = value.astimezone(timezone.utc)
-    return value.isoformat(timespec="microseconds")
+    # Naming ``timespec`` costs twice a plain ``isoformat()``, which differs only by leaving
+    # out a zero microsecond part (timeit: 0.8 against 1.7 µs; three times per row written).
+    return value.isoformat() if value.microsecond else value.isoformat(timespec="microseconds")
 
 
 def _to_db(row: StatusRow) -> list[Any]:
@@ -45,6 +47,7 @@ class SQLiteStatusView(SqlStatusView):
     """``StatusView`` on SQLite. Thread-safe: one connection, serialized by a lock."""
 
     backend = "sqlite"
+    in_process = True
 
     def __init__(self, database: Database, *, read_only: bool = False) -> None:
         super().__init__()

@@ -64,6 +64,25 @@ class StatusProjectionConfig:
     lease_seconds: float = DEFAULT_LEADER_LEASE_SECONDS
 
 
+class _Inline:
+    """An executor that runs each call at once in the caller's thread (the pipeline's steps one
+    after the other); its futures are already done, carrying the result or the error."""
+
+    def submit(self, fn: Any, /, *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        try:
+            future.set_result(fn(*args))
+        except Exception as exc:  # handed to ``result()``, where the pipeline expects it
+            future.set_exception(exc)
+        return future
+
+    def __enter__(self) -> _Inline:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        return None
+
+
 class StatusProjection:
     """Keeps ``opledger_operation_status`` caught up with the log.
 
@@ -209,7 +228,9 @@ class StatusProjection:
 
         While one batch is folded, the next is read and the previous one written, each on a
         helper thread: database calls release the GIL, so a long catch-up overlaps them with
-        folding. Writes stay one at a time and in log order, each with its position, so the
+        folding. Not where the store works inside this process (SQLite, ``view.in_process``):
+        there the helpers only contend for the GIL, and the same steps run one after the other
+        (measured: docs/performance.md). Writes stay one at a time and in log order, each with its position, so the
         committed state is always a prefix of the log; a batch is folded onto the state of the
         one being written, and an error discards the cache (folded ahead of what committed) and
         keeps the corrupt-record marks of every batch not known to be written. Leadership
@@ -221,7 +242,10 @@ class StatusProjection:
         """
         committed, size = 0, self.config.batch_size
         unwritten: list[_Batch] = []  # folded, and not yet known to be committed
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="opledger-projection") as pool:
+        pool: ThreadPoolExecutor | _Inline = (
+            _Inline() if self.view.in_process
+            else ThreadPoolExecutor(max_workers=2, thread_name_prefix="opledger-projection"))
+        with pool:
             reading = pool.submit(self._read, position, size)
             writing: Future[None] | None = None
             try:

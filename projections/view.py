@@ -38,6 +38,10 @@ class NotLeaderError(LedgerError):
 class StatusView(Protocol):
     """Read and write the operation status read model."""
 
+    in_process: bool
+    """True where the store does its work inside this process (embedded SQLite), so waiting on
+    it frees no CPU for other threads of the process; False for a database server."""
+
     def position(self, projection: str, upstream: str) -> int:
         """The last notification id applied by ``projection`` from ``upstream`` (0 if none)."""
         ...
