@@ -141,6 +141,48 @@ def worker_gc() -> Iterator[None]:
         gc.set_threshold(*thresholds)
 
 
+class CpuMeter:
+    """CPU time spent during a run, split by who spent it, in µs per operation.
+
+    ``start`` and ``stop`` read CPU times (user + system, psutil) of this process (the host:
+    producer threads and the runner's polling), of the worker processes given, and of the whole
+    machine; ``other`` is the machine's rest, which on this machine is mostly PostgreSQL. With
+    the run's wall time it shows how much of two cores a run used and on what.
+    """
+
+    def __init__(self, pids: list[int]) -> None:
+        import psutil
+
+        self._processes = [psutil.Process(pid) for pid in pids]
+        self._began: tuple[float, float, float] | None = None
+
+    def _read(self) -> tuple[float, float, float]:
+        import psutil
+
+        def used(times: Any) -> float:
+            return times.user + times.system
+
+        machine = psutil.cpu_times()
+        busy = machine.user + machine.nice + machine.system + getattr(machine, "irq", 0) + getattr(machine, "softirq", 0)
+        return used(psutil.Process().cpu_times()), sum(used(p.cpu_times()) for p in self._processes), busy
+
+    def start(self) -> None:
+        self._began = self._read()
+
+    def stop(self, operations: int) -> dict[str, float]:
+        """Returns ``{"host", "workers", "other", "total"}``: CPU µs per operation since ``start``."""
+        assert self._began is not None
+        host, workers, machine = (after - before for after, before in zip(self._read(), self._began))
+        per_op = 1e6 / max(operations, 1)
+        return {"host": round(host * per_op), "workers": round(workers * per_op),
+                "other": round(max(machine - host - workers, 0.0) * per_op), "total": round(machine * per_op)}
+
+
+def median_parts(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Per key, the median over ``runs`` (each run's :meth:`CpuMeter.stop`)."""
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]} if runs else {}
+
+
 def rate(count: int, seconds: float) -> float:
     """``count`` per second (a zero duration counts as one microsecond)."""
     return count / max(seconds, 1e-6)

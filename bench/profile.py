@@ -6,6 +6,7 @@ and ``Settled`` goes.
     python -m bench.profile --what catch-up --backend postgres --n 100000
     python -m bench.profile --what cocommit --backend sqlite --n 2000
     python -m bench.profile --what catch-up-stages --backend sqlite --n 100000
+    python -m bench.profile --what cocommit-parts --backend postgres --n 2000
 
 N items with intents are committed and projected; then one ``executors.worker.Worker`` (the
 fake adapter, the benchmark's settings) cycles *in this process* until the status view shows
@@ -15,7 +16,8 @@ profiler of the main thread would not see), so the whole drain is one thread's p
 
 ``--what catch-up`` instead builds the projection scenario's synthetic log of N ledger events
 (``bench.projection.build_log``) and profiles ``StatusProjection.catch_up()`` from zero;
-``--what catch-up-stages`` times the stages of that catch-up one by one, without a profiler.
+``--what catch-up-stages`` times the stages of that catch-up one by one, without a profiler;
+``--what cocommit-parts`` times, the same way, what an intent adds to each part of a save.
 
 Writes ``bench/profiles/<what>-<backend>.txt``: the call tree (inclusive seconds), a flat list by
 self time, and the product functions (``ledger``, ``executors``, ``projections``, ``adapters``,
@@ -89,7 +91,7 @@ def profile_catch_up(backend: str, n: int) -> Path:
     from bench.harness import worker_gc, writer
     from bench.projection import build_log, reset_view
 
-    with fresh_store(backend, Options()) as database, writer(database) as app:
+    with fresh_store(backend, Options()) as database, writer(database) as app, worker_gc():
         build_log(app, n, log=lambda line: None)
         reset_view(database)
         view = open_view(database)
@@ -186,6 +188,74 @@ def profile_cocommit(backend: str, n: int) -> Path:
                   f"{seconds:.2f} s, {n / seconds:.0f} saves/s")
 
 
+def cocommit_parts(backend: str, n: int) -> Path:
+    """Time what an intent adds to a save, part by part, without a profiler: building the item
+    (and its intent, ``LedgerApplication.intend``), encoding the pending events
+    (``mapper.to_stored_event``), inserting them (``recorder.insert_events``, one transaction),
+    and the whole ``save``. Each part runs on blocks of N / 5 saves, alone and with an intent
+    interleaved, five times; the medians are µs per save. Writes
+    ``bench/profiles/cocommit-parts-<backend>.txt``."""
+    import itertools
+    import statistics
+
+    from bench.app import NOOP, Item
+    from bench.harness import writer
+
+    parts = ("build", "encode", "insert", "save")
+    spent: dict[str, dict[bool, list[float]]] = {part: {False: [], True: []} for part in parts}
+    counter = itertools.count(20_000_000)
+    block = max(20, n // 5)
+
+    def build(with_intent: bool) -> list[tuple]:
+        built = []
+        for _ in range(block):
+            item = Item(n=next(counter))
+            built.append((item, app.intend(item, NOOP, payload={"n": 0})) if with_intent else (item,))
+        return built
+
+    def per_save(began: float) -> float:
+        return (time.perf_counter() - began) * 1e6 / block
+
+    with fresh_store(backend, Options()) as database, writer(database) as app:
+        for _ in range(20):  # warm up
+            app.create_with_intent(next(counter))
+        for _ in range(5):
+            for with_intent in (False, True):
+                began = time.perf_counter()
+                built = build(with_intent)
+                spent["build"][with_intent].append(per_save(began))
+                began = time.perf_counter()
+                stored = [[app.mapper.to_stored_event(event) for aggregate in objs for event in aggregate.pending_events]
+                          for objs in built]
+                spent["encode"][with_intent].append(per_save(began))
+                began = time.perf_counter()
+                for records in stored:
+                    app.recorder.insert_events(records)
+                spent["insert"][with_intent].append(per_save(began))
+                built = build(with_intent)  # fresh aggregates: the ones above are recorded
+                began = time.perf_counter()
+                for objs in built:
+                    app.save(*objs)
+                spent["save"][with_intent].append(per_save(began))
+    median = {part: {w: statistics.median(v) for w, v in by.items()} for part, by in spent.items()}
+    lines = [f"# co-commit parts on {backend}: µs per save, medians of 5 interleaved blocks of {block}", "",
+             f"{'part':28} {'alone':>8} {'with intent':>12} {'added':>8}"]
+    labels = {"build": "build (Item, intend)", "encode": "encode (to_stored_event)",
+              "insert": "insert (recorder, 1 txn)", "save": "save (whole app.save)"}
+    for part in parts:
+        alone, with_intent = median[part][False], median[part][True]
+        lines.append(f"{labels[part]:28} {alone:8.1f} {with_intent:12.1f} {with_intent - alone:8.1f}")
+    alone = median["build"][False] + median["save"][False]
+    with_intent = median["build"][True] + median["save"][True]
+    lines += ["", f"build + save: {alone:.1f} alone, {with_intent:.1f} with intent: ratio {alone / with_intent:.2f} "
+              f"(the target, 0.9, allows {alone / 0.9 - alone:.1f} µs for the intent)"]
+    PROFILES.mkdir(exist_ok=True)
+    out = PROFILES / f"cocommit-parts-{backend}.txt"
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return out
+
+
 def profile(backend: str, n: int, threads: int, batch_size: int) -> Path:
     from pyinstrument import Profiler
 
@@ -219,7 +289,8 @@ def profile(backend: str, n: int, threads: int, batch_size: int) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--what", choices=("drain", "catch-up", "catch-up-stages", "cocommit"), default="drain")
+    parser.add_argument("--what", choices=("drain", "catch-up", "catch-up-stages", "cocommit", "cocommit-parts"),
+                        default="drain")
     parser.add_argument("--backend", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--threads", type=int, default=TUNED_THREADS, help="egress threads (claim capacity)")
@@ -227,6 +298,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.what == "cocommit":
         profile_cocommit(args.backend, args.n)
+    elif args.what == "cocommit-parts":
+        cocommit_parts(args.backend, args.n)
     elif args.what == "catch-up":
         profile_catch_up(args.backend, args.n)
     elif args.what == "catch-up-stages":

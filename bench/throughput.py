@@ -13,6 +13,11 @@ where one process owns the store (DESIGN §8), host and worker share one process
 
 "2 workers" on SQLite is one process with more egress threads (256, the settings' maximum).
 
+On PostgreSQL both end-to-end runs (ours and the baseline's) also record where the CPU went, in
+µs per operation (``bench.harness.CpuMeter``): the host process, the worker processes, and the
+rest of the machine (mostly PostgreSQL); ``extra.cpu_us_per_op`` in the results, medians over
+the repetitions.
+
 The baseline is Procrastinate with worker concurrency 4: drain = ``batch_defer`` N no-op jobs,
 start the workers, time until all succeeded; end to end = workers running, two producer threads
 ``defer`` one job per transaction. Worker counts match (1 or 2 processes each).
@@ -31,10 +36,12 @@ from typing import Iterator
 from bench import procrastinate_baseline as queue
 from bench.app import HTTP, NOOP
 from bench.harness import (
+    CpuMeter,
     Options,
     Result,
     Stats,
     fresh_store,
+    median_parts,
     rate,
     reader,
     seed_pending,
@@ -145,15 +152,18 @@ def e2e_postgres(cfg: Config, n: int, options: Options, partner_url: str | None)
         try:
             wait_ready(workers)
             time.sleep(0.5)  # let the projection leader settle in
+            meter = CpuMeter([worker.pid for worker in workers])
             with writer(database) as app:
+                meter.start()
                 began = time.perf_counter()
                 produced = _produce(app, n, PRODUCERS, integration, _target(cfg, partner_url))
                 done = wait_until(lambda: settled_count(view) >= n, timeout=TIMEOUT_SECONDS,
                                   what=f"{n} settled ({cfg})", workers=workers)
+                cpu = meter.stop(n)
         finally:
             stop_workers(workers)
             view.close()
-    return done - began, {"producer_seconds": round(produced, 3), "producers": PRODUCERS}
+    return done - began, {"producer_seconds": round(produced, 3), "producers": PRODUCERS, "cpu_us_per_op": cpu}
 
 
 def e2e_sqlite(cfg: Config, n: int, options: Options, partner_url: str | None) -> tuple[float, dict]:
@@ -197,11 +207,12 @@ def producers_only(n: int, options: Options) -> float:
 # ---------------------------------------------------------------------- baseline runs
 
 
-def _queue_run(workers: int, n: int, options: Options, *, deferred_first: bool) -> float:
+def _queue_run(workers: int, n: int, options: Options, *, deferred_first: bool) -> tuple[float, dict]:
     """Procrastinate draining ``n`` no-op jobs with ``workers`` processes: deferred in one batch
     before the workers start (drain, timed from the first worker's ``READY``), or deferred one
     per transaction by ``PRODUCERS`` threads while they run (end to end, timed from the first
-    defer). Returns the seconds until all succeeded."""
+    defer). Returns the seconds until all succeeded, and (end to end) the CPU per job."""
+    cpu: dict[str, float] = {}
     with queue.fresh_queue() as schema:
         if deferred_first:
             queue.defer_batch(schema, n)
@@ -210,21 +221,25 @@ def _queue_run(workers: int, n: int, options: Options, *, deferred_first: bool) 
             began = queue.wait_ready(started)
             if not deferred_first:
                 time.sleep(0.5)
+                meter = CpuMeter([worker.process.pid for worker in started])
+                meter.start()
                 began = time.perf_counter()
                 queue.defer_each(schema, n, PRODUCERS)
             done = wait_until(lambda: queue.succeeded(schema) >= n, timeout=TIMEOUT_SECONDS,
                               what=f"{n} procrastinate jobs")
+            if not deferred_first:
+                cpu = meter.stop(n)
         finally:
             for worker in started:
                 worker.kill()
-    return done - began
+    return done - began, cpu
 
 
-def queue_drain(workers: int, n: int, options: Options) -> float:
+def queue_drain(workers: int, n: int, options: Options) -> tuple[float, dict]:
     return _queue_run(workers, n, options, deferred_first=True)
 
 
-def queue_e2e(workers: int, n: int, options: Options) -> float:
+def queue_e2e(workers: int, n: int, options: Options) -> tuple[float, dict]:
     return _queue_run(workers, n, options, deferred_first=False)
 
 
@@ -263,6 +278,7 @@ def run(options: Options, log=print) -> list[Result]:
     all_configs = configs(options)
     samples: dict[Config, list[float]] = {c: [] for c in all_configs}
     extras: dict[Config, dict] = {}
+    cpu: dict[Config | tuple[str, int], list[dict]] = {}  # CPU per operation (end to end, PostgreSQL)
     baseline: dict[tuple[str, int], list[float]] = {(k, w): [] for k in ("drain", "e2e") for w in (1, 2)}
     ceilings: dict[str, list[float]] = {"e2e.producers_only": [], "procrastinate.defer_only": []}
     with ExitStack() as stack:
@@ -274,15 +290,20 @@ def run(options: Options, log=print) -> list[Result]:
                 runner = drain if cfg.kind == "drain" else (e2e_postgres if cfg.backend == "postgres" else e2e_sqlite)
                 seconds, extra = runner(cfg, size, options, partner_url)
                 samples[cfg].append(rate(size, seconds))
+                used = extra.pop("cpu_us_per_op", None)
+                if used:
+                    cpu.setdefault(cfg, []).append(used)
                 extras[cfg] = {**extra, "n": size}
                 log(f"  throughput rep {rep + 1}: {cfg.name:<16} {cfg.backend:<8} workers={cfg.workers} "
-                    f"{rate(size, seconds):8.1f} ops/s")
+                    f"{rate(size, seconds):8.1f} ops/s{_cpu_text(used)}")
                 if cfg.backend == "postgres" and cfg.adapter == "fake" and not cfg.small:
                     key = (cfg.kind, cfg.workers)
-                    seconds = (queue_drain if cfg.kind == "drain" else queue_e2e)(cfg.workers, n, options)
+                    seconds, used = (queue_drain if cfg.kind == "drain" else queue_e2e)(cfg.workers, n, options)
                     baseline[key].append(rate(n, seconds))
+                    if used:
+                        cpu.setdefault(key, []).append(used)
                     log(f"  throughput rep {rep + 1}: procrastinate.{cfg.kind:<6} postgres workers={cfg.workers} "
-                        f"{rate(n, seconds):8.1f} jobs/s")
+                        f"{rate(n, seconds):8.1f} jobs/s{_cpu_text(used)}")
                 if (cfg.kind, cfg.backend, cfg.workers, cfg.adapter, cfg.small) == ("e2e", "postgres", 2, "fake", False):
                     for name, seconds in (("e2e.producers_only", producers_only(n, options)),
                                           ("procrastinate.defer_only", queue_defer_only(n))):
@@ -293,7 +314,8 @@ def run(options: Options, log=print) -> list[Result]:
         if values:
             results.append(Result(name=f"procrastinate.{kind}", backend="postgres", workers=workers,
                                   stats=Stats.of(values), unit="jobs/s", n=n,
-                                  note=f"Procrastinate {_version()}, concurrency {queue.CONCURRENCY} per process"))
+                                  note=f"Procrastinate {_version()}, concurrency {queue.CONCURRENCY} per process",
+                                  extra=_cpu_extra(cpu.get((kind, workers)))))
     for name, values in ceilings.items():
         if values:
             results.append(Result(
@@ -308,7 +330,8 @@ def run(options: Options, log=print) -> list[Result]:
         result = Result(name=cfg.name, backend=cfg.backend, workers=cfg.workers, stats=stats, unit="ops/s",
                         ratio=ratio, baseline=f"procrastinate.{cfg.kind}" if ratio else None,
                         n=extras[cfg].pop("n"), extra={**extras[cfg], "processes": cfg.processes,
-                                                       "egress_threads": cfg.egress_threads})
+                                                       "egress_threads": cfg.egress_threads,
+                                                       **_cpu_extra(cpu.get(cfg))})
         target = TARGETS.get((cfg.kind, cfg.backend, cfg.workers)) if cfg.adapter == "fake" and not cfg.small else None
         if target:
             text, floor, times = target
@@ -318,6 +341,15 @@ def run(options: Options, log=print) -> list[Result]:
             result.note = "one process (SQLite has one owner), more egress threads"
         results.append(result)
     return results
+
+
+def _cpu_text(used: dict | None) -> str:
+    return ("  CPU µs/op: " + ", ".join(f"{key} {value:.0f}" for key, value in used.items())) if used else ""
+
+
+def _cpu_extra(runs: list[dict] | None) -> dict:
+    """``{"cpu_us_per_op": medians}`` over the repetitions' CPU meters, or nothing."""
+    return {"cpu_us_per_op": median_parts(runs)} if runs else {}
 
 
 def _version() -> str:
