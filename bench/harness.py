@@ -46,7 +46,7 @@ class Options:
 
     Attributes:
         smoke: tiny sizes, one repetition each, for CI (never a timed assertion).
-        full: also run the opt-in big sizes (the 1M-event log on SQLite too).
+        full: also run the opt-in big size (the 1M-event log, on PostgreSQL).
         repeat: repetitions per configuration (median, min, max over them).
         n: operations per throughput run (overrides the scenario default).
         workdir: temporary directory for SQLite stores and worker logs.
