@@ -162,11 +162,7 @@ def catch_up_stages(backend: str, n: int) -> Path:
               for name, seconds in spent.items()]
     lines += [f"{'total':7} {total * 1e6 / events_seen:6.2f} us/event  "
               f"({events_seen / total:,.0f} events/s; read alone {events_seen / spent['read']:,.0f} events/s)"]
-    PROFILES.mkdir(exist_ok=True)
-    out = PROFILES / f"catch-up-stages-{backend}.txt"
-    out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return out
+    return _write_lines(lines, f"catch-up-stages-{backend}.txt")
 
 
 def profile_cocommit(backend: str, n: int) -> Path:
@@ -249,8 +245,13 @@ def cocommit_parts(backend: str, n: int) -> Path:
     with_intent = median["build"][True] + median["save"][True]
     lines += ["", f"build + save: {alone:.1f} alone, {with_intent:.1f} with intent: ratio {alone / with_intent:.2f} "
               f"(the target, 0.9, allows {alone / 0.9 - alone:.1f} µs for the intent)"]
+    return _write_lines(lines, f"cocommit-parts-{backend}.txt")
+
+
+def _write_lines(lines: list[str], name: str) -> Path:
+    """Print ``lines`` and write them to ``bench/profiles/<name>``; returns the path."""
     PROFILES.mkdir(exist_ok=True)
-    out = PROFILES / f"cocommit-parts-{backend}.txt"
+    out = PROFILES / name
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return out
