@@ -179,8 +179,9 @@ class CpuMeter:
 
 
 def median_parts(runs: list[dict[str, float]]) -> dict[str, float]:
-    """Per key, the median over ``runs`` (each run's :meth:`CpuMeter.stop`)."""
-    return {key: statistics.median(run[key] for run in runs) for key in runs[0]} if runs else {}
+    """The run (each a :meth:`CpuMeter.stop`) whose ``total`` is the median (the lower middle
+    one of an even count), whole, so that its parts add up to its total."""
+    return sorted(runs, key=lambda run: run["total"])[(len(runs) - 1) // 2] if runs else {}
 
 
 def rate(count: int, seconds: float) -> float:

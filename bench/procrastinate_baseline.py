@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -90,12 +90,16 @@ def defer_each(schema: str, count: int, producers: int) -> None:
             list(pool.map(produce, range(producers)))
 
 
-def succeeded(schema: str) -> int:
+@contextmanager
+def succeeded_counter(schema: str) -> Iterator[Callable[[], int]]:
+    """Yields a function that counts the jobs that succeeded, over one connection held open, as
+    the opledger runs poll their status view. (A new connection per poll cost the machine about
+    8 ms of CPU each, which slowed the baseline and was counted against it.)"""
     import psycopg
 
+    sql = f"SELECT count(*) FROM \"{schema}\".procrastinate_jobs WHERE status = 'succeeded'"
     with psycopg.connect(Database.parse(PG_URL).conninfo(), autocommit=True) as conn:
-        row = conn.execute(f"SELECT count(*) FROM \"{schema}\".procrastinate_jobs WHERE status = 'succeeded'").fetchone()
-    return int(row[0])
+        yield lambda: int(conn.execute(sql).fetchone()[0])
 
 
 @dataclass
