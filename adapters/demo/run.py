@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import secrets
+import shutil
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -286,7 +289,17 @@ def _print_summary(console: Console, summary: dict[str, Any], database: Database
     verdict = "[bold green]OK[/]" if summary["lost"] == 0 and summary["duplicate_effects"] == 0 else "[bold red]FAILED[/]"
     console.print(f"{verdict}: {summary['operations']} operations, lost {summary['lost']}, "
                   f"duplicate effects {summary['duplicate_effects']}. Inspect with "
-                  f"`opledger ops list --database-url {database.url()}`.")
+                  f"`{_this_command()} ops list --database-url {database.url()}`.")
+
+
+def _this_command() -> str:
+    """How to run this program again from here: ``opledger`` when that is on PATH, else the path
+    it was started as (``.venv/bin/opledger`` after the README's first command, with the
+    virtual environment not activated)."""
+    started_as = Path(sys.argv[0])
+    if shutil.which("opledger") or started_as.name != "opledger":
+        return "opledger"
+    return os.path.relpath(started_as)
 
 
 _TIMELINE_FIELDS = ("epoch", "worker_id", "attempt_number", "status_code", "reason", "category",
