@@ -1,8 +1,8 @@
 """Co-commit overhead: an entity transition saved with its ``Intended`` vs. saved alone.
 
-Same application, same store, same connection pool, one thread. Each repetition runs a block
-of K saves of each variant back to back (alone, with intent, and a diagnostic third), so drift
-in the machine hits all alike:
+Same application, same store, same connection pool, one thread. Each repetition runs three
+rounds of blocks of K saves of each variant back to back (alone, with intent, and a diagnostic
+third), so drift in the machine hits all alike; median, min and max are over the blocks:
 
 - ``alone``: ``Item(n)`` then ``save(item)`` (one event, one transaction);
 - ``with intent``: ``Item(n)``, ``intend(item, ...)``, ``save(item, op)`` (the public co-commit
@@ -21,11 +21,15 @@ import time
 from bench.harness import BACKENDS, Options, Result, Stats, fresh_store, rate, writer
 
 TARGET_OVERHEAD = 0.10
+BLOCKS_PER_REPETITION = 3
 
 
 def run(options: Options, log=print) -> list[Result]:
     k = options.size(400, 20) if options.n is None else max(10, options.n // 5)
-    reps = max(options.repetitions, 3 if not options.smoke else 1)
+    # Three blocks per requested repetition: a block lasts well under a second, so one stall of
+    # the disk (seen: a block of SQLite saves at a third of its usual rate) would otherwise move
+    # the median of one variant only.
+    reps = options.repetitions * BLOCKS_PER_REPETITION
     results: list[Result] = []
     counter = itertools.count()
     for backend in BACKENDS:
