@@ -92,9 +92,18 @@ class LedgerPostgresApplicationRecorder(PostgresApplicationRecorder):
     Args:
         datastore: the library's PostgreSQL datastore.
         events_table_name: the application's events table.
+
+    Raises:
+        ConfigurationError: the datastore stores ids as text (``ORIGINATOR_ID_TYPE=text``).
     """
 
     def __init__(self, datastore: PostgresDatastore, events_table_name: str = "stored_events") -> None:
+        if datastore.originator_id_type != "uuid":
+            # Operation ids are UUIDs (``ledger.identity.operation_id``), and the ledger's reads
+            # compare ids as uuid: a text id column would fail at the first save or read.
+            raise ConfigurationError(
+                f"ORIGINATOR_ID_TYPE={datastore.originator_id_type} is not supported: opledger stores "
+                "aggregate ids as uuid on PostgreSQL; unset ORIGINATOR_ID_TYPE (or set it to uuid)")
         super().__init__(datastore, events_table_name=events_table_name)
         function = Identifier(datastore.schema, f"opledger_insert_{events_table_name}"[:63])
         table = Identifier(datastore.schema, events_table_name)

@@ -17,6 +17,7 @@ from ledger.persistence import SCHEMA_VERSION, StoreLock, check_store_identity, 
 from migrations import migrate
 from projections.rows import COLUMNS
 from tests.apps import ModesApp
+from tests.conftest import drop_schema, new_postgres_url, require_postgres
 
 
 def _columns(database: Database, table: str) -> list[str]:
@@ -162,3 +163,16 @@ def test_a_directory_given_as_the_store_is_refused_without_leaving_a_lock_file(t
     with pytest.raises(ConfigurationError, match="is a directory"):
         migrate(Database.parse(f"sqlite:///{directory}"), OrdersApp)
     assert not (tmp_path / "adir.lock").exists()
+
+
+
+@pytest.mark.postgres
+def test_text_originator_ids_are_refused_with_a_clear_error() -> None:
+    require_postgres()
+    url, schema = new_postgres_url()
+    try:
+        env = {**Database.parse(url).library_env(create_table=True), "ORIGINATOR_ID_TYPE": "text"}
+        with pytest.raises(ConfigurationError, match="ORIGINATOR_ID_TYPE=text is not supported"):
+            OrdersApp(env=env)
+    finally:
+        drop_schema(schema)
