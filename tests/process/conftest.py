@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from adapters.processes import WorkerProcess, spawn_worker
 from ledger.config import Database
-from tests.conftest import SECRET, wait_until
+from tests.conftest import SECRET
 
 REPO = Path(__file__).resolve().parents[2]
 
