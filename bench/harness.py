@@ -178,7 +178,7 @@ class CpuMeter:
                 "other": round(max(machine - host - workers, 0.0) * per_op), "total": round(machine * per_op)}
 
 
-def median_parts(runs: list[dict[str, float]]) -> dict[str, float]:
+def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
     """The run (each a :meth:`CpuMeter.stop`) whose ``total`` is the median (the lower middle
     one of an even count), whole, so that its parts add up to its total."""
     return sorted(runs, key=lambda run: run["total"])[(len(runs) - 1) // 2] if runs else {}

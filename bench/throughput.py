@@ -42,7 +42,7 @@ from bench.harness import (
     Result,
     Stats,
     fresh_store,
-    median_parts,
+    median_run,
     rate,
     reader,
     seed_pending,
@@ -350,7 +350,7 @@ def _cpu_text(used: dict | None) -> str:
 
 def _cpu_extra(runs: list[dict] | None) -> dict:
     """``{"cpu_us_per_op": the repetition with the median total}``, or nothing."""
-    return {"cpu_us_per_op": median_parts(runs)} if runs else {}
+    return {"cpu_us_per_op": median_run(runs)} if runs else {}
 
 
 def _version() -> str:

@@ -230,12 +230,12 @@ class StatusProjection:
         helper thread: database calls release the GIL, so a long catch-up overlaps them with
         folding. Not where the store works inside this process (SQLite, ``view.in_process``):
         there the helpers only contend for the GIL, and the same steps run one after the other
-        (measured: docs/performance.md). Writes stay one at a time and in log order, each with its position, so the
-        committed state is always a prefix of the log; a batch is folded onto the state of the
+        (measured: docs/performance.md). Writes stay one at a time and in log order, each with
+        its position, so the committed state is always a prefix of the log; a batch is folded onto the state of the
         one being written, and an error discards the cache (folded ahead of what committed) and
         keeps the corrupt-record marks of every batch not known to be written. Leadership
         (PostgreSQL) is renewed before every write; once it is lost, nothing more is written.
-        Measured: docs/performance.md ("Latest round").
+        Measured: docs/performance.md ("This round" and "Round 2").
 
         Raises:
             CorruptRecordError: as :meth:`run_once`; any error of a read or a write.
