@@ -20,7 +20,7 @@ from typing import Iterator
 import structlog
 from eventsourcing.utils import resolve_topic
 
-from executors.worker import Worker, WorkerConfig
+from executors.runtime import Worker, WorkerConfig
 from ledger.application import LedgerApplication
 from ledger.clock import Clock, SystemClock
 from ledger.config import Settings

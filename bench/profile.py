@@ -8,7 +8,7 @@ and ``Settled`` goes.
     python -m bench.profile --what catch-up-stages --backend sqlite --n 100000
     python -m bench.profile --what cocommit-parts --backend postgres --n 2000
 
-N items with intents are committed and projected; then one ``executors.worker.Worker`` (the
+N items with intents are committed and projected; then one ``executors.runtime.Worker`` (the
 fake adapter, the benchmark's settings) cycles *in this process* until the status view shows
 all N settled. The status projection runs inside the worker's cycle on both backends (as the
 SQLite runtime does; on PostgreSQL the runtime runs it on a thread, which a statistical
@@ -35,7 +35,7 @@ from adapters.fake import FakeAdapter
 from bench.app import BenchApp
 from bench.harness import Options, fresh_store, seed_pending, settled_count
 from bench.throughput import TUNED_THREADS
-from executors.worker import Worker, WorkerConfig
+from executors.runtime import Worker, WorkerConfig
 from ledger.clock import SystemClock
 from ledger.persistence import StoreLock
 from projections.status import StatusProjection

@@ -1,29 +1,37 @@
 """Workers: claim, lease, attempt before egress, record honest outcomes, settle, recover.
 
-Depends on ``ledger`` (and reads the status view from ``projections``); never on ``adapters``.
+Small services of one shape (STYLE rule 11), composed by :class:`Worker`; every decision they act
+on is a pure function of ``ledger.decisions``. Depends on ``ledger`` (and reads the status view
+from ``projections``); never on ``adapters``.
 """
 
-from executors.commit import CommitResult, commit_changes
-from executors.retry import AwaitCallback, GiveUp, Lookup, Record, Retry, backoff_seconds, decide
+from executors.claim import ClaimConfig, ClaimService
+from executors.commit import CommitResult, Committer, Counts, commit_changes
+from executors.egress import EgressConfig, EgressService
+from executors.leases import LeaseConfig, LeaseService
+from executors.outcomes import OutcomeService
+from executors.runtime import Worker, WorkerConfig
 from executors.secrets import EnvironmentSecrets, MissingSecretError, SecretResolver
-from executors.worker import Counts, Worker, WorkerConfig
+from executors.settlement import SettlementService
 
 __all__ = [
     # running work
     "Worker",
     "WorkerConfig",
     "Counts",
-    # decisions (pure)
-    "decide",
-    "backoff_seconds",
-    "Record",
-    "Retry",
-    "GiveUp",
-    "Lookup",
-    "AwaitCallback",
+    # the services a worker composes
+    "ClaimService",
+    "ClaimConfig",
+    "EgressService",
+    "EgressConfig",
+    "OutcomeService",
+    "SettlementService",
+    "LeaseService",
+    "LeaseConfig",
     # committing many operations at once
     "commit_changes",
     "CommitResult",
+    "Committer",
     # secrets at egress
     "SecretResolver",
     "EnvironmentSecrets",

@@ -1,15 +1,18 @@
 """Settlement: apply a terminal outcome to the source entity, once (DESIGN §1.5, §7).
 
 The change loads the entity, calls its declared action with a ``SettlementOutcome`` and records
-``Settled``; ``commit_changes`` saves entity and operation in one ``save()``, so the action's
-effect and the settlement fact commit together. A failing action is recorded as
-``SettlementFailed`` and retried with backoff, without any new egress, and after the declared
-number of tries becomes ``SettlementBlocked`` with an attention reason.
+``Settled``; the commit saves entity and operation in one ``save()``, so the action's effect and
+the settlement fact commit together. A failing action is recorded as ``SettlementFailed`` and
+retried with backoff, without any new egress, and after the declared number of tries becomes
+``SettlementBlocked`` with an attention reason (``ledger.decisions.after_settlement_failure``).
+An entity whose changes cannot be stored blocks its settlement the same way; other operations
+of the batch settle.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Sequence
 from uuid import UUID
 
@@ -17,22 +20,21 @@ import structlog
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.domain import Aggregate
 
-from executors.commit import Change
+from executors.commit import Change, CommitResult, Committer, Counts, describe
 from ledger.application import LedgerApplication
-from ledger.errors import UnknownIntegrationError
+from ledger.decisions import RetrySettlement, Settle, after_settlement_failure, due_work
+from ledger.errors import LedgerError, UnknownIntegrationError
 from ledger.operation import Operation
 from ledger.settlement import SettlementOutcome
-from ledger.status import SettlementState
+from projections.loading import load_aggregates
 
 log = structlog.get_logger("opledger.settlement")
 
-ERROR_TEXT_LIMIT = 500
 
-
-def settlement_due(op: Operation, now: datetime) -> bool:
-    """True when ``op`` waits for settlement and its retry time has come."""
-    return (op.settlement is SettlementState.PENDING and op.settlement_due_at is not None
-            and op.settlement_due_at <= now)
+@dataclass(frozen=True)
+class SettlementConfig:
+    """Settlement has no settings of its own yet (the backoff and tries are declared per
+    integration); the frozen record keeps the services' shape."""
 
 
 def settle_change(app: LedgerApplication, now: datetime, entities: dict[UUID, Aggregate] | None = None) -> Change:
@@ -68,15 +70,93 @@ def settle_change(app: LedgerApplication, now: datetime, entities: dict[UUID, Ag
         try:
             method(SettlementOutcome.of(op))
         except Exception as exc:  # the host's action failed: a fact to record, not a crash
-            error = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_LIMIT]
+            error = describe(exc)
             log.warning("settlement action failed", operation_id=str(op.id), error=error)
-            if op.settlement_attempts + 1 >= op.settlement_max_attempts:
-                op.block_settlement(now=now, reason=error)
+            decision = after_settlement_failure(tries_used=op.settlement_attempts, max_tries=op.settlement_max_attempts,
+                                                backoff_seconds=action.backoff_seconds, now=now)
+            if isinstance(decision, RetrySettlement):
+                op.fail_settlement(now=now, error=error, retry_at=decision.at)
             else:
-                delay = action.backoff_seconds * (2 ** op.settlement_attempts)
-                op.fail_settlement(now=now, error=error, retry_at=now + timedelta(seconds=delay))
+                op.block_settlement(now=now, reason=error)
             return []
         op.settle(now=now, entity_version=entity.version)
         return [entity]
 
     return change
+
+
+def load_entities(app: LedgerApplication, ops: Sequence[Operation]) -> dict[UUID, Aggregate]:
+    """The source entities of ``ops`` in one query; empty when one does not load (settlement
+    then loads each entity itself and records what fails)."""
+    if not ops:
+        return {}
+    try:
+        return load_aggregates(app, [op.source.entity_id for op in ops])
+    except LedgerError:
+        return {}
+
+
+class SettlementService:
+    """Settles operations whose outcome was just recorded by this worker.
+
+    Settlement retries that come due later are found by the claim service's due-work pass
+    (``ledger.decisions.Settle``), which uses :func:`settle_change` in its own commit.
+
+    Args:
+        committer: the worker's write side.
+        config: :class:`SettlementConfig`.
+    """
+
+    def __init__(self, *, committer: Committer, config: SettlementConfig | None = None) -> None:
+        self.committer = committer
+        self.config = config or SettlementConfig()
+        self._offered: dict[UUID, Operation] = {}
+
+    def offer(self, op: Operation) -> None:
+        """Hand over an operation just committed; it is settled by the next :meth:`run_once`
+        if settlement is due (else nothing)."""
+        self._offered[op.id] = op
+
+    def run_once(self, now: datetime) -> Counts:
+        """Settle the offered operations due at ``now``, one per source entity per batch (two
+        settlements of one entity in one batch would conflict on its version).
+
+        Returns:
+            :class:`Counts` of what was committed.
+        """
+        counts = Counts()
+        chosen: dict[UUID, Operation] = {}
+        for op_id, op in list(self._offered.items()):
+            if isinstance(due_work(op, now), Settle):
+                if op.source.entity_id in chosen:
+                    continue  # the entity's other settlement goes in the next batch
+                chosen[op.source.entity_id] = op
+            # Settled now, or nothing to settle yet: a later retry is found by the due-work pass.
+            del self._offered[op_id]
+        if chosen:
+            self.commit(list(chosen.values()), now, counts)
+        return counts
+
+    def commit(self, ops: list[Operation], now: datetime, counts: Counts,
+               changes: list[tuple[Operation, Change]] | None = None) -> CommitResult:
+        """Settle ``ops`` (plus any other ``changes``) in one batch; an operation whose
+        settlement cannot be stored has it blocked, with the error, in a second batch.
+
+        Returns:
+            The first batch's :class:`CommitResult`.
+        """
+        app = self.committer.app
+        change = settle_change(app, now, load_entities(app, ops))
+        result = self.committer.commit([*(changes or []), *((op, change) for op in ops)], counts)
+        settled = {op.id for op in ops}
+        blocked = [op_id for op_id in result.failed if op_id in settled]
+        if not blocked:
+            return result
+        fresh = self.committer.load(blocked)
+
+        def block(op: Operation) -> Sequence[Aggregate]:
+            op.block_settlement(now=now, reason=f"the settlement could not be stored: {result.failed[op.id]}")
+            return []
+
+        self.committer.commit([(op, block) for op in fresh.values()], counts)
+        return result

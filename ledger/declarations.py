@@ -55,7 +55,7 @@ class _Strict(BaseModel):
 
 
 class RetryPolicy(_Strict):
-    """Attempt budget and backoff. Delays are computed by ``executors.retry`` (exponential with
+    """Attempt budget and backoff. Delays are computed by ``ledger.decisions`` (exponential with
     jitter); these are its inputs, in seconds."""
 
     max_attempts: int = Field(default=5, ge=1, le=1000)

@@ -7,10 +7,11 @@ it. Commands not listed in ``BY_EXECUTION`` are governed by ``BY_SETTLEMENT``.
 
 from __future__ import annotations
 
+from ledger.status import ACTIVE_STATES
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState as S
 
-ACTIVE: frozenset[E] = frozenset({E.PENDING, E.CLAIMED, E.DISPATCHING, E.ACCEPTED})
+ACTIVE: frozenset[E] = ACTIVE_STATES
 """Non-terminal, non-ambiguous execution states; each has a deadline."""
 
 BY_EXECUTION: dict[str, frozenset[E]] = {

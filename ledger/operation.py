@@ -9,27 +9,31 @@ Source: docs/adr/0001-operation-lifecycle.md; DESIGN §4.
 from __future__ import annotations
 
 import copy
-import re
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate, OriginatorIDError, OriginatorVersionError
 
-from ledger import lifecycle
+from ledger import decisions, lifecycle
 from ledger.clock import require_utc
-from ledger.declarations import SECRET_REF_PREFIX, Classification, DeliveryMode, Integration, check_plain_json
+from ledger.declarations import DeliveryMode, Integration
 from ledger.errors import (
     AttemptBudgetExceededError,
     IllegalTransitionError,
     InvalidArgumentError,
     LeaseExpiredError,
-    PayloadError,
     StaleEpochError,
 )
 from ledger.identity import Source, fingerprint, operation_id
+from ledger.intents import check_intent, check_payload, require_principal
+from ledger.modes import rules_for
 from ledger.outcomes import FailureCategory
 from ledger.status import (
+    APPROVAL_DENIED,
+    APPROVAL_GRANTED,
+    APPROVAL_NOT_REQUIRED,
+    APPROVAL_REQUIRED,
     OUTCOME_STATES,
     TERMINAL_EXECUTION_STATES,
     ExecutionState,
@@ -41,10 +45,6 @@ from ledger.status import (
 E = ExecutionState
 S = SettlementState
 
-APPROVAL_NOT_REQUIRED = "not_required"
-APPROVAL_REQUIRED = "required"
-APPROVAL_GRANTED = "granted"
-APPROVAL_DENIED = "denied"
 
 RESOLUTIONS_FOR_AMBIGUOUS = ("succeeded", "failed", "retry", "abandon")
 RESOLUTIONS_FOR_BLOCKED = ("retry_settlement", "abandon")
@@ -535,9 +535,9 @@ class Operation(Aggregate):
             NaiveDatetimeError: ``now`` has no timezone.
         """
         now = require_utc(now, "now")
-        _check_payload(integration, payload)
+        check_payload(integration, payload)
         target = target if target is not None else integration.endpoint
-        _check_intent(integration, source, target, principal, traceparent)
+        check_intent(integration, source, target, principal, traceparent)
         return cls._create(
             cls.Intended,
             id=operation_id(source, integration.name),
@@ -584,27 +584,14 @@ class Operation(Aggregate):
     @property
     def deadline_at(self) -> datetime | None:
         """When the current execution state's deadline passes (UTC), or None where none applies
-        (terminal states; ambiguous, which waits for an operator by design)."""
-        if self.execution not in lifecycle.ACTIVE:
-            return None
-        return self.state_entered_at + timedelta(seconds=self.deadlines[self.execution.value])
+        (``ledger.decisions.deadline_at``)."""
+        return decisions.deadline_at(self)
 
     @property
     def next_due_at(self) -> datetime | None:
-        """The earliest instant (UTC) at which a worker has something to do, or None."""
-        candidates: list[datetime] = []
-        deadline = self.deadline_at
-        if deadline is not None:
-            candidates.append(deadline)
-        if self.execution is E.PENDING and self.approval != APPROVAL_REQUIRED:
-            candidates.append(self.due_at)
-        elif self.execution is E.PENDING and self.cancel_requested:
-            candidates.append(self.due_at)
-        elif self.execution in (E.CLAIMED, E.DISPATCHING, E.ACCEPTED) and self.lease_expires_at:
-            candidates.append(self.lease_expires_at)
-        if self.settlement is S.PENDING and self.settlement_due_at is not None:
-            candidates.append(self.settlement_due_at)
-        return min(candidates) if candidates else None
+        """The earliest instant (UTC) at which a worker has something to do, or None
+        (``ledger.decisions.due_at``)."""
+        return decisions.due_at(self)
 
     @property
     def attention(self) -> str | None:
@@ -619,7 +606,7 @@ class Operation(Aggregate):
             return "dead_letter"
         if self.execution in lifecycle.ACTIVE and self.lease_takeovers >= LEASE_TAKEOVERS_FOR_ATTENTION:
             return "lease_expired_repeatedly"
-        return None
+        return decisions.time_problem(self)
 
     def lease_expired(self, now: datetime) -> bool:
         """True when no worker holds a live lease at ``now`` (UTC)."""
@@ -653,7 +640,7 @@ class Operation(Aggregate):
             IllegalTransitionError: not pending, or approval not required or already decided.
         """
         self._allow("grant_approval")
-        _require_principal(principal)
+        require_principal(principal)
         if self.approval != APPROVAL_REQUIRED:
             raise IllegalTransitionError("grant_approval", self.execution.value, f"approval is {self.approval}")
         self.trigger_event(self.ApprovalGranted, timestamp=require_utc(now), principal=principal)
@@ -665,7 +652,7 @@ class Operation(Aggregate):
             IllegalTransitionError: not pending, or approval not required or already decided.
         """
         self._allow("deny_approval")
-        _require_principal(principal)
+        require_principal(principal)
         if self.approval != APPROVAL_REQUIRED:
             raise IllegalTransitionError("deny_approval", self.execution.value, f"approval is {self.approval}")
         self.trigger_event(self.ApprovalDenied, timestamp=require_utc(now), principal=principal, reason=reason)
@@ -852,7 +839,7 @@ class Operation(Aggregate):
         self._allow("schedule_retry")
         self._fence(epoch)
         self._attempt(attempt_id, "schedule_retry")
-        if possibly_applied and self.delivery_mode in (DeliveryMode.NON_IDEMPOTENT, DeliveryMode.CALLBACK):
+        if possibly_applied and not rules_for(self.delivery_mode).retries_possibly_applied:
             raise IllegalTransitionError(
                 "schedule_retry", self.execution.value,
                 f"{self.delivery_mode.value} mode never retries an attempt that may have applied")
@@ -871,7 +858,7 @@ class Operation(Aggregate):
             True when recorded; False when cancellation was already requested.
         """
         self._allow("request_cancel")
-        _require_principal(principal)
+        require_principal(principal)
         if self.cancel_requested:
             return False
         self.trigger_event(self.CancelRequested, timestamp=require_utc(now), principal=principal, reason=reason)
@@ -979,7 +966,7 @@ class Operation(Aggregate):
         """
         if not evidence.strip():
             raise InvalidArgumentError("evidence is required: say what was checked")
-        _require_principal(principal)
+        require_principal(principal)
         if resolution not in RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED:
             raise InvalidArgumentError(
                 f"unknown resolution {resolution!r}: one of "
@@ -999,58 +986,3 @@ class Operation(Aggregate):
             raise IllegalTransitionError("resolve", self.status.value, "no attempt left to retry with")
         self.trigger_event(self.Resolved, timestamp=require_utc(now), principal=principal,
                            resolution=resolution, evidence=evidence)
-
-
-TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
-"""W3C Trace Context ``traceparent`` (version-traceid-parentid-flags)."""
-SECRET_NAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_./-]{0,127}$")
-"""A secret reference's name: a path-like key for a secret store, never climbing out of it."""
-TARGET_ADAPTERS = frozenset({"webhook"})
-"""Adapters that call a URL: their intents need an http(s) target."""
-
-
-def _require_principal(principal: str) -> None:
-    if not isinstance(principal, str) or not principal.strip():
-        raise InvalidArgumentError("principal is required: say who decides")
-
-
-def _check_intent(integration: Integration, source: Source, target: str | None, principal: str,
-                  traceparent: str | None) -> None:
-    problems: list[str] = []
-    if target is not None and not re.match(r"^https?://[^\s/]+", target):
-        problems.append(f"target: {target!r} is not an http:// or https:// URL")
-    if target is None and integration.adapter in TARGET_ADAPTERS:
-        problems.append("target: none given and the declaration has no endpoint")
-    if not source.tenant:
-        problems.append("tenant: must not be empty")
-    if source.effect_index < 0:
-        problems.append(f"effect_index: must be >= 0, got {source.effect_index}")
-    if not isinstance(principal, str) or not principal.strip():
-        problems.append("principal: must not be empty")
-    if traceparent is not None and not TRACEPARENT.match(traceparent):
-        problems.append(f"traceparent: {traceparent!r} is not a W3C traceparent")
-    if problems:
-        raise PayloadError(integration.name, problems)
-
-
-def _check_payload(integration: Integration, payload: Mapping[str, Any]) -> None:
-    problems: list[str] = []
-    if not isinstance(payload, Mapping):
-        raise PayloadError(integration.name, ["payload must be a mapping of field to value"])
-    for key, value in payload.items():
-        kind = integration.classification_of(key) if isinstance(key, str) else None
-        if kind is None:
-            problems.append(f"payload.{key}: field is not classified by the declaration")
-        elif kind is Classification.SECRET and not (
-            isinstance(value, str) and value.startswith(SECRET_REF_PREFIX)
-            and SECRET_NAME.match(value[len(SECRET_REF_PREFIX):])
-        ):
-            problems.append(f"payload.{key}: secret fields take a '{SECRET_REF_PREFIX}NAME' reference "
-                            "(NAME: letters, digits, '.', '_', '-', '/', no '..'), not a value")
-        # Checked field by field so every bad value is listed with its path, not only the first.
-        try:
-            check_plain_json(value)
-        except ValueError as exc:
-            problems.append(f"payload.{key}: {exc}")
-    if problems:
-        raise PayloadError(integration.name, problems)

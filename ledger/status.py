@@ -88,6 +88,20 @@ class Status(StrEnum):
     SETTLEMENT_BLOCKED = "settlement_blocked"
 
 
+ACTIVE_STATES: frozenset[ExecutionState] = frozenset(
+    {ExecutionState.PENDING, ExecutionState.CLAIMED, ExecutionState.DISPATCHING, ExecutionState.ACCEPTED}
+)
+"""Non-terminal, non-ambiguous execution states; each has a deadline (invariant 6)."""
+
+APPROVAL_NOT_REQUIRED = "not_required"
+"""The integration needs no approval before egress."""
+APPROVAL_REQUIRED = "required"
+"""Egress waits for an approver's ``ApprovalGranted``."""
+APPROVAL_GRANTED = "granted"
+"""An approver consented; egress may go ahead."""
+APPROVAL_DENIED = "denied"
+"""An approver refused; the operation failed without egress."""
+
 TERMINAL_EXECUTION_STATES: frozenset[ExecutionState] = frozenset(
     {ExecutionState.SUCCEEDED, ExecutionState.FAILED, ExecutionState.CANCELLED}
 )

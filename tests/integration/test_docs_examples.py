@@ -9,7 +9,7 @@ from pathlib import Path
 
 from adapters.fake import FakeAdapter
 from executors.secrets import EnvironmentSecrets
-from executors.worker import Worker, WorkerConfig
+from executors.runtime import Worker, WorkerConfig
 from ledger.clock import FakeClock
 from ledger.config import Database
 from migrations import migrate

@@ -11,7 +11,7 @@ import pytest
 
 from adapters.fake import FakeAdapter
 from executors.secrets import EnvironmentSecrets
-from executors.worker import Worker, WorkerConfig
+from executors.runtime import Worker, WorkerConfig
 from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.outcomes import Succeeded
@@ -53,7 +53,7 @@ def test_late_outcome_of_a_stalled_worker_is_rejected(mode: str, expected: E, se
         clock.advance(LEASE + 1)  # worker a is stalled: no cycle renews its lease
         for _ in range(20):
             b.run_once()
-            b._wait(0.02)
+            b.egress.wait(0.02)
             clock.advance(1)
             if app_b.get_operation(op_id).status.value in ("settled", "ambiguous"):
                 break

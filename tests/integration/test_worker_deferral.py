@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from adapters.fake import FakeAdapter
 from executors.secrets import EnvironmentSecrets
-from executors.worker import DEFER_SECONDS, Worker, WorkerConfig
+from executors.claim import DEFER_SECONDS
+from executors.runtime import Worker, WorkerConfig
 from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.status import ExecutionState as E
@@ -38,7 +39,7 @@ def test_a_missing_secret_defers_the_operation_instead_of_failing_it(modes_db: D
         clock.advance(DEFER_SECONDS + 1)
         for _ in range(5):
             worker.run_once()
-            worker._wait(0.05)
+            worker.egress.wait(0.05)
         assert app.get_operation(op_id).status.value == "settled"
         assert fake.count == 1
     finally:

@@ -16,7 +16,7 @@ from adapters.partner import PartnerProcess
 from adapters.webhook import WebhookAdapter
 from executors.commit import commit_changes
 from executors.secrets import EnvironmentSecrets
-from executors.worker import Worker, WorkerConfig
+from executors.runtime import Worker, WorkerConfig
 from ledger.clock import SystemClock
 from ledger.config import Database
 from ledger.status import ExecutionState as E

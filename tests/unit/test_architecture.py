@@ -66,9 +66,9 @@ PUBLIC_API = {
         "OperationNotFoundError", "UnknownIntegrationError",
     ],
     "executors": [
-        "Worker", "WorkerConfig", "Counts", "decide", "backoff_seconds", "Record", "Retry", "GiveUp",
-        "Lookup", "AwaitCallback", "commit_changes", "CommitResult", "SecretResolver", "EnvironmentSecrets",
-        "MissingSecretError",
+        "Worker", "WorkerConfig", "Counts", "ClaimService", "ClaimConfig", "EgressService", "EgressConfig",
+        "OutcomeService", "SettlementService", "LeaseService", "LeaseConfig", "commit_changes", "CommitResult",
+        "Committer", "SecretResolver", "EnvironmentSecrets", "MissingSecretError",
     ],
     "projections": [
         "StatusProjection", "StatusProjectionConfig", "StatusView", "open_view", "StatusRow",

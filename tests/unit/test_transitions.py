@@ -19,6 +19,8 @@ from uuid import uuid4
 
 import pytest
 
+from ledger.modes import RULES
+
 from builders import LEASE_SECONDS, PAYLOAD, T0, Built, build, build_settlement, integration, replay, source, state_of
 from ledger import lifecycle
 from ledger.errors import (
@@ -492,7 +494,7 @@ def test_possibly_applied_retry_refused_without_a_safe_mode(mode: str) -> None:
     assert b.op.execution is E.PENDING and not b.op.possibly_applied
 
 
-@pytest.mark.parametrize("mode", ["idempotent", "recoverable_remote_id", "read_only"])
+@pytest.mark.parametrize("mode", [r.mode.value for r in RULES.values() if r.retries_possibly_applied])
 def test_possibly_applied_retry_allowed_in_safe_modes(mode: str) -> None:
     b = build(E.DISPATCHING, delivery_mode=mode)
     past = b.now - timedelta(seconds=100)

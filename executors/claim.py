@@ -1,0 +1,260 @@
+"""The due-work pass: read what is due, reserve it, and do for each operation what
+``ledger.decisions.due_work`` says, in one commit per cycle.
+
+Claims take an egress slot: a claim and its ``AttemptStarted`` commit together, and the call is
+handed to egress only after that commit (an attempt is recorded before any byte leaves). No more
+operations are claimed than egress has free slots, so a crash leaves few started-but-unsent
+attempts. Settlement retries, passed deadlines and cancellations ride the same query and commit
+(``executors.settlement``, ``executors.deadlines``); a reclaimed attempt is decided by
+``executors.recovery``.
+
+An operation this worker cannot serve (a missing secret, declaration or adapter: a deployment
+problem, not the operation's outcome) is left alone for ``defer_seconds`` and logged once; so is
+one whose change raised. Every other operation of the batch goes on.
+
+Source: DESIGN §7; docs/adr/0002-executor-services.md.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Mapping, Sequence
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+
+from executors.commit import Change, Committer, Counts
+from executors.deadlines import cancel_change, exceed_deadline_change
+from executors.egress import EgressService, InFlight
+from executors.outcomes import apply_decision
+from executors.recovery import decide_open_attempt
+from executors.secrets import MissingSecretError, SecretResolver, resolve_payload
+from executors.settlement import SettlementService
+from ledger.application import LedgerApplication
+from ledger.declarations import RetryPolicy
+from ledger.decisions import Cancel, Claim, ExceedDeadline, Lookup, Reclaim, Settle, Wait, due_work, may_need_egress
+from ledger.egress import Adapter, EgressRequest
+from ledger.errors import ConfigurationError, UnknownIntegrationError
+from ledger.operation import Operation
+from ledger.status import ExecutionState as E
+from ledger.status import SettlementState
+from projections.rows import DueRow
+from projections.view import StatusView
+
+DEFAULT_BATCH_SIZE = 200
+"""Due rows read per cycle (at least ``DUE_READ_FACTOR`` times the egress slots)."""
+DUE_READ_FACTOR = 4
+"""Due rows read per cycle, as a multiple of the egress slots (see ``ClaimService.run_once``)."""
+DEFER_SECONDS = 30.0
+"""How long a worker leaves an operation it cannot serve (missing secret, declaration, adapter)."""
+DEFAULT_LEASE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class ClaimConfig:
+    """Due-work settings.
+
+    Attributes:
+        worker_id: recorded on ``Claimed``.
+        lease_seconds: lease length given at claim, seconds.
+        batch_size: due rows read per cycle, at least.
+        defer_seconds: how long an operation this worker cannot serve is left alone, seconds.
+    """
+
+    worker_id: str
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    batch_size: int = DEFAULT_BATCH_SIZE
+    defer_seconds: float = DEFER_SECONDS
+
+
+@dataclass
+class _Plan:
+    """Calls built inside changes, handed to egress only after their commit."""
+
+    calls: dict[UUID, InFlight] = field(default_factory=dict)
+    deferred: dict[UUID, str] = field(default_factory=dict)
+
+
+class ClaimService:
+    """Does the due work of one host application's operations.
+
+    Args:
+        committer: the worker's write side.
+        view: the status view, to find due work.
+        egress: where claimed attempts' calls go; its free slots bound the claims.
+        settlement: settles what is due for settlement, in this pass's commit.
+        adapters: adapter name (as declared by integrations) to adapter.
+        secrets: resolves ``secretref:`` payload values at egress.
+        rng: random source (row order, retry jitter of reclaimed attempts).
+        config: :class:`ClaimConfig`.
+    """
+
+    def __init__(self, *, committer: Committer, view: StatusView, egress: EgressService,
+                 settlement: SettlementService, adapters: Mapping[str, Adapter], secrets: SecretResolver,
+                 rng: random.Random, config: ClaimConfig) -> None:
+        self.committer = committer
+        self.app: LedgerApplication = committer.app
+        self.view = view
+        self.egress = egress
+        self.settlement = settlement
+        self.adapters = dict(adapters)
+        self.secrets = secrets
+        self.rng = rng
+        self.config = config
+        self._deferred: dict[UUID, datetime] = {}
+
+    def run_once(self, now: datetime) -> Counts:
+        """Read due rows, keep those worth loading now, reserve them against other workers of
+        the store, and do their due work in one commit.
+
+        Returns:
+            :class:`Counts` of what was committed.
+        """
+        counts = Counts()
+        # Read well past what this worker can claim and shuffle it: workers sharing a store then
+        # take mostly different operations from the head of the list instead of colliding.
+        due = self.view.due(now, max(self.config.batch_size, DUE_READ_FACTOR * self.egress.config.threads))
+        self.rng.shuffle(due)
+        rows = self._actionable(due, now)
+        # Held until after this cycle's commit: another worker of the store skips these rows.
+        with self.view.reserve([row.operation_id for row in rows]) as reserved:
+            self._decide_and_commit([row for row in rows if row.operation_id in reserved], now, counts)
+        return counts
+
+    def _actionable(self, rows: Sequence[DueRow], now: datetime) -> list[DueRow]:
+        """Due rows worth loading now: every settlement, deadline or cancellation, but no more
+        that may need egress than there are free slots (the rest stay due for the next cycle),
+        and nothing this worker deferred until it is time to retry."""
+        self._deferred = {i: t for i, t in self._deferred.items() if t > now}
+        capacity = self.egress.free_slots()
+        chosen = []
+        for row in rows:
+            if row.operation_id in self.egress.in_flight or row.operation_id in self._deferred:
+                continue
+            known = self.committer.known(row.operation_id)
+            if known is not None and known.version > row.version:
+                # The view lags this worker's own commits: judge by what we committed.
+                if isinstance(due_work(known, now), Wait):
+                    continue
+                slot = may_need_egress(known.execution, known.settlement, known.cancel_requested)
+            else:
+                slot = may_need_egress(E(row.execution), SettlementState(row.settlement), row.cancel_requested)
+            if slot:
+                if capacity <= 0:
+                    continue
+                capacity -= 1
+            chosen.append(row)
+        return chosen
+
+    def _current(self, rows: Sequence[DueRow]) -> list[Operation]:
+        """The operations behind ``rows``: this worker's last committed instance where the row is
+        not newer (the projection may lag our own writes), else one query for the rest. A stale
+        instance is harmless: its commit conflicts and is redone against fresh state."""
+        ops: dict[UUID, Operation] = {}
+        missing: list[UUID] = []
+        for row in rows:
+            known = self.committer.known(row.operation_id)
+            if known is not None and known.version >= row.version:
+                ops[row.operation_id] = known
+            else:
+                missing.append(row.operation_id)
+        ops.update(self.committer.load(missing))
+        return [ops[r.operation_id] for r in rows if r.operation_id in ops]
+
+    def _decide_and_commit(self, rows: list[DueRow], now: datetime, counts: Counts) -> None:
+        plan = _Plan()
+        changes: list[tuple[Operation, Change]] = []
+        settling: dict[UUID, Operation] = {}  # by entity: one settlement per entity per batch
+        capacity = self.egress.free_slots()
+        for op in self._current(rows):
+            try:
+                work = due_work(op, now)
+            except Exception as exc:  # one operation's unreadable state: that operation only
+                self._defer(op.id, now, "due_work", exc)
+                continue
+            if isinstance(work, Settle):
+                settling.setdefault(op.source.entity_id, op)
+            elif isinstance(work, ExceedDeadline):
+                changes.append((op, exceed_deadline_change(now)))
+            elif isinstance(work, Cancel):
+                changes.append((op, cancel_change(now)))
+            elif isinstance(work, (Claim, Reclaim)) and capacity > 0:
+                changes.append((op, self._claim_change(now, plan)))
+                capacity -= 1
+        if not changes and not settling:
+            return
+        result = self.settlement.commit(list(settling.values()), now, counts, changes)
+        for op_id, reason in plan.deferred.items():
+            self.committer.report(op_id, "cannot_serve", f"{reason}; retried in {self.config.defer_seconds}s")
+            self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
+        for op_id in result.failed:
+            self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
+        for op_id, op in result.committed.items():
+            call = plan.calls.get(op_id)
+            if call is not None:
+                call.op = op
+                self.egress.submit(call)
+
+    def _defer(self, op_id: UUID, now: datetime, problem: str, exc: Exception) -> None:
+        self.committer.report(op_id, problem, f"{type(exc).__name__}: {exc}")
+        self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
+
+    def _claim_change(self, now: datetime, plan: _Plan) -> Change:
+        """Claim, then in the same commit start an attempt (or decide the open one)."""
+
+        def change(op: Operation) -> Sequence[Aggregate]:
+            plan.calls.pop(op.id, None)
+            sends = op.execution is not E.DISPATCHING and not op.cancel_requested and op.attempts < op.max_attempts
+            try:
+                policy = self.app.registry.get(op.integration_name, op.integration_version).retry
+                adapter = self._adapter(op)
+                request = self._request(op, now) if sends else None
+            except (MissingSecretError, UnknownIntegrationError, ConfigurationError) as exc:
+                # This worker cannot serve it: a deployment problem, not the operation's
+                # outcome. Claim nothing; it waits.
+                plan.deferred[op.id] = str(exc)
+                raise
+            epoch = op.claim(now=now, worker_id=self.config.worker_id, lease_seconds=self.config.lease_seconds)
+            if op.cancel_requested and op.execution is E.CLAIMED:
+                op.cancel(now=now, epoch=epoch)
+            elif op.execution is E.DISPATCHING:
+                self._recover(op, epoch, policy, adapter, now, plan)
+            elif request is None:
+                op.exhaust_budget(epoch=epoch, now=now, last_attempt_possibly_applied=False)
+            else:
+                op.start_attempt(epoch=epoch, now=now, attempt_id=request.attempt_id,
+                                 request_fingerprint=op.fingerprint)
+                plan.calls[op.id] = InFlight(op=op, epoch=epoch, kind="send", request=request, policy=policy,
+                                             adapter=adapter)
+            return []
+
+        return change
+
+    def _recover(self, op: Operation, epoch: int, policy: RetryPolicy, adapter: Adapter, now: datetime,
+                 plan: _Plan) -> None:
+        # The previous owner died or stalled mid-attempt: its outcome is unknown.
+        decision = decide_open_attempt(op, policy, now, self.rng)
+        if isinstance(decision, Lookup):
+            request = self._request(op, now, attempt_id=op.last_attempt_id)
+            plan.calls[op.id] = InFlight(op=op, epoch=epoch, kind="lookup", request=request, policy=policy,
+                                         adapter=adapter)
+        else:
+            apply_decision(op, epoch, decision, now)
+
+    def _adapter(self, op: Operation) -> Adapter:
+        name = self.app.registry.get(op.integration_name, op.integration_version).adapter
+        if name not in self.adapters:
+            raise ConfigurationError(f"no adapter {name!r} is configured in this worker")
+        return self.adapters[name]
+
+    def _request(self, op: Operation, now: datetime, attempt_id: UUID | None = None) -> EgressRequest:
+        declaration = self.app.registry.get(op.integration_name, op.integration_version)
+        payload, secrets = resolve_payload(op.payload, self.secrets)
+        return EgressRequest(
+            operation_id=op.id, attempt_id=attempt_id or UUID(int=self.rng.getrandbits(128), version=4), attempt_number=op.attempts + 1,
+            integration=op.integration_name, delivery_mode=op.delivery_mode, target=op.target,
+            payload=payload, traceparent=op.traceparent, timeout_seconds=declaration.request_timeout_seconds,
+            tenant=op.tenant, secrets=tuple(secrets),
+        )

@@ -1,0 +1,167 @@
+"""Egress: the adapter calls of attempts (and lookups) whose ``AttemptStarted`` has committed.
+
+The service owns the calls in flight and the threads that make them; it never writes to the
+ledger. Each call's result comes back as an outcome value (STYLE rule 5) through
+:meth:`EgressService.take_finished`, for the outcome service to record. With ``inline=True`` no
+thread is started and :meth:`EgressService.run_once` makes the queued calls itself, in order:
+the deterministic simulator and the tests drive it so.
+
+Source: DESIGN §7 ("record AttemptStarted before egress"); docs/adr/0002-executor-services.md.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+import structlog
+
+from executors.commit import Counts, describe
+from ledger.clock import Clock
+from ledger.declarations import RetryPolicy
+from ledger.egress import Adapter, EgressRequest
+from ledger.operation import Operation
+from ledger.outcomes import Ambiguous, Failed, FailureCategory, Outcome
+
+log = structlog.get_logger("opledger.egress")
+
+DEFAULT_EGRESS_THREADS = 8
+"""Concurrent egress calls per worker."""
+
+
+@dataclass(frozen=True)
+class EgressConfig:
+    """Egress settings.
+
+    Attributes:
+        threads: concurrent calls at most.
+        inline: start no thread; ``run_once`` makes the queued calls, one after the other.
+    """
+
+    threads: int = DEFAULT_EGRESS_THREADS
+    inline: bool = False
+
+
+@dataclass
+class InFlight:
+    """A call this worker started and has not recorded yet.
+
+    Attributes:
+        op: the operation as committed just before the call (the outcome is recorded on it).
+        epoch: the fencing epoch the attempt was started under.
+        kind: ``"send"`` or ``"lookup"``.
+        request: what was handed to the adapter.
+        policy: the retry policy the outcome is decided with.
+        lost: the lease could not be renewed; the result, when it comes, is not recorded.
+    """
+
+    op: Operation
+    epoch: int
+    kind: str
+    request: EgressRequest
+    policy: RetryPolicy
+    adapter: Adapter
+    lost: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """A call's result: the operation it was for, and the outcome (``None``: a lookup found
+    that the provider never received the operation)."""
+
+    operation_id: UUID
+    outcome: Outcome | None
+
+
+class EgressService:
+    """Makes the adapter calls of committed attempts.
+
+    Args:
+        clock: the worker's clock (a call whose lease ran out before it was made is not made).
+        config: :class:`EgressConfig`.
+    """
+
+    def __init__(self, *, clock: Clock, config: EgressConfig | None = None) -> None:
+        self.clock = clock
+        self.config = config or EgressConfig()
+        self.in_flight: dict[UUID, InFlight] = {}
+        self._tasks: queue.Queue[InFlight | None] = queue.Queue()
+        self._finished: queue.Queue[Finished] = queue.Queue()
+        self._threads = [threading.Thread(target=self._loop, name=f"egress-{i}", daemon=True)
+                         for i in range(0 if self.config.inline else self.config.threads)]
+        for thread in self._threads:
+            thread.start()
+
+    def free_slots(self) -> int:
+        """How many more calls may start now."""
+        return self.config.threads - len(self.in_flight)
+
+    def submit(self, flight: InFlight) -> None:
+        """Queue ``flight``'s call; its result comes back through :meth:`take_finished`."""
+        self.in_flight[flight.op.id] = flight
+        self._tasks.put(flight)
+
+    def run_once(self, now: datetime) -> Counts:
+        """Inline, make every queued call now, in order; otherwise nothing (the threads make
+        them). Returns empty counts: recording is the outcome service's."""
+        if self.config.inline:
+            while True:
+                try:
+                    flight = self._tasks.get_nowait()
+                except queue.Empty:
+                    break
+                if flight is not None:
+                    self._finished.put(self._call(flight))
+        return Counts()
+
+    def take_finished(self) -> list[tuple[InFlight, Finished]]:
+        """The calls finished since the last take, each with its flight; the flight is no
+        longer in flight afterwards. A result whose flight was lost is dropped (logged)."""
+        done: list[tuple[InFlight, Finished]] = []
+        while True:
+            try:
+                item = self._finished.get_nowait()
+            except queue.Empty:
+                return done
+            flight = self.in_flight.pop(item.operation_id, None)
+            if flight is None or flight.lost:
+                log.info("late outcome dropped: this worker no longer holds the operation",
+                         operation_id=str(item.operation_id))
+                continue
+            done.append((flight, item))
+
+    def wait(self, seconds: float) -> None:
+        """Block up to ``seconds`` (monotonic) or until a call finishes, whichever is first."""
+        try:
+            item = self._finished.get(timeout=seconds)
+        except queue.Empty:
+            return
+        self._finished.put(item)  # taken by the next take_finished, in order with the others
+
+    def close(self) -> None:
+        """Stop the threads (calls under way finish on their own, unrecorded)."""
+        for _ in self._threads:
+            self._tasks.put(None)
+
+    def _loop(self) -> None:
+        while (flight := self._tasks.get()) is not None:
+            self._finished.put(self._call(flight))
+
+    def _call(self, flight: InFlight) -> Finished:
+        request, not_after = flight.request, flight.op.lease_expires_at
+        if not_after is not None and self.clock.now() >= not_after:
+            # This process stalled between recording the attempt and sending it: another
+            # worker may own the operation now, so nothing may leave (DESIGN §7).
+            return Finished(request.operation_id, Failed(
+                FailureCategory.CONNECT, retryable=True, egress=False,
+                detail="lease expired before egress; nothing was sent"))
+        try:
+            if flight.kind == "send":
+                return Finished(request.operation_id, flight.adapter.send(request))
+            return Finished(request.operation_id, flight.adapter.lookup(request))
+        except Exception as exc:  # an adapter bug must not kill the thread or lose the attempt
+            log.exception("adapter raised", operation_id=str(request.operation_id))
+            return Finished(request.operation_id, Ambiguous(reason="adapter_error", detail=describe(exc)))

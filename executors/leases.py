@@ -1,0 +1,86 @@
+"""Lease renewal: a worker renews the lease of every call it has in flight before a third of
+it is left, and stops touching an operation whose lease it could not renew (DESIGN §7).
+
+Source: DESIGN §7 ("heartbeat before the lease is a third gone"); docs/adr/0002.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Sequence
+
+import structlog
+from eventsourcing.domain import Aggregate
+
+from executors.commit import Change, Committer, Counts
+from executors.egress import EgressService
+from ledger.operation import Operation
+
+log = structlog.get_logger("opledger.leases")
+
+DEFAULT_LEASE_SECONDS = 30.0
+"""Lease length, seconds."""
+RENEW_WHEN_REMAINING = 1 / 3
+"""Renew a lease once less than this fraction of it is left (DESIGN §7)."""
+
+
+@dataclass(frozen=True)
+class LeaseConfig:
+    """Lease settings.
+
+    Attributes:
+        lease_seconds: lease length given at claim and at each renewal, seconds.
+        renew_when_remaining: renew once less than this fraction of the lease is left.
+    """
+
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    renew_when_remaining: float = RENEW_WHEN_REMAINING
+
+
+class LeaseService:
+    """Renews the leases of this worker's calls in flight.
+
+    Args:
+        committer: the worker's write side.
+        egress: whose calls in flight are renewed.
+        config: :class:`LeaseConfig`.
+    """
+
+    def __init__(self, *, committer: Committer, egress: EgressService, config: LeaseConfig | None = None) -> None:
+        self.committer = committer
+        self.egress = egress
+        self.config = config or LeaseConfig()
+
+    def run_once(self, now: datetime) -> Counts:
+        """Renew, in one batch, every lease in flight with less than the threshold left; mark
+        as lost those that cannot be renewed (their results will not be recorded).
+
+        Returns:
+            :class:`Counts` (``renewed``, ``rejected``).
+        """
+        counts = Counts()
+        threshold = self.config.lease_seconds * self.config.renew_when_remaining
+        changes: list[tuple[Operation, Change]] = []
+        for flight in self.egress.in_flight.values():
+            expires = flight.op.lease_expires_at
+            if flight.lost or expires is None or (expires - now).total_seconds() > threshold:
+                continue
+            changes.append((flight.op, self._renew(flight.epoch, now)))
+        if not changes:
+            return counts
+        result = self.committer.commit(changes, counts)
+        for op_id, op in result.committed.items():
+            self.egress.in_flight[op_id].op = op
+        for op_id, reason in result.rejected.items():
+            # Cannot renew: another worker may reclaim it. Stop touching it (DESIGN §7).
+            log.warning("lease lost", operation_id=str(op_id), reason=reason)
+            self.egress.in_flight[op_id].lost = True
+        return counts
+
+    def _renew(self, epoch: int, now: datetime) -> Change:
+        def change(op: Operation) -> Sequence[Aggregate]:
+            op.renew_lease(epoch=epoch, now=now, lease_seconds=self.config.lease_seconds)
+            return []
+
+        return change

@@ -1,0 +1,170 @@
+"""Recording outcomes: each finished call's result becomes the fact the delivery mode allows,
+in one fenced batch per cycle (DESIGN §5; ``ledger.decisions.decide``).
+
+An outcome that cannot be stored as received is recorded as ``Ambiguous`` with reason
+``outcome_unstorable`` and the error, so the operation goes to the attention queue and every
+other outcome of the batch commits. A lookup decision sends the lookup and records nothing yet.
+
+Source: DESIGN §5, §7; docs/adr/0002-executor-services.md.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Sequence
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate
+
+from executors.commit import Change, Committer, Counts
+from executors.egress import EgressService, Finished, InFlight
+from executors.settlement import SettlementService
+from ledger.decisions import AwaitCallback, Decision, GiveUp, Lookup, Record, Retry, after_lookup, decide
+from ledger.modes import rules_for
+from ledger.operation import Operation
+from ledger.outcomes import Accepted, Ambiguous, Failed, Outcome, Succeeded
+
+UNSTORABLE = "outcome_unstorable"
+"""Ambiguity reason of an outcome the store refused (the effect may have happened)."""
+
+
+@dataclass(frozen=True)
+class OutcomeConfig:
+    """Outcome recording has no settings yet; the frozen record keeps the services' shape."""
+
+
+def apply_decision(op: Operation, epoch: int, decision: Decision, now: datetime) -> None:
+    """Record ``decision`` for ``op``'s latest attempt as the matching command.
+
+    Args:
+        op: the operation (dispatching, under ``epoch``).
+        epoch: the fencing epoch the attempt ran under.
+        decision: from ``ledger.decisions``; ``Lookup`` records nothing (the caller sends it).
+        now: UTC-aware instant.
+
+    Raises:
+        LedgerError: stale epoch, illegal transition (the change is rejected, nothing recorded).
+    """
+    attempt_id = op.last_attempt_id
+    if isinstance(decision, Retry):
+        assert attempt_id is not None
+        op.schedule_retry(epoch=epoch, now=now, attempt_id=attempt_id, retry_at=decision.at,
+                          category=decision.category, reason=decision.reason,
+                          possibly_applied=decision.possibly_applied)
+    elif isinstance(decision, GiveUp):
+        op.exhaust_budget(epoch=epoch, now=now, last_attempt_possibly_applied=decision.last_attempt_possibly_applied)
+    elif isinstance(decision, AwaitCallback):
+        assert attempt_id is not None
+        op.accept(epoch=epoch, now=now, attempt_id=attempt_id, remote_id=str(op.id),
+                  excerpt=f"response lost ({decision.reason}); waiting for the provider's callback")
+    elif isinstance(decision, Record):
+        record_outcome(op, epoch, attempt_id, decision.outcome, now)
+
+
+def record_outcome(op: Operation, epoch: int, attempt_id: UUID | None, outcome: Outcome, now: datetime) -> None:
+    """Record an outcome value as the matching fact; a success in a mode whose success only
+    means accepted (``ledger.modes``: ``callback``) is recorded as ``Accepted``."""
+    if isinstance(outcome, Succeeded):
+        if rules_for(op.delivery_mode).success_means_accepted:
+            assert attempt_id is not None
+            op.accept(epoch=epoch, now=now, attempt_id=attempt_id, remote_id=outcome.remote_id or str(op.id),
+                      status_code=outcome.status_code, excerpt=outcome.excerpt)
+        else:
+            op.succeed(epoch=epoch, now=now, attempt_id=attempt_id, status_code=outcome.status_code,
+                       remote_id=outcome.remote_id, excerpt=outcome.excerpt)
+    elif isinstance(outcome, Accepted):
+        assert attempt_id is not None
+        op.accept(epoch=epoch, now=now, attempt_id=attempt_id, remote_id=outcome.remote_id,
+                  status_code=outcome.status_code, excerpt=outcome.excerpt)
+    elif isinstance(outcome, Failed):
+        op.fail(epoch=epoch, now=now, attempt_id=attempt_id, category=outcome.category,
+                retryable=outcome.retryable, status_code=outcome.status_code, detail=outcome.detail)
+    elif isinstance(outcome, Ambiguous):
+        op.mark_ambiguous(epoch=epoch, now=now, attempt_id=attempt_id, reason=outcome.reason,
+                          status_code=outcome.status_code, detail=outcome.detail)
+    else:
+        raise TypeError(f"not an outcome: {outcome!r}")
+
+
+class OutcomeService:
+    """Records the results of finished calls.
+
+    Args:
+        committer: the worker's write side.
+        egress: where finished calls come from (and lookups go).
+        settlement: receives operations whose outcome now awaits settlement.
+        rng: random source for retry jitter.
+        config: :class:`OutcomeConfig`.
+    """
+
+    def __init__(self, *, committer: Committer, egress: EgressService, settlement: SettlementService,
+                 rng: random.Random, config: OutcomeConfig | None = None) -> None:
+        self.committer = committer
+        self.egress = egress
+        self.settlement = settlement
+        self.rng = rng
+        self.config = config or OutcomeConfig()
+
+    def run_once(self, now: datetime) -> Counts:
+        """Record every call finished since the last cycle, in one batch.
+
+        Returns:
+            :class:`Counts` of what was committed.
+        """
+        counts = Counts()
+        finished = self.egress.take_finished()
+        if not finished:
+            return counts
+        lookups: dict[UUID, InFlight] = {}
+        flights = {flight.op.id: flight for flight, _ in finished}
+        result = self.committer.commit(
+            [(flight.op, self._change(flight, item, now, lookups)) for flight, item in finished], counts)
+        if result.failed:
+            self._record_unstorable(result.failed, flights, now, counts)
+        for op_id, op in result.committed.items():
+            if op_id in lookups:
+                flight = lookups[op_id]
+                self.egress.submit(InFlight(op=op, epoch=flight.epoch, kind="lookup", request=flight.request,
+                                            policy=flight.policy, adapter=flight.adapter))
+            else:
+                self.settlement.offer(op)
+        return counts
+
+    def _change(self, flight: InFlight, item: Finished, now: datetime, lookups: dict[UUID, InFlight]) -> Change:
+        def change(op: Operation) -> Sequence[Aggregate]:
+            lookups.pop(op.id, None)
+            if flight.kind == "lookup":
+                decision = after_lookup(found=item.outcome, policy=flight.policy, attempts=op.attempts,
+                                        now=now, rng=self.rng)
+            else:
+                assert item.outcome is not None
+                decision = decide(outcome=item.outcome, mode=op.delivery_mode, policy=flight.policy,
+                                  attempts=op.attempts, now=now, rng=self.rng)
+            if isinstance(decision, Lookup):
+                lookups[op.id] = flight
+            else:
+                apply_decision(op, flight.epoch, decision, now)
+            return []
+
+        return change
+
+    def _record_unstorable(self, failed: dict[UUID, str], flights: dict[UUID, InFlight], now: datetime,
+                           counts: Counts) -> None:
+        # The effect may have happened and what the provider said cannot be kept: the honest
+        # outcome is ambiguous, on the attention queue with the error (one operation only).
+        fresh = self.committer.load(list(failed))
+        changes: list[tuple[Operation, Change]] = []
+        for op_id, op in fresh.items():
+            epoch, error = flights[op_id].epoch, failed[op_id]
+
+            def change(o: Operation, epoch: int = epoch, error: str = error) -> Sequence[Aggregate]:
+                o.mark_ambiguous(epoch=epoch, now=now, attempt_id=o.last_attempt_id, reason=UNSTORABLE,
+                                 detail=f"the outcome could not be stored: {error}")
+                return []
+
+            changes.append((op, change))
+        result = self.committer.commit(changes, counts)
+        for op in result.committed.values():
+            self.settlement.offer(op)

@@ -1,0 +1,162 @@
+"""The worker: composes the executor services of one process and owns their threads.
+
+Each service has one concern and one shape (``Config``, ``run_once(now) -> Counts``; STYLE
+rule 11): the due-work pass (``claim``), egress, outcome recording, settlement and lease renewal.
+A cycle reads the clock once and runs them in the order below; ``run`` is only the loop and the
+graceful stop. The deterministic simulator drives the same services through ``run_once(now)``
+with ``inline`` egress, a fake clock and an in-memory store.
+
+Source: DESIGN §7; docs/adr/0002-executor-services.md (the order, and the shutdown steps).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+import structlog
+
+from executors.claim import DEFAULT_BATCH_SIZE, ClaimConfig, ClaimService
+from executors.commit import Committer, Counts
+from executors.egress import DEFAULT_EGRESS_THREADS, EgressConfig, EgressService
+from executors.leases import DEFAULT_LEASE_SECONDS, LeaseConfig, LeaseService
+from executors.outcomes import OutcomeService
+from executors.secrets import EnvironmentSecrets, SecretResolver
+from executors.settlement import SettlementService
+from ledger.application import LedgerApplication
+from ledger.clock import Clock
+from ledger.egress import Adapter
+from ledger.operation import Operation
+from projections.status import StatusProjection
+from projections.view import StatusView
+
+log = structlog.get_logger("opledger.worker")
+
+DEFAULT_POLL_INTERVAL_SECONDS = 0.2
+"""Idle wait between cycles, seconds."""
+DEFAULT_GRACE_SECONDS = 10.0
+"""How long a stopping worker waits for calls in flight to finish and be recorded, seconds."""
+STOP_POLL_SECONDS = 0.05
+"""How often a stopping worker records what finished, seconds."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Worker settings (each service's own config is derived from these).
+
+    Attributes:
+        worker_id: unique per worker process (recorded on ``Claimed``).
+        lease_seconds: lease length, seconds.
+        batch_size: due rows read per cycle, at least.
+        egress_threads: concurrent egress calls.
+        poll_interval_seconds: idle wait between cycles, seconds.
+        inline_egress: make calls inside ``run_once`` instead of on threads (simulator, tests).
+    """
+
+    worker_id: str
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    batch_size: int = DEFAULT_BATCH_SIZE
+    egress_threads: int = DEFAULT_EGRESS_THREADS
+    poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS
+    inline_egress: bool = False
+
+
+class Worker:
+    """Executes due operations of one host application.
+
+    Args:
+        app: the host application (its log holds the operations).
+        view: the status view, to find due work.
+        adapters: adapter name (as declared by integrations) to adapter.
+        clock: injected UTC clock (read once per cycle).
+        config: :class:`WorkerConfig`.
+        secrets: resolves ``secretref:`` payload values at egress.
+        rng: random source for row order, attempt ids and retry jitter (the simulator seeds it).
+        projection: when this worker also keeps the status projection (the SQLite owner), each
+            cycle first applies new log entries to it.
+        on_committed: called with the operations of each successful commit (their committed
+            state); the runtime hands them to this process's status projection (``offer``).
+    """
+
+    def __init__(self, *, app: LedgerApplication, view: StatusView, adapters: Mapping[str, Adapter],
+                 clock: Clock, config: WorkerConfig, secrets: SecretResolver | None = None,
+                 rng: random.Random | None = None, projection: StatusProjection | None = None,
+                 on_committed: Callable[[Iterable[Operation]], None] | None = None) -> None:
+        self.app = app
+        self.clock = clock
+        self.config = config
+        self.projection = projection
+        self.stopping = threading.Event()
+        rng = rng or random.Random()
+        self.committer = Committer(app, on_committed=on_committed)
+        self.egress = EgressService(clock=clock, config=EgressConfig(threads=config.egress_threads,
+                                                                     inline=config.inline_egress))
+        self.settlement = SettlementService(committer=self.committer)
+        self.outcomes = OutcomeService(committer=self.committer, egress=self.egress, settlement=self.settlement,
+                                       rng=rng)
+        self.leases = LeaseService(committer=self.committer, egress=self.egress,
+                                   config=LeaseConfig(lease_seconds=config.lease_seconds))
+        self.claims = ClaimService(
+            committer=self.committer, view=view, egress=self.egress, settlement=self.settlement,
+            adapters=adapters, secrets=secrets or EnvironmentSecrets(), rng=rng,
+            config=ClaimConfig(worker_id=config.worker_id, lease_seconds=config.lease_seconds,
+                               batch_size=config.batch_size))
+
+    @property
+    def in_flight(self) -> int:
+        """Egress calls (and lookups) started and not yet recorded."""
+        return len(self.egress.in_flight)
+
+    def run_once(self, now: datetime | None = None) -> Counts:
+        """One cycle at ``now`` (default: the clock, read once): keep the projection (if this
+        worker keeps it), make inline calls, record finished calls, settle what they ended,
+        renew leases, then do due work (unless stopping).
+
+        Returns:
+            :class:`Counts` of what was committed.
+        """
+        now = self.clock.now() if now is None else now
+        if self.projection is not None:
+            try:
+                self.projection.run_once()
+            except Exception:  # the view lags; egress, outcomes and settlement carry on
+                log.exception("status projection failed; retrying next cycle")
+        counts = self.egress.run_once(now)
+        counts.add(self.outcomes.run_once(now))
+        counts.add(self.settlement.run_once(now))
+        counts.add(self.leases.run_once(now))
+        if not self.stopping.is_set():
+            counts.add(self.claims.run_once(now))
+        return counts
+
+    def run(self, stop: threading.Event, *, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> None:
+        """Cycle until ``stop`` is set, then stop gracefully (the loop only; the work is
+        :meth:`run_once`).
+
+        Shutdown steps, in order:
+        1. take no new work (``stopping``): the due-work pass no longer runs;
+        2. keep recording, settling and renewing while calls finish, for at most
+           ``grace_seconds`` of the monotonic clock (never the domain clock, which a test or
+           a skewed host may hold still);
+        3. return, logging the calls still in flight: their leases expire and recovery
+           decides them by delivery mode. ``close`` then stops the egress threads.
+        """
+        while not stop.is_set():
+            if not self.run_once().busy:
+                self.egress.wait(self.config.poll_interval_seconds)
+        self.stopping.set()
+        deadline = time.monotonic() + grace_seconds
+        while self.egress.in_flight and time.monotonic() < deadline:
+            self.run_once()
+            self.egress.wait(min(STOP_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+        if self.egress.in_flight:
+            log.warning("stopping with attempts in flight; recovery will decide them",
+                        operations=[str(i) for i in self.egress.in_flight])
+
+    def close(self) -> None:
+        """Stop the egress threads (calls under way finish on their own, unrecorded)."""
+        self.egress.close()

@@ -1,0 +1,353 @@
+"""Pure decisions: what is due for an operation now, and what to record after an attempt
+(DESIGN §5, §7; STYLE rules 4 and 16).
+
+Every question of the form "what should happen to this operation" is answered here, once, from
+values: the executor services, ``Operation.next_due_at``, the status projection's ``next_due_at``
+and the docs ask these functions and never restate them with status comparisons. Each takes
+``now`` (UTC-aware) and, where jitter applies, the random source as arguments, so the
+deterministic simulator and the table tests drive them directly.
+
+Source: DESIGN §4-§7; docs/adr/0002-executor-services.md (the decision table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from types import SimpleNamespace
+from typing import Protocol
+
+from tenacity.wait import wait_exponential
+
+from ledger.declarations import DeliveryMode, RetryPolicy
+from ledger.modes import AfterLostResponse, rules_for
+from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
+from ledger.status import APPROVAL_REQUIRED, ACTIVE_STATES, ExecutionState, SettlementState
+
+E = ExecutionState
+
+
+class RandomSource(Protocol):
+    """The part of ``random.Random`` that jitter needs (the simulator passes its seeded one)."""
+
+    def random(self) -> float: ...
+
+
+class OperationState(Protocol):
+    """The fields of an operation that :func:`due_work` reads (``ledger.operation.Operation``)."""
+
+    execution: ExecutionState
+    settlement: SettlementState
+    approval: str
+    cancel_requested: bool
+    state_entered_at: datetime
+    deadlines: dict[str, float]
+    due_at: datetime
+    lease_expires_at: datetime | None
+    settlement_due_at: datetime | None
+
+
+# ---------------------------------------------------------------------------- due work
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Pending, approved and due: claim it under a new epoch and start an attempt."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """Claimed or dispatching, and the lease expired: take it over under a new epoch (recovery);
+    an open attempt is then decided by the delivery mode (:func:`decide` with ``worker_lost``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """A terminal outcome waits for its settlement action, and its (re)try time has come."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExceedDeadline:
+    """The current execution state's deadline passed at ``deadline_at`` (UTC)."""
+
+    deadline_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Cancellation was requested and no worker holds the operation: record ``Cancelled``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Nothing to do now. ``until``: the earliest instant (UTC) something will be, or None when
+    only an outside event (an operator, a callback, an approval) can move the operation."""
+
+    until: datetime | None
+
+
+Work = Claim | Reclaim | Settle | ExceedDeadline | Cancel | Wait
+
+CLAIM, RECLAIM, SETTLE, CANCEL = Claim(), Reclaim(), Settle(), Cancel()
+
+
+def later(start: datetime, seconds: float) -> datetime | None:
+    """``start + seconds``, or None when the result cannot be represented (past year 9999).
+
+    Args:
+        start: a UTC instant.
+        seconds: a duration, seconds (finite).
+    """
+    try:
+        return start + timedelta(seconds=seconds)
+    except OverflowError:
+        return None
+
+
+def deadline_at(op: OperationState) -> datetime | None:
+    """When the current execution state's deadline passes (UTC), or None where none applies
+    (terminal states; ambiguous, which waits for an operator by design; and a deadline that
+    cannot be represented, which :func:`time_problem` reports).
+
+    Source: DESIGN §4 invariant 6.
+    """
+    if op.execution not in ACTIVE_STATES:
+        return None
+    return later(op.state_entered_at, op.deadlines[op.execution.value])
+
+
+def time_problem(op: OperationState) -> str | None:
+    """Why an active operation's deadline cannot be computed, or None when it can.
+
+    An intent stored before declarations were bounded (or by other code) may hold a deadline
+    past year 9999; such an operation has no deadline, so it is shown on the attention queue
+    instead of silently waiting forever (invariant 6).
+    """
+    if op.execution in ACTIVE_STATES and deadline_at(op) is None:
+        return "unrepresentable_time"
+    return None
+
+
+def due_at(op: OperationState) -> datetime | None:
+    """The earliest instant (UTC) at which :func:`due_work` is not ``Wait``, or None if only an
+    outside event can make it so. ``Operation.next_due_at`` and the status row read this."""
+    if op.settlement is SettlementState.PENDING:
+        return op.settlement_due_at
+    if op.execution not in ACTIVE_STATES:
+        return None
+    candidates = [t for t in (deadline_at(op), _start_at(op)) if t is not None]
+    return min(candidates) if candidates else None
+
+
+def _start_at(op: OperationState) -> datetime | None:
+    # When a worker may take the operation (claim, reclaim or cancel), deadlines aside.
+    if op.execution is E.PENDING:
+        if op.cancel_requested or op.approval != APPROVAL_REQUIRED:
+            return op.due_at
+        return None
+    if op.execution is E.ACCEPTED:
+        return None  # waits for its result (callback, later polling) or its deadline
+    return op.lease_expires_at
+
+
+def due_work(op: OperationState, now: datetime) -> Work:
+    """What is due for ``op`` at ``now`` (UTC): the one rule every executor service obeys.
+
+    Precedence, first match wins: settle a due settlement; record a passed deadline; cancel an
+    unleased operation whose cancellation was requested; claim a pending, approved, due one;
+    reclaim a claimed or dispatching one whose lease expired; otherwise wait.
+
+    Args:
+        op: the operation's current state.
+        now: UTC-aware instant.
+
+    Returns:
+        ``Claim``, ``Reclaim``, ``Settle``, ``ExceedDeadline``, ``Cancel`` or ``Wait(until)``;
+        ``Wait.until`` equals :func:`due_at` whenever the result is ``Wait``.
+
+    Source: DESIGN §7; docs/adr/0002-executor-services.md (the table tests render it).
+    """
+    when = due_at(op)
+    if when is None or now < when:
+        return Wait(when)
+    if op.settlement is SettlementState.PENDING:
+        return SETTLE
+    deadline = deadline_at(op)
+    if deadline is not None and deadline <= now:
+        return ExceedDeadline(deadline)
+    if op.execution is E.PENDING:
+        return CANCEL if op.cancel_requested else CLAIM
+    return RECLAIM
+
+
+def may_need_egress(execution: ExecutionState, settlement: SettlementState, cancel_requested: bool) -> bool:
+    """Whether due work in this state may take an egress slot (``Claim`` or ``Reclaim``).
+
+    Lets a worker choose which due rows to load before loading them: rows for which this is
+    False (settlements, cancellations) never wait for a free slot. A superset: a row for which
+    it is True may still turn out to be a deadline.
+    """
+    return (settlement is SettlementState.NONE and not cancel_requested
+            and execution in (E.PENDING, E.CLAIMED, E.DISPATCHING))
+
+
+# ---------------------------------------------------------------------------- after an attempt
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """Record ``outcome`` as the attempt's result (a terminal or accepted fact)."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Close the attempt and schedule another at ``at`` (UTC)."""
+
+    at: datetime
+    category: FailureCategory
+    reason: str
+    possibly_applied: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """No attempt left: record ``BudgetExhausted``."""
+
+    last_attempt_possibly_applied: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """Ask the provider whether it received the operation, then decide again."""
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitCallback:
+    """The provider reports by calling us: treat the request as accepted and wait for the
+    authenticated callback until the ``accepted`` deadline (DESIGN §5, ``callback`` mode)."""
+
+    reason: str
+
+
+Decision = Record | Retry | GiveUp | Lookup | AwaitCallback
+
+
+def backoff_seconds(policy: RetryPolicy, attempt_number: int, rng: RandomSource) -> float:
+    """Delay before attempt ``attempt_number + 1``, seconds.
+
+    Exponential (``base * 2**(n-1)``, capped at ``max_backoff_seconds``, via tenacity), then
+    reduced by up to ``jitter`` of itself so that retries of many operations spread out.
+
+    Args:
+        policy: the declared retry policy.
+        attempt_number: attempts used so far (1-based; values below 1 count as 1).
+        rng: the random source for jitter (required, so the simulator's seed decides it).
+    """
+    curve = wait_exponential(multiplier=policy.base_backoff_seconds, max=policy.max_backoff_seconds)
+    delay = curve(SimpleNamespace(attempt_number=max(1, attempt_number)))  # type: ignore[arg-type]
+    return float(delay) * (1.0 - policy.jitter * rng.random())
+
+
+def decide(*, outcome: Outcome, mode: DeliveryMode, policy: RetryPolicy, attempts: int, now: datetime,
+           rng: RandomSource, after_lookup: bool = False) -> Decision:
+    """Decide what to record for one attempt's outcome.
+
+    Args:
+        outcome: what the adapter (or a lookup) returned; a worker lost mid-attempt is
+            ``Ambiguous(reason="worker_lost")``.
+        mode: the integration's delivery mode (its rules: ``ledger.modes``).
+        policy: the retry policy (budget and backoff).
+        attempts: attempts used so far, including this one.
+        now: UTC-aware instant.
+        rng: random source for jitter.
+        after_lookup: the outcome came from a ``recoverable_remote_id`` lookup.
+
+    Returns:
+        ``Record``, ``Retry``, ``GiveUp``, ``Lookup`` or ``AwaitCallback``. Source: DESIGN §5.
+    """
+    if isinstance(outcome, (Succeeded, Accepted)):
+        return Record(outcome)
+    if isinstance(outcome, Failed):
+        if not outcome.retryable:
+            return Record(outcome)
+        return _retry_or_give_up(policy, attempts, now, rng, outcome.category, outcome.detail or outcome.category.value,
+                                 possibly_applied=False, hint=outcome.retry_after)
+    assert isinstance(outcome, Ambiguous)
+    rule = rules_for(mode).after_lost_response
+    if rule is AfterLostResponse.RETRY:
+        # The provider dedupes on the stable key (or there is no effect): the same key is safe.
+        return _retry_or_give_up(policy, attempts, now, rng, outcome.category, outcome.reason,
+                                 possibly_applied=True, hint=None)
+    if rule is AfterLostResponse.LOOK_UP and not after_lookup:
+        return Lookup()
+    if rule is AfterLostResponse.AWAIT_CALLBACK:
+        return AwaitCallback(outcome.reason)
+    return Record(outcome)
+
+
+def after_lookup(*, found: Outcome | None, policy: RetryPolicy, attempts: int, now: datetime,
+                 rng: RandomSource) -> Decision:
+    """Decide from a ``recoverable_remote_id`` lookup.
+
+    Args:
+        found: the provider's answer: ``None`` means it never received the operation, so
+            another attempt is safe; anything else is recorded as found (an ``Ambiguous`` when
+            the lookup itself failed).
+        policy, attempts, now, rng: as :func:`decide`.
+    """
+    if found is None:
+        return _retry_or_give_up(policy, attempts, now, rng, FailureCategory.TIMEOUT,
+                                 "provider did not receive it", possibly_applied=False, hint=None)
+    return Record(found)
+
+
+def _retry_or_give_up(policy: RetryPolicy, attempts: int, now: datetime, rng: RandomSource,
+                      category: FailureCategory, reason: str, *, possibly_applied: bool,
+                      hint: float | None) -> Decision:
+    if attempts >= policy.max_attempts:
+        return GiveUp(last_attempt_possibly_applied=possibly_applied)
+    delay = backoff_seconds(policy, attempts, rng)
+    if hint is not None:
+        delay = max(delay, hint)  # Retry-After says when the provider can take it again
+    at = later(now, delay)
+    if at is None:  # a Retry-After beyond year 9999: no retry can be scheduled
+        return GiveUp(last_attempt_possibly_applied=possibly_applied)
+    return Retry(at=at, category=category, reason=reason, possibly_applied=possibly_applied)
+
+
+# ---------------------------------------------------------------------------- settlement
+
+@dataclass(frozen=True, slots=True)
+class RetrySettlement:
+    """Record ``SettlementFailed`` and try the action again at ``at`` (UTC), without egress."""
+
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class BlockSettlement:
+    """Record ``SettlementBlocked``: the tries are used up; an operator decides."""
+
+
+SettlementDecision = RetrySettlement | BlockSettlement
+
+
+def after_settlement_failure(*, tries_used: int, max_tries: int, backoff_seconds: float,
+                             now: datetime) -> SettlementDecision:
+    """Decide what follows a failed settlement action.
+
+    Args:
+        tries_used: settlement tries already recorded as failed, before this one.
+        max_tries: the declaration's ``settlement.max_attempts``.
+        backoff_seconds: the declaration's ``settlement.backoff_seconds`` (doubled per try).
+        now: UTC-aware instant.
+
+    Returns:
+        ``BlockSettlement`` once this failure uses the last try, else ``RetrySettlement``.
+
+    Source: DESIGN §7 ("settlement retries with backoff, and ends in SettlementBlocked").
+    """
+    if tries_used + 1 >= max_tries:
+        return BlockSettlement()
+    at = later(now, backoff_seconds * (2 ** tries_used))
+    return BlockSettlement() if at is None else RetrySettlement(at)
