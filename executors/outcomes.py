@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Sequence
 from uuid import UUID
 
+import structlog
 from eventsourcing.domain import Aggregate
 
 from executors.commit import Change, Committer, Counts
@@ -25,6 +26,8 @@ from ledger.decisions import AwaitCallback, Decision, GiveUp, Lookup, Record, Re
 from ledger.modes import rules_for
 from ledger.operation import Operation
 from ledger.outcomes import Accepted, Ambiguous, Failed, Outcome, Succeeded
+
+log = structlog.get_logger("opledger.outcomes")
 
 UNSTORABLE = "outcome_unstorable"
 """Ambiguity reason of an outcome the store refused (the effect may have happened)."""
@@ -121,6 +124,9 @@ class OutcomeService:
         flights = {flight.op.id: flight for flight, _ in finished}
         result = self.committer.commit(
             [(flight.op, self._change(flight, item, now, lookups)) for flight, item in finished], counts)
+        for op_id, reason in result.rejected.items():
+            if op_id not in result.failed:
+                log.info("outcome rejected (fenced)", operation_id=str(op_id), reason=reason)
         if result.failed:
             self._record_unstorable(result.failed, flights, now, counts)
         for op_id, op in result.committed.items():

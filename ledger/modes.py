@@ -114,3 +114,20 @@ def render_table() -> str:
     lines = ["| mode | the provider… | after a lost response the ledger… |", "|---|---|---|"]
     lines += [f"| `{r.mode.value}` | {r.provider} | {r.ledger} |" for r in RULES.values()]
     return "\n".join(lines) + "\n"
+
+
+def render_rules() -> str:
+    """Render every field of :data:`RULES` as a Markdown table (``docs/delivery-modes.md``).
+
+    Returns:
+        The table text, header included, ending with a newline.
+    """
+    def yes(flag: bool) -> str:
+        return "yes" if flag else "no"
+
+    lines = ["| mode | after a lost response | retries an attempt that may have applied | follows redirects "
+             "| a 2xx means | the `accepted` deadline bounds |", "|---|---|---|---|---|---|"]
+    lines += [f"| `{r.mode.value}` | `{r.after_lost_response.value}` | {yes(r.retries_possibly_applied)} "
+              f"| {yes(r.follows_redirects)} | {'accepted' if r.success_means_accepted else 'succeeded'} "
+              f"| {r.accepted_deadline} |" for r in RULES.values()]
+    return "\n".join(lines) + "\n"

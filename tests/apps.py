@@ -67,3 +67,37 @@ class ModesApp(LedgerApplication):
                          payload={"n": n, "note": "internal note", "token": "secretref:test-token"})
         self.save(thing, op)
         return op.id
+
+
+class Fragile(Aggregate):
+    """A source entity whose settlement action raises when its label says ``boom``."""
+
+    @event("Made")
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.results: list[str] = []
+
+    def on_result(self, outcome: SettlementOutcome) -> None:
+        if self.label == "boom":
+            raise RuntimeError("the host's settlement action failed on purpose")
+        self._settled(outcome.result)
+
+    @event("Settled")
+    def _settled(self, result: str) -> None:
+        self.results.append(result)
+
+
+class FakeApp(LedgerApplication):
+    """One idempotent integration on the in-memory fake adapter (``adapters.fake``)."""
+
+    name = "fakes"
+    integrations = [declaration(DeliveryMode.IDEMPOTENT, name="test.fake", adapter="fake",
+                                settlement={"entity_type": "tests.apps:Fragile", "method": "on_result",
+                                            "max_attempts": 2, "backoff_seconds": 1.0})]
+
+    def make(self, label: str, target: str = "https://partner.test/call") -> UUID:
+        """Create a Fragile entity and intend one operation for it. Returns the operation id."""
+        entity = Fragile(label=label)
+        op = self.intend(entity, "test.fake", target=target, payload={"n": 0})
+        self.save(entity, op)
+        return op.id

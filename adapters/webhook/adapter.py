@@ -28,7 +28,8 @@ from adapters.webhook.excerpt import (
     DEFAULT_EXCERPT_CHARS, TRUNCATED_MARK, excerpt, redact, secrets_of,
 )
 from ledger.clock import Clock, require_utc
-from ledger.declarations import DeliveryMode, canonical_json
+from ledger.declarations import canonical_json
+from ledger.modes import RULES, rules_for
 from ledger.egress import EgressRequest
 from ledger.errors import ConfigurationError
 from ledger.outcomes import Ambiguous, Failed, FailureCategory, Outcome
@@ -38,7 +39,8 @@ DEFAULT_LOOKUP_PATH = "/idempotency/{key}"
 DEFAULT_USER_AGENT = "opledger-webhook/0.1"
 SECRET_PREFIX = "whsec_"
 MIN_SECRET_BYTES = 24  # Standard Webhooks, "Signature scheme": secrets of 24 to 64 random bytes
-REDIRECT_SAFE_MODES = frozenset({DeliveryMode.IDEMPOTENT, DeliveryMode.READ_ONLY})
+REDIRECT_SAFE_MODES = frozenset(rules.mode for rules in RULES.values() if rules.follows_redirects)
+"""Modes whose requests may follow a method-preserving redirect (``ledger.modes``)."""
 
 _RESERVED_HEADERS = frozenset({
     "accept-encoding", "content-length", "content-type", "host", "idempotency-key", "traceparent",
@@ -148,7 +150,7 @@ class WebhookAdapter:
         headers["Content-Type"] = "application/json"
         exchange = self._exchange("POST", request.target, content=body_text.encode("utf-8"),
                                   headers=headers, timeout_seconds=request.timeout_seconds,
-                                  follow_redirects=request.delivery_mode in REDIRECT_SAFE_MODES,
+                                  follow_redirects=rules_for(request.delivery_mode).follows_redirects,
                                   secrets=secrets)
         return classify(exchange, now=self._clock.now(),
                         max_retry_after_seconds=self._config.max_retry_after_seconds)
