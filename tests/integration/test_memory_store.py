@@ -3,7 +3,9 @@ no threads (issue 10 item 2: what the simulator will drive)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -159,3 +161,11 @@ def test_one_projection_leads_a_shared_memory_store(app: OrdersApp, store: Memor
     clock.advance(3.5)
     assert second.catch_up() == 2
     assert first.run_once() == 0
+
+
+def test_the_guides_example_runs() -> None:
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guide.md").read_text()
+    section = guide.split("### In memory", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S)
+    assert code is not None
+    exec(compile(code.group(1), "docs/guide.md", "exec"), {})
