@@ -9,8 +9,8 @@ from projections.rows import StatusRow, row_from_operation
 from projections.status import StatusProjection, StatusProjectionConfig
 from projections.view import (
     DueWork,
-    Lease,
     Leadership,
+    Lease,
     NotLeaderError,
     OperatorQueries,
     ProjectionWriter,

@@ -15,10 +15,10 @@ before it changes anything, so a failed write leaves no trace.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Iterable, Iterator, Sequence
 from uuid import UUID
 
 from ledger.clock import Clock, SystemClock, require_utc
@@ -146,14 +146,6 @@ class MemoryStatusView:
         with self._transaction() as store:
             return store.tables[MAIN_TABLE].get(operation_id)
 
-    def list(self, *, status: str | None = None, limit: int = 100) -> list[StatusRow]:
-        _check_limit(limit)
-        with self._transaction() as store:
-            found = [row for row in store.tables[MAIN_TABLE].values() if status is None or row.status == status]
-        found.sort(key=lambda row: row.operation_id)
-        found.sort(key=lambda row: row.created_at, reverse=True)  # stable: ties keep id order
-        return found[:limit]
-
     def attention(self, limit: int = 100) -> list[StatusRow]:
         _check_limit(limit)
         with self._transaction() as store:
@@ -167,6 +159,15 @@ class MemoryStatusView:
             for row in store.tables[MAIN_TABLE].values():
                 counts[row.status] = counts.get(row.status, 0) + 1
         return counts
+
+    # Last of the queries: below it, ``list`` in an annotation would name this method (mypy).
+    def list(self, *, status: str | None = None, limit: int = 100) -> list[StatusRow]:
+        _check_limit(limit)
+        with self._transaction() as store:
+            found = [row for row in store.tables[MAIN_TABLE].values() if status is None or row.status == status]
+        found.sort(key=lambda row: row.operation_id)
+        found.sort(key=lambda row: row.created_at, reverse=True)  # stable: ties keep id order
+        return found[:limit]
 
     def close(self) -> None:
         self._closed = True

@@ -116,11 +116,6 @@ class OperatorQueries(Protocol):
         """One row, or None."""
         ...
 
-    def list(self, *, status: str | None = None, limit: int = 100) -> list[StatusRow]:
-        """Rows, newest first (``created_at`` descending, then operation id), optionally of one
-        status."""
-        ...
-
     def attention(self, limit: int = 100) -> list[StatusRow]:
         """The attention queue: rows with an attention reason, oldest first (``updated_at``,
         then operation id)."""
@@ -128,6 +123,12 @@ class OperatorQueries(Protocol):
 
     def counts(self) -> dict[str, int]:
         """Number of operations per status."""
+        ...
+
+    # Last in the class: below it, ``list`` in an annotation would name this method (mypy).
+    def list(self, *, status: str | None = None, limit: int = 100) -> list[StatusRow]:
+        """Rows, newest first (``created_at`` descending, then operation id), optionally of one
+        status."""
         ...
 
 

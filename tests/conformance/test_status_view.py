@@ -36,7 +36,7 @@ class Backend:
 
     name: str
     open: Callable[[], StatusView]
-    pass_time: Callable[[float], None]
+    pass_time: Callable[[float], object]
     """Let ``seconds`` pass on the store's clock (the database's, or the fake's)."""
 
     @property
