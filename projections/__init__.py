@@ -4,15 +4,34 @@ Depends on ``ledger`` and the named queries in ``migrations``; never on ``execut
 ``adapters``.
 """
 
+from projections.memory_view import MemoryStatusStore, MemoryStatusView
 from projections.rows import StatusRow, row_from_operation
 from projections.status import StatusProjection, StatusProjectionConfig
-from projections.view import Lease, NotLeaderError, StatusView, open_view
+from projections.view import (
+    DueWork,
+    Leadership,
+    Lease,
+    NotLeaderError,
+    OperatorQueries,
+    ProjectionWriter,
+    StatusView,
+    open_view,
+)
 
 __all__ = [
+    # the projection
     "StatusProjection",
     "StatusProjectionConfig",
+    # the view seam: its protocols by concern, their union, and how to open one
     "StatusView",
+    "ProjectionWriter",
+    "Leadership",
+    "DueWork",
+    "OperatorQueries",
     "open_view",
+    "MemoryStatusStore",
+    "MemoryStatusView",
+    # rows and leases
     "StatusRow",
     "row_from_operation",
     "Lease",

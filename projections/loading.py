@@ -5,7 +5,9 @@ The library's repository reads one aggregate per query, and its notification rea
 the status projection reads the log in stretches of thousands, so both read plain rows through
 the library's own recorder connection and decode them with the application's mapper
 (``LedgerMapper.decode_record``): the same rules and errors as the library's path, with fewer
-objects per record.
+objects per record. Over the library's in-memory (POPO) recorder, used by tests and the
+simulator, there is no query to save: both read through the recorder's own methods and decode
+with the same decoder.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from uuid import UUID
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import StoredEvent
+from eventsourcing.popo import POPOAggregateRecorder, POPOApplicationRecorder
 
 from ledger.codec import LEDGER_TOPIC_PREFIX, LedgerMapper
 from ledger.errors import CorruptRecordError
@@ -35,6 +38,8 @@ def load_aggregates(app: Application, ids: Collection[UUID]) -> dict[UUID, Any]:
         CorruptRecordError: a stored ledger event cannot be decoded (fails closed).
     """
     recorder: Any = app.recorder
+    if isinstance(recorder, POPOAggregateRecorder):
+        return _load_from_memory(app, ids)
     sqlite = _is_sqlite(recorder)
     template = load_queries("sqlite" if sqlite else "postgres")["select_events_of_many"]
     found: dict[UUID, Any] = {}
@@ -108,6 +113,8 @@ def select_records(app: Application, after: int, limit: int, topics: Sequence[st
             instead of parsing the text of each.
     """
     recorder: Any = app.recorder
+    if isinstance(recorder, POPOApplicationRecorder):
+        return _select_from_memory(recorder, after, limit, topics, ids)
     if _is_sqlite(recorder):
         sql = load_queries("sqlite")["select_records"].format(
             table=recorder.events_table_name, topics=",".join("?" * len(topics)))
@@ -131,6 +138,29 @@ def select_records(app: Application, after: int, limit: int, topics: Sequence[st
     with recorder.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row, binary=True) as cursor:
         cursor.execute(sql, [after, list(topics), limit], prepare=True)
         return cursor.fetchall()
+
+
+def _load_from_memory(app: Application, ids: Collection[UUID]) -> dict[UUID, Any]:
+    # The in-memory (POPO) recorder: its own select_events, folded as the SQL path folds.
+    decode = record_decoder(app)
+    found: dict[UUID, Any] = {}
+    for aggregate_id in dict.fromkeys(ids):
+        for stored in app.recorder.select_events(aggregate_id):
+            event: Any = decode(stored.originator_id, stored.originator_version, stored.topic, stored.state)
+            found[aggregate_id] = event.mutate(found.get(aggregate_id))
+    return found
+
+
+def _select_from_memory(recorder: POPOApplicationRecorder, after: int, limit: int, topics: Sequence[str],
+                        ids: dict[Any, UUID]) -> list[tuple[int, UUID, int, str, bytes]]:
+    # The in-memory (POPO) recorder: the library's own select_notifications.
+    records = []
+    for n in recorder.select_notifications(after, limit, topics=topics, inclusive_of_start=False):
+        originator_id = n.originator_id
+        if not isinstance(originator_id, UUID):
+            originator_id = ids.get(originator_id) or ids.setdefault(originator_id, UUID(str(originator_id)))
+        records.append((n.id, originator_id, n.originator_version, n.topic, n.state))
+    return records
 
 
 def _is_sqlite(recorder: Any) -> bool:

@@ -19,6 +19,7 @@ _TIME_FIELDS = ("lease_expires_at", "next_due_at", "created_at", "updated_at")
 _UUID_INDEXES = tuple(COLUMNS.index(name) for name in ("operation_id", "source_entity_id"))
 _TIME_INDEXES = tuple(COLUMNS.index(name) for name in _TIME_FIELDS)
 _CANCEL_INDEX = COLUMNS.index("cancel_requested")
+_ON_MAIN = re.compile(rf'\bON\s+"?{MAIN_TABLE}"?(?=[\s(])', re.IGNORECASE)  # an index's table
 
 
 def _encode_time(value: datetime | None) -> str | None:
@@ -112,7 +113,8 @@ class SQLiteStatusView(SqlStatusView):
                 name = re.search(r"INDEX (?:IF NOT EXISTS )?(\w+)", sql).group(1)
                 other = (name.replace(REBUILD_TABLE, MAIN_TABLE) if name.startswith(REBUILD_TABLE)
                          else name.replace(MAIN_TABLE, REBUILD_TABLE, 1))
-                sql = sql.replace(name, other, 1).replace(f" ON {MAIN_TABLE} ", f" ON {REBUILD_TABLE} ")
+                # After a swap SQLite keeps the renamed table's name quoted in the index's SQL.
+                sql = _ON_MAIN.sub(f"ON {REBUILD_TABLE}", sql.replace(name, other, 1), count=1)
             else:
                 sql = sql.replace(f"TABLE {MAIN_TABLE}", f"TABLE {REBUILD_TABLE}", 1)
                 sql = sql.replace(f'TABLE "{MAIN_TABLE}"', f"TABLE {REBUILD_TABLE}", 1)

@@ -1,4 +1,5 @@
-"""The status view seam: one small protocol, two backends (STYLE rule 6).
+"""The status view seam: small protocols by concern, their union ``StatusView``, and three
+backends (SQLite, PostgreSQL, in memory) held to one conformance suite (STYLE rules 6 and 8).
 
 Rows and the projection's tracking position are written in one transaction (DESIGN §8), so a
 crash or a replay never double-counts. SQL comes from ``migrations/<backend>/queries``.
@@ -9,12 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from contextlib import AbstractContextManager
-from typing import Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
 from uuid import UUID
 
 from ledger.config import Database
 from ledger.errors import LedgerError
 from projections.rows import DueRow, StatusRow
+
+if TYPE_CHECKING:
+    from projections.memory_view import MemoryStatusStore
 
 MAIN_TABLE = "opledger_operation_status"
 REBUILD_TABLE = "opledger_operation_status_rebuild"
@@ -35,12 +39,13 @@ class NotLeaderError(LedgerError):
     """
 
 
-class StatusView(Protocol):
-    """Read and write the operation status read model."""
+class ProjectionWriter(Protocol):
+    """The projection's side of the view: its tracking position, its rows, and rebuild."""
 
     in_process: bool
-    """True where the store does its work inside this process (embedded SQLite), so waiting on
-    it frees no CPU for other threads of the process; False for a database server."""
+    """True where the store does its work inside this process (embedded SQLite, the in-memory
+    store), so waiting on it frees no CPU for other threads of the process; False for a
+    database server."""
 
     def position(self, projection: str, upstream: str) -> int:
         """The last notification id applied by ``projection`` from ``upstream`` (0 if none)."""
@@ -51,7 +56,14 @@ class StatusView(Protocol):
         """Upsert ``rows`` into ``table``, mark the ``corrupt`` operations, and set the position,
         all in one transaction.
 
+        A row replaces the stored one only when its ``version`` is greater: a stale writer, or
+        the same version written again, changes nothing. The position is set as given (it may
+        move back). Marks apply after the rows, whatever their version, to rows that exist.
+
         Args:
+            rows: at most one row per operation.
+            table: ``MAIN_TABLE``, or ``REBUILD_TABLE`` between ``begin_rebuild`` and
+                ``finish_rebuild``.
             corrupt: operations whose stored events cannot be decoded: their rows go on the
                 attention queue (``corrupt_record``) and stop being due.
 
@@ -60,9 +72,26 @@ class StatusView(Protocol):
         """
         ...
 
-    def lead(self, lease: Lease, ttl_seconds: float) -> bool:
-        """Take or extend ``lease`` for ``ttl_seconds``; True when this holder now leads."""
+    def begin_rebuild(self) -> None:
+        """Create an empty rebuild table shaped like the main one (dropping any leftover)."""
         ...
+
+    def finish_rebuild(self, *, projection: str, upstream: str, position: int) -> None:
+        """Swap the rebuild table in and set the position, in one transaction."""
+        ...
+
+
+class Leadership(Protocol):
+    """One projection writer per store, by a named lease (DESIGN §8)."""
+
+    def lead(self, lease: Lease, ttl_seconds: float) -> bool:
+        """Take or extend ``lease`` for ``ttl_seconds``, judged by the store's clock; True when
+        this holder now leads. Where one process owns the store (SQLite), always True."""
+        ...
+
+
+class DueWork(Protocol):
+    """The workers' side: what is due, and reservations among workers of one store."""
 
     def due(self, now: datetime, limit: int) -> list[DueRow]:
         """Rows whose ``next_due_at`` is at or before ``now`` (UTC), earliest first."""
@@ -75,46 +104,59 @@ class StatusView(Protocol):
 
         A hint against wasted conflicts, never a guarantee: fencing stays with the aggregate's
         version and epoch (DESIGN §7), so a missed or lost reservation costs a conflict, never
-        a duplicate.
+        a duplicate. Where one process owns the store (SQLite), every id is yielded.
         """
         ...
+
+
+class OperatorQueries(Protocol):
+    """What operators and the CLI read (the main table only)."""
 
     def get(self, operation_id: UUID) -> StatusRow | None:
         """One row, or None."""
         ...
 
-    def list(self, *, status: str | None = None, limit: int = 100) -> list[StatusRow]:
-        """Rows, newest first, optionally of one status."""
-        ...
-
     def attention(self, limit: int = 100) -> list[StatusRow]:
-        """The attention queue: rows with an attention reason, oldest first."""
+        """The attention queue: rows with an attention reason, oldest first (``updated_at``,
+        then operation id)."""
         ...
 
     def counts(self) -> dict[str, int]:
         """Number of operations per status."""
         ...
 
-    def begin_rebuild(self) -> None:
-        """Create an empty rebuild table shaped like the main one (dropping any leftover)."""
+    # Last in the class: below it, ``list`` in an annotation would name this method (mypy).
+    def list(self, *, status: str | None = None, limit: int = 100) -> list[StatusRow]:
+        """Rows, newest first (``created_at`` descending, then operation id), optionally of one
+        status."""
         ...
 
-    def finish_rebuild(self, *, projection: str, upstream: str, position: int) -> None:
-        """Swap the rebuild table in and set the position, in one transaction."""
-        ...
+
+class StatusView(ProjectionWriter, Leadership, DueWork, OperatorQueries, Protocol):
+    """Read and write the operation status read model: every concern above, on one store.
+
+    Backends: ``SQLiteStatusView``, ``PostgresStatusView`` and ``MemoryStatusView``; one
+    conformance suite (``tests/conformance/test_status_view.py``) holds them to one contract.
+    """
 
     def close(self) -> None:
-        """Release connections."""
+        """Release connections; the view cannot be used afterwards."""
         ...
 
 
-def open_view(database: Database, *, read_only: bool = False) -> StatusView:
+def open_view(database: Database | MemoryStatusStore, *, read_only: bool = False) -> StatusView:
     """Open the status view of ``database``'s backend.
 
     Args:
-        database: where the store lives (must be migrated).
+        database: where the store lives (must be migrated), or an in-memory store
+            (``MemoryStatusStore``: tests and the simulator), on which each call opens another
+            view, as another connection would.
         read_only: SQLite only: open for inspection without taking part in writes.
     """
+    from projections.memory_view import MemoryStatusStore, MemoryStatusView
+
+    if isinstance(database, MemoryStatusStore):
+        return MemoryStatusView(database)
     if database.backend == "sqlite":
         from projections.sqlite_view import SQLiteStatusView
 

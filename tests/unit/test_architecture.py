@@ -73,6 +73,7 @@ PUBLIC_API = {
     "projections": [
         "StatusProjection", "StatusProjectionConfig", "StatusView", "open_view", "StatusRow",
         "row_from_operation", "Lease", "NotLeaderError",
+        "ProjectionWriter", "Leadership", "DueWork", "OperatorQueries", "MemoryStatusStore", "MemoryStatusView",
     ],
 }
 
