@@ -481,7 +481,7 @@ def test_exhaust_budget_refuses_while_attempts_remain() -> None:
         b.op.exhaust_budget(epoch=b.epoch, now=b.tick(), last_attempt_possibly_applied=False)
 
 
-@pytest.mark.parametrize("mode", ["non_idempotent", "callback"])
+@pytest.mark.parametrize("mode", ["non_idempotent", "callback", "recoverable_remote_id"])
 def test_possibly_applied_retry_refused_without_a_safe_mode(mode: str) -> None:
     b = build(E.DISPATCHING, delivery_mode=mode)
     with pytest.raises(IllegalTransitionError, match="never retries"):
