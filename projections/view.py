@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from contextlib import AbstractContextManager
-from typing import Iterable, Protocol, Sequence
+from typing import Iterable, Mapping, Protocol, Sequence
 from uuid import UUID
 
 from ledger.config import Database
 from ledger.errors import LedgerError
-from projections.rows import DueRow, StatusRow
+from projections.rows import AttentionMark, DueRow, StatusRow
 
 MAIN_TABLE = "opledger_operation_status"
 REBUILD_TABLE = "opledger_operation_status_rebuild"
@@ -47,13 +47,15 @@ class StatusView(Protocol):
         ...
 
     def write(self, rows: Iterable[StatusRow], *, projection: str, upstream: str, position: int,
-              table: str = MAIN_TABLE, lease: Lease | None = None, corrupt: Iterable[UUID] = ()) -> None:
-        """Upsert ``rows`` into ``table``, mark the ``corrupt`` operations, and set the position,
+              table: str = MAIN_TABLE, lease: Lease | None = None,
+              marks: Mapping[UUID, AttentionMark] | None = None) -> None:
+        """Upsert ``rows`` into ``table``, mark the ``marks`` operations, and set the position,
         all in one transaction.
 
         Args:
-            corrupt: operations whose stored events cannot be decoded: their rows go on the
-                attention queue (``corrupt_record``) and stop being due.
+            marks: operations whose stored events cannot be folded, by id: their rows go on the
+                attention queue with the mark's reason (``unreadable_event``, ``corrupt_record``)
+                and detail, and stop being due.
 
         Raises:
             NotLeaderError: ``lease`` is given and no longer held; nothing was written.
@@ -89,6 +91,10 @@ class StatusView(Protocol):
 
     def attention(self, limit: int = 100) -> list[StatusRow]:
         """The attention queue: rows with an attention reason, oldest first."""
+        ...
+
+    def attention_of(self, reason: str, limit: int = 100) -> list[StatusRow]:
+        """The attention queue's rows of one ``reason``, oldest first."""
         ...
 
     def counts(self) -> dict[str, int]:
