@@ -27,6 +27,7 @@ from ledger.config import Settings
 from ledger.egress import Adapter
 from ledger.errors import ConfigurationError
 from ledger.persistence import check_store_identity
+from projections.history import check_readable_history
 from projections.status import StatusProjection
 from projections.view import StatusView, open_view
 
@@ -163,6 +164,8 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             signal.signal(signum, lambda *_: stop.set())
     worker_id = worker_id or default_worker_id()
     with open_store(settings, write=True, clock=clock) as store:
+        # Refuse (ConfigurationError) a store with ledger topics this code cannot resolve.
+        check_readable_history(store.app, allow_unreadable=settings.allow_unreadable_events)
         adapters = build_adapters(settings, store.app, clock)
         leader: threading.Thread | None = None
         if settings.database.backend == "postgres":

@@ -22,6 +22,8 @@ from ledger.errors import (
     StaleEpochError,
     StoreLockedError,
     UnknownIntegrationError,
+    UnreadableEventError,
+    UnreadableHistoryError,
 )
 from ledger.identity import Source
 from ledger.operation import Operation
@@ -70,4 +72,6 @@ __all__ = [
     "StoreLockedError",
     "OperationNotFoundError",
     "UnknownIntegrationError",
+    "UnreadableEventError",
+    "UnreadableHistoryError",
 ]

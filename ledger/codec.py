@@ -24,10 +24,13 @@ msgspec also reads a JSON number where a ``Decimal`` is declared, as the exact d
 
 Reading fails closed with :class:`~ledger.errors.CorruptRecordError` naming the operation id and
 position: malformed JSON, invalid UTF-8, a lone surrogate, a NUL character in any text (keys and
-values at any depth), wrong types, unknown or missing fields, naive datetimes, a class version
-newer than the code, an undecryptable or undecompressible record, and a ``ledger.`` topic that no
-longer resolves. Other unresolvable topics keep the library's ``TopicError``: nothing says such a
-record was a ledger event.
+values at any depth), wrong types, unknown or missing fields, naive datetimes, an undecryptable
+or undecompressible record. A record this code is too old for, rather than a damaged one, raises
+the subclass :class:`~ledger.errors.UnreadableEventError`: a ``ledger.`` topic that does not
+resolve (an event type added later, or a rename not registered with
+``eventsourcing.utils.register_topic``) or a ``class_version`` newer than the class's. Other
+unresolvable topics keep the library's ``TopicError``: nothing says such a record was a ledger
+event.
 
 Upcasting follows the library: a class with ``class_version = N > 1`` stores ``class_version`` in
 its state, and an older record is decoded to plain data, passed through the class's static
@@ -58,7 +61,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import TopicError, get_topic, resolve_topic
 
-from ledger.errors import CorruptRecordError
+from ledger.errors import CorruptRecordError, UnreadableEventError
 
 __all__ = [
     "LEDGER_TOPIC_PREFIX",
@@ -82,6 +85,10 @@ _NUL_ESCAPE = b"\\u0000"
 
 _ENCODER = msgspec.json.Encoder()  # No enc_hook: an unsupported type is refused, never guessed.
 _PLAIN_DECODER = msgspec.json.Decoder()
+
+
+class _NewerClassVersion(ValueError):
+    """A record's ``class_version`` is newer than the class's: written by newer code."""
 
 
 class LedgerEvent:
@@ -189,6 +196,7 @@ class _EventCodec:
             decoded = self.decoder.decode(data)
         except msgspec.MsgspecError:
             if self.class_version == 1:
+                self._refuse_newer(data)
                 raise
             # An older class version (or a corrupt record: the strict path reports it).
             decoded = self._decode_and_upcast(data)
@@ -208,7 +216,9 @@ class _EventCodec:
         if not isinstance(state, dict):
             raise ValueError(f"expected a JSON object, got {type(state).__name__}")
         version = state.pop(_CLASS_VERSION, 1)
-        if type(version) is not int or not 1 <= version <= self.class_version:
+        if type(version) is int and version > self.class_version:
+            raise _NewerClassVersion(f"class_version {version} is newer than this code's {self.class_version}")
+        if type(version) is not int or not 1 <= version:
             raise ValueError(
                 f"class_version {version!r} is not one this code reads (1..{self.class_version})"
             )
@@ -220,6 +230,17 @@ class _EventCodec:
             version += 1
         state[_CLASS_VERSION] = self.class_version
         return msgspec.convert(state, self.struct)
+
+    def _refuse_newer(self, data: bytes) -> None:
+        # Only on the failure path: a record of a class that had no version here, written by
+        # code whose class carries one, is unreadable rather than corrupt.
+        try:
+            state = _PLAIN_DECODER.decode(data)
+        except msgspec.MsgspecError:
+            return
+        version = state.get(_CLASS_VERSION) if isinstance(state, dict) else None
+        if type(version) is int and version > self.class_version:
+            raise _NewerClassVersion(f"class_version {version} is newer than this code's {self.class_version}")
 
     def _refuse_nul(self, decoded: msgspec.Struct) -> None:
         for name in self.names:
@@ -381,8 +402,10 @@ class LedgerMapper(Mapper[TAggregateID]):
             The domain event; never a partly decoded one.
 
         Raises:
-            CorruptRecordError: the record is a ledger event (or has an unresolvable ``ledger.``
-                topic) and cannot be decoded exactly; names the operation and position.
+            CorruptRecordError: the record is a ledger event and cannot be decoded exactly; names
+                the operation and position.
+            UnreadableEventError: (a ``CorruptRecordError``) the record has a ``ledger.`` topic
+                that does not resolve, or a ``class_version`` newer than its class's.
             TopicError: a non-ledger topic does not resolve (the library's behaviour).
             MapperDeserialisationError: a host event's state does not decode (the library's).
         """
@@ -415,8 +438,8 @@ class LedgerMapper(Mapper[TAggregateID]):
                 cls = resolve_topic(topic)
             except TopicError as exc:
                 if topic.startswith(LEDGER_TOPIC_PREFIX):
-                    raise CorruptRecordError(originator_id, originator_version, topic,
-                                             f"topic does not resolve: {exc}") from exc
+                    raise UnreadableEventError(originator_id, originator_version, topic,
+                                               f"topic does not resolve: {exc}") from exc
                 raise
             codec = self._codec(cls)
             self._by_topic[topic] = (cls, codec)
@@ -433,6 +456,8 @@ class LedgerMapper(Mapper[TAggregateID]):
             if self.compressor:
                 state = self.compressor.decompress(state)
             return codec.decode(state, originator_id, originator_version)
+        except _NewerClassVersion as exc:
+            raise UnreadableEventError(stored_id, originator_version, topic, str(exc)) from exc
         # Anything (cipher, decompressor, decoder, an upcaster) failing means the record cannot
         # be read exactly: fail closed, keeping the cause chained for the operator.
         except Exception as exc:  # noqa: BLE001

@@ -160,6 +160,9 @@ class Settings(BaseSettings):
         grace_seconds: on SIGTERM, how long in-flight attempts may take to record, seconds.
         webhook_secret: the Standard Webhooks signing secret (``whsec_...``) of the webhook adapter.
         log_format: ``json`` (production) or ``console``.
+        allow_unreadable_events: start ``migrate`` and workers even when the store holds ledger
+            event topics this code cannot resolve (their operations wait on the attention queue
+            as ``unreadable_event``); off by default, so a version mismatch stops the start.
     """
 
     model_config = SettingsConfigDict(env_prefix="OPLEDGER_", extra="ignore")
@@ -173,6 +176,7 @@ class Settings(BaseSettings):
     grace_seconds: float = Field(default=10.0, ge=0)
     webhook_secret: SecretStr | None = None
     log_format: str = Field(default="console", pattern=r"^(json|console)$")
+    allow_unreadable_events: bool = False
 
     @field_validator("database_url")
     @classmethod

@@ -139,11 +139,57 @@ class CorruptRecordError(LedgerError):
         )
 
 
+class UnreadableEventError(CorruptRecordError):
+    """A stored ledger event is well formed for some version of the code, not for this one.
+
+    Its topic does not resolve here (an event type added by a newer version, or a class renamed
+    without ``eventsourcing.utils.register_topic`` for its old topic), or its ``class_version`` is
+    newer than the class's. Readers treat it as a corrupt record of that operation only (it is a
+    ``CorruptRecordError``), and the status projection puts the operation on the attention queue
+    as ``unreadable_event``. Fix: run the code that wrote it (or register the rename, or add the
+    upcaster); the operation comes back by itself once the running code reads it.
+
+    Source: issue 10 item 5 ("history the code cannot read"); docs/operations.md.
+    """
+
+    def __init__(self, originator_id: object, position: int, topic: str, reason: str) -> None:
+        super().__init__(originator_id, position, topic, reason)
+        # Replaces the parent's wording: nothing is damaged, this code is too old for it.
+        self.args = (
+            f"stored event of operation {originator_id} at position {position} "
+            f"(topic {topic!r}) cannot be read by this code: {reason}",
+        )
+
+
 class ConfigurationError(LedgerError, ValueError):
     """opledger's settings are invalid or do not match the store they point at.
 
     Fix: as the message says (database URL, schema version, store identity).
     """
+
+
+class UnreadableHistoryError(ConfigurationError):
+    """The store holds ledger event topics this code cannot resolve, so a process refuses to start.
+
+    ``topics`` maps each such topic to its number of records. Typical causes: an older version
+    started against a store a newer version wrote to, or a class renamed without registering its
+    old topic (``eventsourcing.utils.register_topic``). Fix: run the newer code (or register the
+    rename); or start with ``--allow-unreadable-events`` (``OPLEDGER_ALLOW_UNREADABLE_EVENTS=1``)
+    to run anyway, each affected operation then waiting on the attention queue as
+    ``unreadable_event``.
+
+    Source: issue 10 item 5; docs/operations.md ("Events this code cannot read").
+    """
+
+    def __init__(self, topics: dict[str, int]) -> None:
+        self.topics = dict(topics)
+        listed = ", ".join(f"{topic} ({n} record{'s' if n != 1 else ''})" for topic, n in sorted(topics.items()))
+        super().__init__(
+            f"the store holds {len(topics)} ledger event topic(s) this code cannot resolve: {listed}. "
+            "Run the code that wrote them, or register the renamed classes' old topics "
+            "(eventsourcing.utils.register_topic); to run anyway, with their operations on the attention "
+            "queue as unreadable_event, pass --allow-unreadable-events (OPLEDGER_ALLOW_UNREADABLE_EVENTS=1)"
+        )
 
 
 class StoreLockedError(LedgerError):

@@ -11,7 +11,7 @@ import sqlite3
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from yoyo import get_backend, read_migrations
 
@@ -69,10 +69,15 @@ def _ensure_container(database: Database) -> None:
             raise ConfigurationError(f"cannot reach PostgreSQL at {database.host}:{database.port}: {exc}") from None
 
 
-def _create_library_tables(app_class: type, database: Database) -> None:
+def _create_library_tables(app_class: type, database: Database,
+                           check: Callable[[Any], object] | None = None) -> None:
     # Constructing the application with CREATE_TABLE=y makes its recorders create their tables.
     app: Any = app_class(env=database.library_env(create_table=True))
-    app.close()
+    try:
+        if check is not None:
+            check(app)
+    finally:
+        app.close()
 
 
 def _record_identity(database: Database, app_name: str) -> str:
@@ -111,13 +116,17 @@ def _check_owner(rows: dict[str, str], app_name: str) -> None:
         raise ConfigurationError(f"the store belongs to application {owner!r}, not {app_name!r}")
 
 
-def migrate(database: Database, app_class: type) -> MigrationReport:
+def migrate(database: Database, app_class: type, *,
+            check: Callable[[Any], object] | None = None) -> MigrationReport:
     """Create the library's tables and apply pending read-model migrations, once.
 
     Args:
         database: where the store lives.
         app_class: the host ``LedgerApplication`` subclass; its ``name`` names the tables on
             PostgreSQL and is recorded as the store's owner.
+        check: called with the application once the library's tables exist, before any
+            read-model migration; an error it raises stops the migration (``opledger
+            migrate`` passes ``projections.history.check_readable_history``).
 
     Returns:
         A :class:`MigrationReport`.
@@ -126,6 +135,7 @@ def migrate(database: Database, app_class: type) -> MigrationReport:
         ConfigurationError: the database is unreachable, belongs to another application, or was
             migrated by a newer opledger (nothing is created then).
         StoreLockedError: another process owns the SQLite store.
+        The errors of ``check``.
     """
     app_name = app_class.name
     lock = StoreLock(database.path) if database.backend == "sqlite" else None
@@ -137,7 +147,7 @@ def migrate(database: Database, app_class: type) -> MigrationReport:
         existing = read_store_identity(database, missing_ok=True)
         _check_owner(existing, app_name)
         check_newer_schema(existing)
-        _create_library_tables(app_class, database)
+        _create_library_tables(app_class, database, check)
         backend = get_backend(database.url(driver="psycopg"))
         migrations = read_migrations(str(HERE / database.backend / "schema"))
         with backend.lock():

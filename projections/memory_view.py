@@ -15,7 +15,7 @@ before it changes anything, so a failed write leaves no trace.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -23,7 +23,7 @@ from uuid import UUID
 
 from ledger.clock import Clock, SystemClock, require_utc
 from ledger.status import Status
-from projections.rows import DueRow, StatusRow
+from projections.rows import AttentionMark, DueRow, StatusRow
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError
 
 _STATUSES = frozenset(status.value for status in Status)  # the tables' CHECK (status IN ...)
@@ -77,9 +77,10 @@ class MemoryStatusView:
             return store.tracking.get((projection, upstream), 0)
 
     def write(self, rows: Iterable[StatusRow], *, projection: str, upstream: str, position: int,
-              table: str = MAIN_TABLE, lease: Lease | None = None, corrupt: Iterable[UUID] = ()) -> None:
+              table: str = MAIN_TABLE, lease: Lease | None = None,
+              marks: Mapping[UUID, AttentionMark] | None = None) -> None:
         batch = [_checked(row) for row in rows]
-        marks = list(corrupt)
+        marks = dict(marks or {})
         with self._transaction() as store:
             if lease is not None and not _holds(store, lease):
                 raise NotLeaderError(f"lease {lease.name!r} is no longer held by {lease.holder!r}")
@@ -92,10 +93,11 @@ class MemoryStatusView:
                 stored = target.get(row.operation_id)
                 if stored is None or row.version > stored.version:
                     target[row.operation_id] = row
-            for operation_id in marks:
+            for operation_id, mark in marks.items():
                 stored = target.get(operation_id)
                 if stored is not None:
-                    target[operation_id] = stored._replace(attention="corrupt_record", next_due_at=None)
+                    target[operation_id] = stored._replace(attention=mark.reason, attention_detail=mark.detail,
+                                                           next_due_at=None)
             store.tracking[(projection, upstream)] = position
 
     def begin_rebuild(self) -> None:
@@ -152,6 +154,9 @@ class MemoryStatusView:
             found = [row for row in store.tables[MAIN_TABLE].values() if row.attention is not None]
         found.sort(key=lambda row: (row.updated_at, row.operation_id))
         return found[:limit]
+
+    def attention_of(self, reason: str, limit: int = 100) -> list[StatusRow]:
+        return [row for row in self.attention(limit=2**62) if row.attention == reason][:limit]
 
     def counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

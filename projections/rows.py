@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -9,7 +10,9 @@ from uuid import UUID
 
 from eventsourcing.utils import get_topic
 
+from ledger.errors import CorruptRecordError, UnreadableEventError
 from ledger.operation import Operation
+from ledger.topics import topics_of
 
 
 class StatusRow(NamedTuple):
@@ -52,13 +55,18 @@ class StatusRow(NamedTuple):
     effect_index: int
     created_at: datetime
     updated_at: datetime
+    attention_detail: str | None = None
+    """What the operator needs to act on ``attention``, as JSON text; for ``unreadable_event``
+    and ``corrupt_record``: the record's ``topic``, its ``version`` (its place in the
+    operation), its log ``position`` where known, and the ``error``."""
 
     def as_dict(self) -> dict[str, Any]:
         """The row as plain data (UUIDs and datetimes kept as objects)."""
         return self._asdict()
 
     def as_json(self) -> dict[str, Any]:
-        """The row as JSON-ready data (UUIDs as strings, datetimes ISO 8601 UTC)."""
+        """The row as JSON-ready data (UUIDs as strings, datetimes ISO 8601 UTC, the attention
+        detail as an object)."""
         out: dict[str, Any] = {}
         for key, value in self._asdict().items():
             if isinstance(value, UUID):
@@ -66,10 +74,48 @@ class StatusRow(NamedTuple):
             elif isinstance(value, datetime):
                 value = value.isoformat()
             out[key] = value
+        if self.attention_detail is not None:
+            out["attention_detail"] = json.loads(self.attention_detail)
         return out
 
 
 COLUMNS: tuple[str, ...] = StatusRow._fields
+
+
+UNREADABLE_EVENT = "unreadable_event"
+"""Attention reason: a stored event this code cannot decode (a topic that does not resolve, a
+newer ``class_version``); the row keeps the last state that decoded and stops being due. Cleared
+by itself once the running code reads the event (``StatusProjection.recheck_unreadable``)."""
+
+CORRUPT_RECORD = "corrupt_record"
+"""Attention reason: a stored event that is malformed for any version of the code."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionMark:
+    """Why an operation's row is put on the attention queue by a reader that cannot fold it.
+
+    Attributes:
+        reason: ``unreadable_event`` or ``corrupt_record``.
+        detail: JSON text for ``StatusRow.attention_detail``.
+    """
+
+    reason: str
+    detail: str
+
+    @classmethod
+    def of(cls, exc: CorruptRecordError, position: int | None = None) -> AttentionMark:
+        """The mark for a record that does not decode.
+
+        Args:
+            exc: the decoding error (an ``UnreadableEventError`` gives ``unreadable_event``).
+            position: the record's position in the log (notification id), where known.
+
+        Source: issue 10 item 5; docs/operations.md.
+        """
+        reason = UNREADABLE_EVENT if isinstance(exc, UnreadableEventError) else CORRUPT_RECORD
+        detail = {"topic": exc.topic, "version": exc.position, "position": position, "error": exc.reason}
+        return cls(reason, json.dumps(detail))
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +162,25 @@ def row_from_operation(op: Operation) -> StatusRow:
         source.effect_index,
         op.created_on,
         op.modified_on,
+        None,
+    )
+
+
+def operation_event_classes() -> tuple[type, ...]:
+    """Every concrete ``Operation`` event class."""
+    return tuple(
+        cls for cls in vars(Operation).values()
+        if isinstance(cls, type) and issubclass(cls, Operation.Event) and cls is not Operation.Event
     )
 
 
 def ledger_topics() -> tuple[str, ...]:
-    """Topics of every ``Operation`` event class: the part of the log projections read."""
-    return tuple(
-        get_topic(cls) for cls in vars(Operation).values()
-        if isinstance(cls, type) and issubclass(cls, Operation.Event) and cls is not Operation.Event
-    )
+    """Current topics of every ``Operation`` event class."""
+    return tuple(get_topic(cls) for cls in operation_event_classes())
+
+
+def read_topics() -> tuple[str, ...]:
+    """The topics projections read: the current ones, then every old topic registered for an
+    ``Operation`` event class (``eventsourcing.utils.register_topic``), so records stored under
+    a renamed class's old topic are read too. Cached until another topic is registered."""
+    return topics_of(operation_event_classes())

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 from uuid import UUID
 
 from migrations.queries import load_queries
-from projections.rows import DueRow, StatusRow
+from projections.rows import AttentionMark, DueRow, StatusRow
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease
 
 
@@ -51,7 +51,8 @@ class SqlStatusView:
         return int(found[0]) if found else 0
 
     def write(self, rows: Iterable[StatusRow], *, projection: str, upstream: str, position: int,
-              table: str = MAIN_TABLE, lease: Lease | None = None, corrupt: Iterable[UUID] = ()) -> None:
+              table: str = MAIN_TABLE, lease: Lease | None = None,
+              marks: Mapping[UUID, AttentionMark] | None = None) -> None:
         batch = list(rows)
         with self._transaction() as cur:
             self._without_flush(cur)
@@ -59,9 +60,9 @@ class SqlStatusView:
                 self._check_lease(cur, lease)
             if batch:
                 self._upsert(cur, table, batch)
-            for operation_id in corrupt:
-                cur.execute(self.queries["mark_corrupt"].replace("opledger_operation_status", table),
-                            {"operation_id": self._id(operation_id)})
+            for operation_id, mark in (marks or {}).items():
+                cur.execute(self.queries["mark_attention"].replace("opledger_operation_status", table),
+                            {"operation_id": self._id(operation_id), "attention": mark.reason, "detail": mark.detail})
             cur.execute(self.queries["upsert_tracking"],
                         {"projection": projection, "upstream": upstream, "notification_id": position})
 
@@ -84,6 +85,9 @@ class SqlStatusView:
 
     def attention(self, limit: int = 100) -> list[StatusRow]:
         return self._select("select_attention", {"limit": limit})
+
+    def attention_of(self, reason: str, limit: int = 100) -> list[StatusRow]:
+        return self._select("select_attention_of", {"attention": reason, "limit": limit})
 
     def counts(self) -> dict[str, int]:
         with self._transaction() as cur:

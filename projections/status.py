@@ -4,11 +4,18 @@ Reads the host application's notification log (only ledger topics), folds each e
 operation's aggregate state (kept in a bounded cache, loaded from the event store on a miss),
 and writes the batch's rows with the tracking position in one transaction. Commits once per
 batch, not per event (DESIGN §11: the library's runner commits per event and cannot keep up).
+
+Ledger topics are the ``Operation`` event classes' current topics, the old topics registered for
+them (``eventsourcing.utils.register_topic``), and any other ``ledger.`` topic: a record this
+code cannot decode puts its operation on the attention queue (``unreadable_event`` or
+``corrupt_record``) instead of vanishing, and an ``unreadable_event`` operation is re-read at
+start and every ``recheck_seconds``, so it comes back by itself once the code reads it.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,12 +24,14 @@ from typing import Any
 from uuid import UUID
 
 import structlog
+from eventsourcing.utils import TopicError, resolve_topic
 
 from ledger.application import LedgerApplication
-from ledger.errors import CorruptRecordError
+from ledger.codec import LEDGER_TOPIC_PREFIX
+from ledger.errors import CorruptRecordError, UnreadableEventError
 from ledger.operation import Operation
 from projections.loading import load_aggregates, record_decoder, select_records
-from projections.rows import ledger_topics, row_from_operation
+from projections.rows import UNREADABLE_EVENT, AttentionMark, read_topics, row_from_operation
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError, StatusView
 
 log = structlog.get_logger("opledger.projection")
@@ -34,6 +43,8 @@ DEFAULT_CACHE_SIZE = 10_000
 ID_MEMO_SIZE = 100_000  # operation ids kept parsed between batches (SQLite stores them as text)
 DEFAULT_IDLE_SECONDS = 0.1
 DEFAULT_LEADER_LEASE_SECONDS = 3.0
+DEFAULT_RECHECK_SECONDS = 60.0
+RECHECK_LIMIT = 1000  # unreadable_event rows re-read per recheck
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +55,7 @@ class _Batch:
     rows: list[Any]
     position: int
     records: int
-    marks: set[UUID]
+    marks: dict[UUID, AttentionMark]
 
 
 @dataclass(frozen=True)
@@ -56,12 +67,15 @@ class StatusProjectionConfig:
         cache_size: operations whose folded state is kept in memory between batches.
         idle_seconds: how long ``run`` waits when the log has nothing new, seconds.
         lease_seconds: leadership lease length where several processes could write, seconds.
+        recheck_seconds: how often operations on the attention queue as ``unreadable_event``
+            are read again (also at start), seconds; a code upgrade brings them back.
     """
 
     batch_size: int = DEFAULT_BATCH_SIZE
     cache_size: int = DEFAULT_CACHE_SIZE
     idle_seconds: float = DEFAULT_IDLE_SECONDS
     lease_seconds: float = DEFAULT_LEADER_LEASE_SECONDS
+    recheck_seconds: float = DEFAULT_RECHECK_SECONDS
 
 
 class _Inline:
@@ -101,14 +115,17 @@ class StatusProjection:
         self.view = view
         self.config = config or StatusProjectionConfig()
         self.lease = Lease(f"projection.{PROJECTION_NAME}.{app.name}", holder) if holder else None
-        self._topics = ledger_topics()
+        self._topics = read_topics()
+        self._topic_set = frozenset(self._topics)  # per record in ``_fold``: a set, not the tuple
+        self._wanted: dict[str, bool] = {}  # other ``ledger.`` topics met: an operation event's?
+        self._rechecked_at: float | None = None  # monotonic; None: not yet in this process
         self._decode = record_decoder(app)
         self._ids: dict[Any, UUID] = {}  # see ``select_records``
         self._cache: OrderedDict[UUID, Operation] = OrderedDict()
         self.quarantined: dict[UUID, int] = {}
         """Operations with a stored event that does not decode, and its position; their rows
         keep the last state that decoded and go on the attention queue."""
-        self._to_mark: set[UUID] = set()
+        self._to_mark: dict[UUID, AttentionMark] = {}
         # Committed states handed over by a worker of this process (``offer``); a deque, so a
         # worker thread may append while the projection thread takes (both atomic).
         self._offered: deque[Operation] = deque(maxlen=self.config.cache_size)
@@ -144,6 +161,7 @@ class StatusProjection:
         """
         if not self._lead():
             return 0
+        self._recheck_when_due()
         position = self.view.position(PROJECTION_NAME, self.upstream)
         records = self._read(position, self.config.batch_size)
         if records:
@@ -176,6 +194,7 @@ class StatusProjection:
         """
         if not self._lead():
             return 0
+        self._recheck_when_due()
         applied, _ = self._pipeline(self.view.position(PROJECTION_NAME, self.upstream),
                                     PROJECTION_NAME, MAIN_TABLE, stop)
         return applied
@@ -192,6 +211,51 @@ class StatusProjection:
         applied, position = self._pipeline(0, f"{PROJECTION_NAME}.rebuild", REBUILD_TABLE)
         self.view.finish_rebuild(projection=PROJECTION_NAME, upstream=self.upstream, position=position)
         return applied
+
+    def recheck_unreadable(self) -> int:
+        """Read again the operations on the attention queue as ``unreadable_event``; rewrite the
+        row of each that now decodes from its real state (off the queue, due again if it is).
+
+        Run at the first ``run_once``/``catch_up`` of this projection and every
+        ``config.recheck_seconds`` after: a code upgrade (the new event class, the registered
+        rename, the upcaster) brings such operations back without a rebuild. Those still
+        unreadable stay as they are, logged once.
+
+        Returns:
+            How many operations were restored.
+
+        Source: issue 10 item 5; docs/operations.md ("Events this code cannot read").
+        """
+        restored: list[Operation] = []
+        for row in self.view.attention_of(UNREADABLE_EVENT, RECHECK_LIMIT):
+            op_id = row.operation_id
+            try:
+                op = load_aggregates(self.app, [op_id]).get(op_id)
+            except CorruptRecordError as exc:
+                # Folding stops before it (so its detail, with the log position, stays).
+                self.quarantined.setdefault(op_id, exc.position)
+                continue
+            if isinstance(op, Operation):
+                restored.append(op)
+        if not restored:
+            return 0
+        for op in restored:
+            self.quarantined.pop(op.id, None)
+        self._remember(restored)
+        position = self.view.position(PROJECTION_NAME, self.upstream)
+        self.view.write([row_from_operation(op) for op in restored], projection=PROJECTION_NAME,
+                        upstream=self.upstream, position=position, lease=self.lease)
+        log.warning("operations readable again: back from the attention queue",
+                    operations=[str(op.id) for op in restored])
+        return len(restored)
+
+    def _recheck_when_due(self) -> None:
+        # Scheduling only: a monotonic clock, never the domain clock.
+        now = time.monotonic()
+        if self._rechecked_at is not None and now - self._rechecked_at < self.config.recheck_seconds:
+            return
+        self._rechecked_at = now
+        self.recheck_unreadable()
 
     def run(self, stop: threading.Event) -> None:
         """Follow the log until ``stop`` is set (the loop only; the work is ``run_once``, and
@@ -277,7 +341,7 @@ class StatusProjection:
         not have committed), and drop what ran ahead of the store. Returns True when ``exc`` is
         a lost leadership (handled: this process stops following), False when it must be raised."""
         for batch in batches:
-            self._to_mark |= batch.marks
+            self._to_mark = {**self._to_mark, **batch.marks}
         if isinstance(exc, NotLeaderError):
             self._stop_following()
             return True
@@ -287,13 +351,15 @@ class StatusProjection:
     def _fold(self, records: list[tuple[int, UUID, int, str, bytes]]) -> _Batch:
         """Decode and fold ``records`` (one batch), then derive one row per operation touched:
         an operation with several events in the batch is written once, at its last version."""
-        decode = self._decode
+        decode, topics = self._decode, self._topic_set
         events: list[Any] = []
-        for _, originator_id, version, topic, state in records:
+        for position, originator_id, version, topic, state in records:
+            if topic not in topics and not self._operation_topic(topic):
+                continue  # another ledger aggregate's event
             try:
                 events.append(decode(originator_id, version, topic, state))
             except CorruptRecordError as exc:
-                self._quarantine(exc)
+                self._quarantine(exc, position)
         self._load_missing(events)
         touched: dict[UUID, Operation] = {}
         cache, quarantined = self._cache, self.quarantined
@@ -310,16 +376,17 @@ class StatusProjection:
             touched[op_id] = op
         self._remember(touched.values())
         rows = {op_id: row_from_operation(op) for op_id, op in touched.items()}
-        marks, self._to_mark = self._to_mark, set()
-        for op_id in marks & rows.keys():
-            rows[op_id] = rows[op_id]._replace(attention="corrupt_record", next_due_at=None)
+        marks, self._to_mark = self._to_mark, {}
+        for op_id in marks.keys() & rows.keys():
+            mark = marks[op_id]
+            rows[op_id] = rows[op_id]._replace(attention=mark.reason, attention_detail=mark.detail, next_due_at=None)
         return _Batch(list(rows.values()), records[-1][0], len(records), marks)
 
     def _write(self, batch: _Batch, projection: str, table: str) -> None:
         # The rows, the marks of newly quarantined operations and the position in one
         # transaction, which re-checks the lease.
         self.view.write(batch.rows, projection=projection, upstream=self.upstream, position=batch.position,
-                        table=table, lease=self.lease if table == MAIN_TABLE else None, corrupt=batch.marks)
+                        table=table, lease=self.lease if table == MAIN_TABLE else None, marks=batch.marks)
 
     def _read(self, position: int, limit: int) -> list[tuple[int, UUID, int, str, bytes]]:
         """Up to ``limit`` ledger records after ``position``, as ``select_records`` tuples."""
@@ -328,10 +395,13 @@ class StatusProjection:
         # writing gain from the larger batch.
         if len(self._ids) > ID_MEMO_SIZE:
             self._ids.clear()
+        topics = read_topics()  # with a rename registered since (cached until one is)
+        if topics != self._topics:
+            self._topics, self._topic_set = topics, frozenset(topics)
         records: list[tuple[int, UUID, int, str, bytes]] = []
         while len(records) < limit:
             wanted = min(READ_CHUNK, limit - len(records))
-            chunk = select_records(self.app, position, wanted, self._topics, self._ids)
+            chunk = select_records(self.app, position, wanted, self._topics, self._ids, prefix=LEDGER_TOPIC_PREFIX)
             records.extend(chunk)
             if len(chunk) < wanted:
                 break
@@ -362,15 +432,40 @@ class StatusProjection:
                 if not missing:
                     return
 
-    def _quarantine(self, exc: CorruptRecordError) -> None:
-        # Fail closed for that operation only: the rest of the log keeps flowing.
+    def _operation_topic(self, topic: str) -> bool:
+        """Whether a ``ledger.`` record whose topic is not among ``_topics`` is an operation's:
+        True when its topic does not resolve (decoding then reports it) or resolves to an
+        ``Operation`` event class; False for another ledger aggregate's event."""
+        known = self._wanted.get(topic)
+        if known is None:
+            try:
+                cls = resolve_topic(topic)
+            except (TopicError, ImportError, AttributeError, ValueError):
+                known = True
+            else:
+                known = isinstance(cls, type) and issubclass(cls, Operation.Event)
+            self._wanted[topic] = known
+        return known
+
+    def _quarantine(self, exc: CorruptRecordError, position: int | None = None) -> None:
+        """Fail closed for the operation of ``exc`` only: the rest of the log keeps flowing. Its
+        row is marked once (``_to_mark``), with the record's log ``position`` where known; a
+        later error about the same or a later record of it changes nothing."""
         op_id = exc.originator_id if isinstance(exc.originator_id, UUID) else UUID(str(exc.originator_id))
-        if op_id not in self.quarantined:
+        known = self.quarantined.get(op_id)
+        if known is not None and known <= exc.position:
+            return
+        mark = AttentionMark.of(exc, position)
+        if isinstance(exc, UnreadableEventError):
+            log.error("operation waits on the attention queue: a stored event is of a type or version this "
+                      "code cannot read", operation_id=str(op_id), topic=exc.topic, version=exc.position,
+                      position=position, error=exc.reason)
+        else:
             log.error("operation quarantined: a stored event does not decode", operation_id=str(op_id),
                       error=str(exc))
-        self.quarantined[op_id] = min(exc.position, self.quarantined.get(op_id, exc.position))
+        self.quarantined[op_id] = exc.position
         self._cache.pop(op_id, None)
-        self._to_mark.add(op_id)
+        self._to_mark[op_id] = mark
 
     def _fold_event(self, event: Any, op: Operation | None) -> Operation:
         """``event`` folded into ``op`` (its operation's latest known state, or None)."""

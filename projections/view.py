@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence
 from uuid import UUID
 
 from ledger.config import Database
 from ledger.errors import LedgerError
-from projections.rows import DueRow, StatusRow
+from projections.rows import AttentionMark, DueRow, StatusRow
 
 if TYPE_CHECKING:
     from projections.memory_view import MemoryStatusStore
@@ -52,8 +52,9 @@ class ProjectionWriter(Protocol):
         ...
 
     def write(self, rows: Iterable[StatusRow], *, projection: str, upstream: str, position: int,
-              table: str = MAIN_TABLE, lease: Lease | None = None, corrupt: Iterable[UUID] = ()) -> None:
-        """Upsert ``rows`` into ``table``, mark the ``corrupt`` operations, and set the position,
+              table: str = MAIN_TABLE, lease: Lease | None = None,
+              marks: Mapping[UUID, AttentionMark] | None = None) -> None:
+        """Upsert ``rows`` into ``table``, mark the ``marks`` operations, and set the position,
         all in one transaction.
 
         A row replaces the stored one only when its ``version`` is greater: a stale writer, or
@@ -64,8 +65,9 @@ class ProjectionWriter(Protocol):
             rows: at most one row per operation.
             table: ``MAIN_TABLE``, or ``REBUILD_TABLE`` between ``begin_rebuild`` and
                 ``finish_rebuild``.
-            corrupt: operations whose stored events cannot be decoded: their rows go on the
-                attention queue (``corrupt_record``) and stop being due.
+            marks: operations whose stored events cannot be folded, by id: their rows go on the
+                attention queue with the mark's reason (``unreadable_event``, ``corrupt_record``)
+                and detail, and stop being due.
 
         Raises:
             NotLeaderError: ``lease`` is given and no longer held; nothing was written.
@@ -119,6 +121,10 @@ class OperatorQueries(Protocol):
     def attention(self, limit: int = 100) -> list[StatusRow]:
         """The attention queue: rows with an attention reason, oldest first (``updated_at``,
         then operation id)."""
+        ...
+
+    def attention_of(self, reason: str, limit: int = 100) -> list[StatusRow]:
+        """The attention queue's rows of one ``reason``, oldest first."""
         ...
 
     def counts(self) -> dict[str, int]:

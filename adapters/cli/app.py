@@ -17,15 +17,28 @@ app.command("cancel")(ops.cancel)
 app.command("approve")(ops.approve)
 
 
+AllowUnreadableOption = typer.Option(
+    None, "--allow-unreadable-events",
+    help="start even though the store holds ledger event topics this code cannot resolve (written by a "
+         "newer version, or a renamed class whose old topic is not registered); their operations wait on "
+         "the attention queue as unreadable_event until code that reads them runs "
+         "(default: $OPLEDGER_ALLOW_UNREADABLE_EVENTS or off)")
+
+
 @app.command()
-def migrate(database_url: str = DatabaseOption) -> None:
-    """Create every table once (the library's and the read models'). Run before any worker."""
+def migrate(database_url: str = DatabaseOption, allow_unreadable_events: bool = AllowUnreadableOption) -> None:
+    """Create every table once (the library's and the read models'). Run before any worker.
+
+    Refuses (exit code 2) when the store holds ledger event topics this code cannot resolve,
+    unless --allow-unreadable-events."""
     from adapters.runtime import load_app_class
     from migrations import migrate as run_migrations
+    from projections.history import check_readable_history
 
-    config = settings(database_url)
+    config = settings(database_url, allow_unreadable_events=allow_unreadable_events)
     with UserErrors():
-        report = run_migrations(config.database, load_app_class(config.app))
+        report = run_migrations(config.database, load_app_class(config.app), check=lambda app: check_readable_history(
+            app, allow_unreadable=config.allow_unreadable_events))
     applied = ", ".join(report.applied) or "nothing (up to date)"
     console.print(f"migrated store {report.store_id} for application {report.app_name!r}: applied {applied}")
 
@@ -35,12 +48,17 @@ def worker(
     database_url: str = DatabaseOption,
     lease_seconds: float = typer.Option(None, help="lease length, seconds"),
     threads: int = typer.Option(None, help="concurrent egress calls"),
+    allow_unreadable_events: bool = AllowUnreadableOption,
 ) -> None:
-    """Run a worker until SIGTERM/SIGINT: claim, attempt, record, settle, recover."""
+    """Run a worker until SIGTERM/SIGINT: claim, attempt, record, settle, recover.
+
+    Refuses to start (exit code 2) when the store holds ledger event topics this code cannot
+    resolve, unless --allow-unreadable-events."""
     from adapters.logs import configure_logging
     from adapters.runtime import run_worker, tune_gc_for_worker
 
-    config = settings(database_url, lease_seconds=lease_seconds, worker_threads=threads)
+    config = settings(database_url, lease_seconds=lease_seconds, worker_threads=threads,
+                      allow_unreadable_events=allow_unreadable_events)
     configure_logging(config.log_format)
     with UserErrors():
         tune_gc_for_worker()

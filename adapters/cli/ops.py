@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -14,7 +15,7 @@ from ledger.declarations import Classification
 from ledger.errors import CorruptRecordError, UnknownIntegrationError
 from ledger.operation import Operation
 from ledger.status import Status
-from projections.rows import StatusRow
+from projections.rows import AttentionMark, StatusRow
 from projections.status import StatusProjection
 
 ops_app = typer.Typer(help="Inspect operations.", no_args_is_help=True)
@@ -22,8 +23,8 @@ projections_app = typer.Typer(help="Maintain read models.", no_args_is_help=True
 
 _BASE_FIELDS = {"originator_id", "originator_version", "timestamp", "originator_topic"}
 ROW_COLUMNS = ("operation_id", "integration", "status", "attempts", "attention", "updated_at")
-ATTENTION_COLUMNS = ("operation_id", "integration", "attention", "ambiguity_reason", "failure_category",
-                     "attempts", "updated_at")
+ATTENTION_COLUMNS = ("operation_id", "integration", "attention", "attention_detail", "ambiguity_reason",
+                     "failure_category", "attempts", "updated_at")
 
 
 def _store(database_url: str | None, *, write: bool = False):
@@ -45,8 +46,16 @@ def _rows_table(rows: list[StatusRow], title: str, columns: tuple[str, ...] = RO
         table.add_column(column)
     for row in rows:
         data = row.as_json()
+        data["attention_detail"] = _detail_text(data["attention_detail"])
         table.add_row(*(cell(data[c]) for c in columns))
     return table
+
+
+def _detail_text(detail: dict[str, Any] | None) -> str | None:
+    """An attention detail on one line: ``topic=... version=4 position=123`` (the error last)."""
+    if not detail:
+        return None
+    return " ".join(f"{key}={value}" for key, value in detail.items() if value is not None)
 
 
 @ops_app.command("list")
@@ -72,28 +81,52 @@ def show(operation_id: str, database_url: str = DatabaseOption, json_output: boo
     """Show one operation's status row and decoded state (secrets and internal fields redacted)."""
     op_id = _uuid(operation_id)
     with UserErrors(), _store(database_url) as store:
-        op = store.app.get_operation(op_id)
         row = store.view.get(op_id)
-        data = {
-            "operation_id": str(op.id), "status": op.status.value, "execution": op.execution.value,
-            "settlement": op.settlement.value, "integration": f"{op.integration_name} v{op.integration_version}",
-            "delivery_mode": op.delivery_mode.value, "attempts": f"{op.attempts}/{op.max_attempts}",
-            "epoch": op.epoch, "attention": op.attention, "disposition": op.disposition,
-            "failure": op.failure, "last_retry_reason": op.last_retry_reason,
-            "ambiguity_reason": op.ambiguity_reason, "remote_id": op.remote_id,
-            "target": op.target, "payload": _redacted(store.app, op.integration_name, op.integration_version, op.payload),
-            "source": {"entity_type": op.source.entity_type, "entity_id": str(op.source.entity_id),
-                       "entity_version": op.source.entity_version, "effect_index": op.source.effect_index},
-            "principal": op.principal, "traceparent": op.traceparent, "excerpt": op.excerpt,
-            "projection_lag": row is None or row.version != op.version,
-        }
+        try:
+            op = store.app.get_operation(op_id)
+        except CorruptRecordError as exc:
+            if row is None:
+                raise
+            data = _undecodable(row, exc)
+        else:
+            data = _decoded(store.app, op, row)
     if json_output:
         print_json(data)
         return
     table = Table(show_header=False, title=f"operation {op_id}")
     for key, value in data.items():
-        table.add_row(key, cell(value))
+        table.add_row(key, cell(_detail_text(value) if key == "attention_detail" else value))
     console.print(table)
+
+
+def _decoded(app: Any, op: Operation, row: StatusRow | None) -> dict[str, Any]:
+    """What ``ops show`` prints for an operation whose events all decode."""
+    return {
+        "operation_id": str(op.id), "status": op.status.value, "execution": op.execution.value,
+        "settlement": op.settlement.value, "integration": f"{op.integration_name} v{op.integration_version}",
+        "delivery_mode": op.delivery_mode.value, "attempts": f"{op.attempts}/{op.max_attempts}",
+        "epoch": op.epoch, "attention": op.attention, "disposition": op.disposition,
+        "failure": op.failure, "last_retry_reason": op.last_retry_reason,
+        "ambiguity_reason": op.ambiguity_reason, "remote_id": op.remote_id,
+        "target": op.target, "payload": _redacted(app, op.integration_name, op.integration_version, op.payload),
+        "source": {"entity_type": op.source.entity_type, "entity_id": str(op.source.entity_id),
+                   "entity_version": op.source.entity_version, "effect_index": op.source.effect_index},
+        "principal": op.principal, "traceparent": op.traceparent, "excerpt": op.excerpt,
+        "projection_lag": row is None or row.version != op.version,
+    }
+
+
+def _undecodable(row: StatusRow, exc: CorruptRecordError) -> dict[str, Any]:
+    """What ``ops show`` prints for an operation with a stored event this code cannot decode:
+    its status row (the last state that decoded) and the record that stops it."""
+    data = row.as_json()
+    if data["attention_detail"] is None:  # the projection has not met the record yet
+        mark = AttentionMark.of(exc)
+        data["attention"], data["attention_detail"] = mark.reason, json.loads(mark.detail)
+    keys = ("operation_id", "status", "execution", "settlement", "integration", "integration_version",
+            "delivery_mode", "attempts", "max_attempts", "epoch", "attention", "attention_detail", "disposition",
+            "remote_id", "version", "updated_at")
+    return {**{key: data[key] for key in keys}, "decodes_up_to_version": row.version, "error": str(exc)}
 
 
 @ops_app.command("timeline")

@@ -22,7 +22,7 @@ import pytest
 from ledger.clock import FakeClock
 from ledger.config import Database
 from projections.memory_view import MemoryStatusStore
-from projections.rows import DueRow, StatusRow
+from projections.rows import AttentionMark, DueRow, StatusRow
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError, StatusView, open_view
 from tests.conftest import drop_schema, new_postgres_url, require_postgres
 
@@ -183,18 +183,26 @@ def test_two_rows_of_one_operation_in_one_write(backend: Backend, view: StatusVi
     assert view.get(_id(1)) is None and view.position(P, U) == 0
 
 
-def test_corrupt_marks_take_rows_off_due_and_onto_attention(view: StatusView) -> None:
-    write(view, row(1), row(2), row(3))
-    write(view, row(2, version=2), corrupt=[_id(2), _id(99)], position=2)  # 99 has no row
+def marks(*ns: int, reason: str = "corrupt_record") -> dict[UUID, AttentionMark]:
+    return {_id(n): AttentionMark(reason, f'{{"n": {n}}}') for n in ns}
+
+
+def test_attention_marks_take_rows_off_due_and_onto_attention(view: StatusView) -> None:
+    write(view, row(1), row(2), row(3), row(4))
+    write(view, row(2, version=2), marks=marks(2, 99), position=2)  # 99 has no row
     write(view, row(3, version=2), position=3)
-    view.write([row(1, version=5)], projection=P, upstream=U, position=4, corrupt=[_id(1)])
+    view.write([row(1, version=5)], projection=P, upstream=U, position=4, marks=marks(1))
+    write(view, marks=marks(4, reason="unreadable_event"), position=5)
     marked = view.get(_id(2))
-    assert marked == row(2, version=2, attention="corrupt_record", next_due_at=None)
-    assert view.get(_id(1)) == row(1, version=5, attention="corrupt_record", next_due_at=None)
+    assert marked == row(2, version=2, attention="corrupt_record", attention_detail='{"n": 2}', next_due_at=None)
+    assert view.get(_id(1)) == row(1, version=5, attention="corrupt_record", attention_detail='{"n": 1}',
+                                   next_due_at=None)
     assert view.get(_id(99)) is None
     assert ids(view.due(T0 + timedelta(days=1), 10)) == [_id(3)]
-    assert ids(view.attention()) == [_id(1), _id(2)]
-    write(view, row(2, version=3), position=5)  # the code learns to read it: a newer row clears it
+    assert ids(view.attention()) == [_id(1), _id(2), _id(4)]
+    assert ids(view.attention_of("unreadable_event")) == [_id(4)]
+    assert ids(view.attention_of("corrupt_record", limit=1)) == [_id(1)]
+    write(view, row(2, version=3), position=6)  # the code learns to read it: a newer row clears it
     assert view.get(_id(2)) == row(2, version=3)
 
 
@@ -229,7 +237,7 @@ def test_a_write_under_a_lost_lease_raises_and_writes_nothing(backend: Backend) 
         assert first.position(P, U) == 2
         return
     with pytest.raises(NotLeaderError):
-        write(first, row(1, version=2), row(2), position=2, lease=a, corrupt=[_id(1)])
+        write(first, row(1, version=2), row(2), position=2, lease=a, marks=marks(1))
     assert first.get(_id(1)) == row(1) and first.get(_id(2)) is None and first.position(P, U) == 1
     write(second, row(2), position=2, lease=b)
     assert second.position(P, U) == 2
@@ -327,12 +335,12 @@ def test_rebuild_writes_aside_then_swaps_in_with_the_position(view: StatusView) 
     write(view, row(1), row(2), position=10)
     view.begin_rebuild()
     view.write([row(2, version=2), row(3)], projection=f"{P}.rebuild", upstream=U, position=4,
-               table=REBUILD_TABLE, corrupt=[_id(3)])
+               table=REBUILD_TABLE, marks=marks(3))
     # The main table keeps serving until the swap.
     assert ids(view.list()) == [_id(2), _id(1)] and view.position(P, U) == 10
     assert ids(view.due(T0 + timedelta(days=1), 10)) == [_id(1), _id(2)]
     view.finish_rebuild(projection=P, upstream=U, position=12)
-    assert view.list() == [row(3, attention="corrupt_record", next_due_at=None), row(2, version=2)]
+    assert view.list() == [row(3, attention="corrupt_record", attention_detail='{"n": 3}', next_due_at=None), row(2, version=2)]
     assert view.position(P, U) == 12 and view.position(f"{P}.rebuild", U) == 4
     view.begin_rebuild()  # a second rebuild starts empty, whatever the first left
     view.begin_rebuild()

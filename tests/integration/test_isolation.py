@@ -137,9 +137,22 @@ def test_a_raising_settlement_method_blocks_that_settlement_only(app, fake_db, c
 
 def test_a_corrupt_record_is_quarantined_and_the_rest_goes_on(app, fake_db, clock) -> None:
     others, bad = _make(app)
-    _rewrite_state(fake_db, app, bad, 1, lambda state: b"{not json")
+    op = app.get_operation(bad)
+    op.request_cancel(now=clock.now(), principal="test")
+    app.save(op)
+    _rewrite_state(fake_db, app, bad, 2, lambda state: b"{not json")  # its CancelRequested
     seen = _run(app, fake_db, clock, _ok, others, bad)
     assert seen["attention"] == {bad: "corrupt_record"}
+    assert seen["row"].next_due_at is None and "position" in (seen["row"].attention_detail or "")
+
+
+def test_an_event_this_code_cannot_read_sets_that_operation_aside(app, fake_db, clock) -> None:
+    others, bad = _make(app)
+    _rewrite_state(fake_db, app, bad, 2, lambda state: b'{"timestamp":"2026-01-01T00:00:01Z"}',
+                   topic="ledger.operation:Operation.FromANewerVersion")
+    seen = _run(app, fake_db, clock, _ok, others, bad)
+    assert seen["attention"] == {bad: "unreadable_event"}
+    assert "FromANewerVersion" in seen["row"].attention_detail
 
 
 def test_a_year_9999_intent_is_shown_not_raised(app, fake_db, clock) -> None:

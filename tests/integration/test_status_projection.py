@@ -237,7 +237,7 @@ def test_corrupt_marks_commit_with_their_batch(orders_app: OrdersApp, migrated: 
     view = open_view(migrated)
     projection = StatusProjection(app=orders_app, view=view, config=StatusProjectionConfig(batch_size=4))
     broken = dict(view.queries)
-    broken["mark_corrupt"] = "UPDATE no_such_table SET x = 1"
+    broken["mark_attention"] = "UPDATE no_such_table SET x = 1"
     monkeypatch.setattr(view, "queries", broken)
     with pytest.raises(Exception):
         projection.catch_up()

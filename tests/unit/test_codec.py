@@ -28,7 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger.codec import LedgerEvent, LedgerMapper, event_struct, is_ledger_event_class
-from ledger.errors import CorruptRecordError
+from ledger.errors import CorruptRecordError, UnreadableEventError
 from ledger.operation import Operation
 
 UTC = timezone.utc
@@ -351,7 +351,7 @@ def encode(state: dict[str, Any]) -> bytes:
         (encode(claimed_state(takeover=0)), "Expected `bool`, got `int`"),
         (encode(claimed_state(worker_id=None)), "Expected `str`, got `null`"),
         (encode(claimed_state(extra="x")), "unknown field `extra`"),
-        (encode(claimed_state(class_version=2)), "unknown field `class_version`"),
+        (encode(claimed_state(class_version=2)), "class_version 2 is newer than this code's 1"),
         (encode(claimed_state(worker_id=...)), "missing required field `worker_id`"),
         (encode(claimed_state(lease_expires_at="2026-03-01T12:00:31")), "timezone"),
         (encode(claimed_state(timestamp="2026-03-01 noon")), "Invalid RFC3339"),
@@ -367,6 +367,29 @@ def encode(state: dict[str, Any]) -> bytes:
 )
 def test_corrupt_claimed_records_fail_closed(state: bytes, reason: str) -> None:
     assert_corrupt(stored(CLAIMED, state), reason)
+
+
+@pytest.mark.parametrize(
+    ("topic", "state", "unreadable"),
+    [
+        ("ledger.operation:Operation.Vanished", None, True),  # a type this code lacks
+        (CLAIMED, encode(claimed_state(class_version=2)), True),  # a version newer than the code's
+        (CLAIMED, encode(claimed_state(class_version=1, extra="x")), False),
+        (CLAIMED, encode(claimed_state(extra="x")), False),
+        (CLAIMED, b"{not json", False),
+    ],
+    ids=["unknown-topic", "newer-class-version", "unknown-field-beside-a-version", "unknown-field", "malformed"],
+)
+def test_records_this_code_is_too_old_for_are_unreadable_not_corrupt(topic: str, state: bytes | None,
+                                                                    unreadable: bool) -> None:
+    # Both fail closed as CorruptRecordError; only a record newer code may have written is an
+    # UnreadableEventError (attention reason unreadable_event, re-read after an upgrade).
+    record = stored(topic, state if state is not None else mapper().to_stored_event(intended()).state, version=2)
+    with pytest.raises(CorruptRecordError) as info:
+        mapper().to_domain_event(record)
+    assert isinstance(info.value, UnreadableEventError) is unreadable
+    if unreadable:
+        assert "cannot be read by this code" in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -45,6 +45,7 @@ BY_COLUMN: dict[str, Callable[[Operation], Any]] = {
     "effect_index": lambda op: op.source.effect_index,
     "created_at": lambda op: op.created_on,
     "updated_at": lambda op: op.modified_on,
+    "attention_detail": lambda op: None,  # set only by readers that cannot fold the operation
 }
 
 
