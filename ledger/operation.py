@@ -19,6 +19,7 @@ from eventsourcing.domain import Aggregate, OriginatorIDError, OriginatorVersion
 from ledger import lifecycle
 from ledger.clock import require_utc
 from ledger.declarations import SECRET_REF_PREFIX, Classification, DeliveryMode, Integration, check_plain_json
+from ledger.facts import FactKind, storable_fact, storable_fact_or_none
 from ledger.errors import (
     AttemptBudgetExceededError,
     IllegalTransitionError,
@@ -763,7 +764,8 @@ class Operation(Aggregate):
         if not remote_id:
             raise InvalidArgumentError("remote_id must be non-empty")
         self.trigger_event(self.Accepted, timestamp=require_utc(now), epoch=epoch, attempt_id=attempt_id,
-                           remote_id=remote_id, status_code=status_code, excerpt=excerpt)
+                           remote_id=storable_fact(remote_id, FactKind.REMOTE_ID), status_code=status_code,
+                           excerpt=storable_fact(excerpt, FactKind.EXCERPT))
 
     def observe_remote_status(self, *, epoch: int, now: datetime, remote_status: str) -> bool:
         """Record a polled remote status, only when it changed (``RemoteStatusObserved``).
@@ -773,6 +775,7 @@ class Operation(Aggregate):
         """
         self._allow("observe_remote_status")
         self._fence(epoch)
+        remote_status = storable_fact(remote_status, FactKind.STATUS)
         if remote_status == self.remote_status:
             return False
         self.trigger_event(self.RemoteStatusObserved, timestamp=require_utc(now), epoch=epoch,
@@ -803,7 +806,8 @@ class Operation(Aggregate):
             return False
         self._allow("receive_callback")
         self.trigger_event(self.CallbackReceived, timestamp=require_utc(now), callback_id=callback_id,
-                           outcome=outcome, remote_status=remote_status, detail=detail)
+                           outcome=outcome, remote_status=storable_fact_or_none(remote_status, FactKind.STATUS),
+                           detail=storable_fact(detail, FactKind.DETAIL))
         return True
 
     def succeed(self, *, epoch: int, now: datetime, attempt_id: UUID | None = None,
@@ -813,7 +817,8 @@ class Operation(Aggregate):
         self._fence(epoch)
         self._attempt(attempt_id, "succeed")
         self.trigger_event(self.Succeeded, timestamp=require_utc(now), epoch=epoch, attempt_id=attempt_id,
-                           status_code=status_code, remote_id=remote_id, excerpt=excerpt)
+                           status_code=status_code, remote_id=storable_fact_or_none(remote_id, FactKind.REMOTE_ID),
+                           excerpt=storable_fact(excerpt, FactKind.EXCERPT))
 
     def fail(self, *, epoch: int, now: datetime, category: FailureCategory | str, retryable: bool,
              attempt_id: UUID | None = None, status_code: int | None = None, detail: str = "") -> None:
@@ -823,7 +828,7 @@ class Operation(Aggregate):
         self._attempt(attempt_id, "fail")
         self.trigger_event(self.Failed, timestamp=require_utc(now), epoch=epoch, attempt_id=attempt_id,
                            category=FailureCategory(category).value, retryable=retryable,
-                           status_code=status_code, detail=detail)
+                           status_code=status_code, detail=storable_fact(detail, FactKind.DETAIL))
 
     def mark_ambiguous(self, *, epoch: int, now: datetime, reason: str, attempt_id: UUID | None = None,
                        status_code: int | None = None, detail: str = "") -> None:
@@ -832,7 +837,8 @@ class Operation(Aggregate):
         self._fence(epoch)
         self._attempt(attempt_id, "mark_ambiguous")
         self.trigger_event(self.Ambiguous, timestamp=require_utc(now), epoch=epoch, attempt_id=attempt_id,
-                           reason=reason, status_code=status_code, detail=detail)
+                           reason=storable_fact(reason, FactKind.REASON), status_code=status_code,
+                           detail=storable_fact(detail, FactKind.DETAIL))
 
     def schedule_retry(self, *, epoch: int, now: datetime, attempt_id: UUID, retry_at: datetime,
                        category: FailureCategory | str, reason: str, possibly_applied: bool) -> None:
@@ -861,7 +867,7 @@ class Operation(Aggregate):
                 f"operation {self.id}: {self.attempts} of {self.max_attempts} attempts used")
         self.trigger_event(self.RetryScheduled, timestamp=now, epoch=epoch, attempt_id=attempt_id,
                            retry_at=max(retry_at, now), category=FailureCategory(category).value,
-                           reason=reason, possibly_applied=possibly_applied)
+                           reason=storable_fact(reason, FactKind.REASON), possibly_applied=possibly_applied)
 
     def request_cancel(self, *, now: datetime, principal: str, reason: str = "") -> bool:
         """Ask for cancellation (``CancelRequested``). Workers honour it before egress, and ask
@@ -900,7 +906,8 @@ class Operation(Aggregate):
         self._fence(epoch)
         if not self.cancel_requested:
             raise IllegalTransitionError("cancel_failed", self.execution.value, "cancellation was not requested")
-        self.trigger_event(self.CancelFailed, timestamp=require_utc(now), epoch=epoch, reason=reason)
+        self.trigger_event(self.CancelFailed, timestamp=require_utc(now), epoch=epoch,
+                           reason=storable_fact(reason, FactKind.DETAIL))
 
     def exceed_deadline(self, *, now: datetime) -> None:
         """Record that the current state's deadline passed (``DeadlineExceeded``).
