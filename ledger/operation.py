@@ -38,6 +38,7 @@ from ledger.status import (
     Status,
     derive_status,
 )
+from ledger.time_limits import later, require_intent_times
 
 E = ExecutionState
 S = SettlementState
@@ -539,6 +540,7 @@ class Operation(Aggregate):
         _check_payload(integration, payload)
         target = target if target is not None else integration.endpoint
         _check_intent(integration, source, target, principal, traceparent)
+        require_intent_times(integration, now)
         return cls._create(
             cls.Intended,
             id=operation_id(source, integration.name),
@@ -704,9 +706,10 @@ class Operation(Aggregate):
                 raise IllegalTransitionError("claim", self.execution.value, "the lease is still held")
             takeover = self.execution is not E.ACCEPTED or self.lease_expires_at is not None
         epoch = self.epoch + 1
+        later(now, self.deadlines[E.CLAIMED.value], "deadlines.claimed")
         self.trigger_event(
             self.Claimed, timestamp=now, epoch=epoch, worker_id=worker_id,
-            lease_expires_at=now + timedelta(seconds=lease_seconds), takeover=takeover,
+            lease_expires_at=later(now, lease_seconds, "lease_seconds"), takeover=takeover,
         )
         return epoch
 
@@ -725,7 +728,7 @@ class Operation(Aggregate):
         if self.lease_expired(now):
             raise LeaseExpiredError(f"operation {self.id}: lease expired at {self.lease_expires_at}")
         self.trigger_event(self.LeaseRenewed, timestamp=now, epoch=epoch,
-                           lease_expires_at=now + timedelta(seconds=lease_seconds))
+                           lease_expires_at=later(now, lease_seconds, "lease_seconds"))
 
     def start_attempt(self, *, epoch: int, now: datetime, attempt_id: UUID, request_fingerprint: str) -> int:
         """Record an attempt before any byte leaves (``AttemptStarted``). Attempts count here,
@@ -865,6 +868,7 @@ class Operation(Aggregate):
         if self.attempts >= self.max_attempts:
             raise AttemptBudgetExceededError(
                 f"operation {self.id}: {self.attempts} of {self.max_attempts} attempts used")
+        later(now, self.deadlines[E.PENDING.value], "deadlines.pending")
         self.trigger_event(self.RetryScheduled, timestamp=now, epoch=epoch, attempt_id=attempt_id,
                            retry_at=max(retry_at, now), category=FailureCategory(category).value,
                            reason=storable_fact(reason, FactKind.REASON), possibly_applied=possibly_applied)
