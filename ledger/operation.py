@@ -38,7 +38,7 @@ from ledger.status import (
     Status,
     derive_status,
 )
-from ledger.time_limits import later, require_intent_times
+from ledger.time_limits import require_intent_times, require_later
 
 E = ExecutionState
 S = SettlementState
@@ -706,10 +706,10 @@ class Operation(Aggregate):
                 raise IllegalTransitionError("claim", self.execution.value, "the lease is still held")
             takeover = self.execution is not E.ACCEPTED or self.lease_expires_at is not None
         epoch = self.epoch + 1
-        later(now, self.deadlines[E.CLAIMED.value], "deadlines.claimed")
+        require_later(now, self.deadlines[E.CLAIMED.value], "deadlines.claimed")
         self.trigger_event(
             self.Claimed, timestamp=now, epoch=epoch, worker_id=worker_id,
-            lease_expires_at=later(now, lease_seconds, "lease_seconds"), takeover=takeover,
+            lease_expires_at=require_later(now, lease_seconds, "lease_seconds"), takeover=takeover,
         )
         return epoch
 
@@ -728,7 +728,7 @@ class Operation(Aggregate):
         if self.lease_expired(now):
             raise LeaseExpiredError(f"operation {self.id}: lease expired at {self.lease_expires_at}")
         self.trigger_event(self.LeaseRenewed, timestamp=now, epoch=epoch,
-                           lease_expires_at=later(now, lease_seconds, "lease_seconds"))
+                           lease_expires_at=require_later(now, lease_seconds, "lease_seconds"))
 
     def start_attempt(self, *, epoch: int, now: datetime, attempt_id: UUID, request_fingerprint: str) -> int:
         """Record an attempt before any byte leaves (``AttemptStarted``). Attempts count here,
@@ -868,7 +868,7 @@ class Operation(Aggregate):
         if self.attempts >= self.max_attempts:
             raise AttemptBudgetExceededError(
                 f"operation {self.id}: {self.attempts} of {self.max_attempts} attempts used")
-        later(now, self.deadlines[E.PENDING.value], "deadlines.pending")
+        require_later(now, self.deadlines[E.PENDING.value], "deadlines.pending")
         self.trigger_event(self.RetryScheduled, timestamp=now, epoch=epoch, attempt_id=attempt_id,
                            retry_at=max(retry_at, now), category=FailureCategory(category).value,
                            reason=storable_fact(reason, FactKind.REASON), possibly_applied=possibly_applied)

@@ -6,7 +6,7 @@ Python datetimes end at 9999-12-31 23:59:59.999999 and a ``timedelta`` holds at 
 intent whose ``now`` is in year 9999 used to be recorded, and then every worker that computed
 the operation's deadline raised ``OverflowError``, forever. Durations are now bounded when a
 declaration or a setting is parsed (the maxima below), and every instant a command derives from
-``now`` is checked by :func:`later` before anything is recorded.
+``now`` is checked by :func:`require_later` before anything is recorded.
 
 Each maximum is in seconds and is far above any sensible value, so it only refuses mistakes;
 the reason for each is on it.
@@ -60,7 +60,7 @@ minutes, past the longest request timeout; supervisors kill long before (Kuberne
 _LATEST = datetime.max.replace(tzinfo=timezone.utc)
 
 
-def later(now: datetime, seconds: float, what: str) -> datetime:
+def require_later(now: datetime, seconds: float, what: str) -> datetime:
     """Return ``now + seconds``, or refuse when the result cannot be represented. Pure.
 
     Args:
@@ -112,7 +112,7 @@ def intent_time_problems(integration: Integration, now: datetime) -> list[str]:
     problems = []
     for what, seconds in durations.items():
         try:
-            later(now, seconds, what)
+            require_later(now, seconds, what)
         except UnrepresentableTimeError as exc:
             problems.append(str(exc))
     return problems

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from adapters.fake import FakeAdapter
+from executors import Worker, WorkerConfig
 from executors.secrets import EnvironmentSecrets
-from executors.worker import Worker, WorkerConfig
 from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.egress import EgressRequest
@@ -30,7 +30,7 @@ CALL_SECONDS = 20.0
 
 
 @pytest.mark.xfail(strict=False, reason=(
-    "executors/worker.py Worker.run measures the grace period with self.clock.now() (the injected "
+    "executors/worker.py (this branch) Worker.run measures the grace period with self.clock.now() (the injected "
     "domain clock): a fake clock that does not advance waits for the in-flight call instead"))
 def test_stop_returns_within_grace_when_the_domain_clock_stands_still(modes_db: Database) -> None:
     clock = FakeClock()  # never advanced: the domain clock stands still

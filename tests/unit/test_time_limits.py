@@ -19,7 +19,7 @@ from ledger.status import ExecutionState as E
 from ledger.time_limits import (
     MAX_DEADLINE_SECONDS,
     MAX_SETTLEMENT_DELAY_SECONDS,
-    later,
+    require_later,
     settlement_worst_delay,
 )
 from tests.unit.builders import PAYLOAD, build, declaration, integration, source
@@ -91,7 +91,7 @@ def test_settlement_worst_delay() -> None:
     assert settlement_worst_delay(3600.0, 100) > MAX_SETTLEMENT_DELAY_SECONDS
 
 
-# ------------------------------------------------------------------ later()
+# ------------------------------------------------------------------ require_later()
 
 
 @pytest.mark.parametrize(
@@ -108,14 +108,14 @@ def test_settlement_worst_delay() -> None:
     ],
     ids=["inf", "nan", "negative", "1e20", "1e12", "year-9999", "text", "bool"],
 )
-def test_later_refuses_what_cannot_be_represented(now: datetime, seconds: Any, message: str) -> None:
+def test_require_later_refuses_what_cannot_be_represented(now: datetime, seconds: Any, message: str) -> None:
     with pytest.raises(UnrepresentableTimeError, match=message) as info:
-        later(now, seconds, "lease_seconds")
+        require_later(now, seconds, "lease_seconds")
     assert isinstance(info.value, InvalidArgumentError) and "lease_seconds" in str(info.value)
 
 
-def test_later_adds() -> None:
-    assert later(NEAR_END, 1800, "x") == NEAR_END + timedelta(minutes=30)
+def test_require_later_adds() -> None:
+    assert require_later(NEAR_END, 1800, "x") == NEAR_END + timedelta(minutes=30)
 
 
 # ------------------------------------------------------------------ commands
