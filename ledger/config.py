@@ -2,7 +2,9 @@
 
 The database URL is rendered into the ``eventsourcing`` library's own environment keys
 (``PERSISTENCE_MODULE``, ``SQLITE_DBNAME``, ``POSTGRES_*``), so the library's recorders do the
-storage. Source: DESIGN §8, issue "Ledger core" item 8.
+storage. Settings that cannot work (an infinite lease, a poll interval of ``1e9``) are refused
+when read, with the limits of ``ledger.time_limits``. Source: DESIGN §8, issue "Ledger core"
+item 8; issue 10 item 3.
 """
 
 from __future__ import annotations
@@ -12,15 +14,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ledger.errors import ConfigurationError
+from ledger.time_limits import MAX_GRACE_SECONDS, MAX_LEASE_SECONDS, MAX_POLL_INTERVAL_SECONDS
 
 DEFAULT_DATABASE_URL = "sqlite:///.opledger/opledger.db"
 DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_POLL_INTERVAL_SECONDS = 0.2
 SQLITE_LOCK_TIMEOUT_SECONDS = 30
+MAX_WORKER_THREADS = 256
+"""Egress threads per worker process: past this, one process is better split into several."""
+MAX_BATCH_SIZE = 10_000
+"""Due rows read per cycle: past this, one cycle holds its reservations for too long."""
+POLL_FRACTION_OF_LEASE = 1 / 3
+"""An idle worker's wait may be at most this fraction of the lease: leases are renewed between
+waits, once less than a third is left (DESIGN §7, ``executors.worker.RENEW_WHEN_REMAINING``), so
+a longer wait lets a slow call's lease expire while the worker sleeps."""
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
@@ -153,11 +164,14 @@ class Settings(BaseSettings):
     Attributes:
         database_url: ``sqlite:///path`` (default under ``./.opledger/``) or ``postgresql://...``.
         app: topic (``module:Class``) of the host ``LedgerApplication`` that owns the log.
-        lease_seconds: executor lease length, seconds.
-        poll_interval_seconds: how long an idle worker waits before looking for work, seconds.
-        worker_threads: concurrent egress threads per worker process.
-        batch_size: due rows a worker reads per cycle (at least four times ``worker_threads``).
-        grace_seconds: on SIGTERM, how long in-flight attempts may take to record, seconds.
+        lease_seconds: executor lease length, seconds; finite, > 0 and <= ``MAX_LEASE_SECONDS``.
+        poll_interval_seconds: how long an idle worker waits before looking for work, seconds;
+            > 0, <= ``MAX_POLL_INTERVAL_SECONDS`` and at most a third of ``lease_seconds``.
+        worker_threads: concurrent egress threads per worker process, 1 to ``MAX_WORKER_THREADS``.
+        batch_size: due rows a worker reads per cycle, 1 to ``MAX_BATCH_SIZE`` (the worker reads
+            at least four times ``worker_threads``).
+        grace_seconds: on SIGTERM, how long in-flight attempts may take to record, seconds;
+            0 to ``MAX_GRACE_SECONDS``.
         webhook_secret: the Standard Webhooks signing secret (``whsec_...``) of the webhook adapter.
         log_format: ``json`` (production) or ``console``.
         allow_unreadable_events: start ``migrate`` and workers even when the store holds ledger
@@ -165,15 +179,17 @@ class Settings(BaseSettings):
             as ``unreadable_event``); off by default, so a version mismatch stops the start.
     """
 
-    model_config = SettingsConfigDict(env_prefix="OPLEDGER_", extra="ignore")
+    # allow_inf_nan=False: OPLEDGER_LEASE_SECONDS=inf or nan is refused at start, not discovered
+    # as an OverflowError by the first claim. Each bound is a named constant (ledger.time_limits).
+    model_config = SettingsConfigDict(env_prefix="OPLEDGER_", extra="ignore", allow_inf_nan=False)
 
     database_url: str = DEFAULT_DATABASE_URL
     app: str = "adapters.demo.orders:OrdersApp"
-    lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, gt=0)
-    poll_interval_seconds: float = Field(default=DEFAULT_POLL_INTERVAL_SECONDS, gt=0)
-    worker_threads: int = Field(default=8, ge=1, le=256)
-    batch_size: int = Field(default=200, ge=1, le=10_000)
-    grace_seconds: float = Field(default=10.0, ge=0)
+    lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, gt=0, le=MAX_LEASE_SECONDS)
+    poll_interval_seconds: float = Field(default=DEFAULT_POLL_INTERVAL_SECONDS, gt=0, le=MAX_POLL_INTERVAL_SECONDS)
+    worker_threads: int = Field(default=8, ge=1, le=MAX_WORKER_THREADS)
+    batch_size: int = Field(default=200, ge=1, le=MAX_BATCH_SIZE)
+    grace_seconds: float = Field(default=10.0, ge=0, le=MAX_GRACE_SECONDS)
     webhook_secret: SecretStr | None = None
     log_format: str = Field(default="console", pattern=r"^(json|console)$")
     allow_unreadable_events: bool = False
@@ -182,6 +198,17 @@ class Settings(BaseSettings):
     @classmethod
     def _parsable(cls, value: str) -> str:
         Database.parse(value)
+        return value
+
+    @field_validator("poll_interval_seconds")
+    @classmethod
+    def _poll_within_lease(cls, value: float, info: ValidationInfo) -> float:
+        # A field validator, so the problem is reported with the field's name.
+        lease = info.data.get("lease_seconds")
+        if lease is not None and value > lease * POLL_FRACTION_OF_LEASE:
+            raise ValueError(
+                f"must be at most a third of lease_seconds ({lease:g} s): an idle worker renews "
+                "leases only between waits; lower the poll interval or raise the lease")
         return value
 
     @property

@@ -18,6 +18,16 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from ledger.errors import DeclarationError, UnknownIntegrationError
+from ledger.time_limits import (
+    MAX_BACKOFF_SECONDS,
+    MAX_BASE_BACKOFF_SECONDS,
+    MAX_BUDGET_WINDOW_SECONDS,
+    MAX_DEADLINE_SECONDS,
+    MAX_REQUEST_TIMEOUT_SECONDS,
+    MAX_SETTLEMENT_BACKOFF_SECONDS,
+    MAX_SETTLEMENT_DELAY_SECONDS,
+    settlement_worst_delay,
+)
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$"
 SECRET_REF_PREFIX = "secretref:"
@@ -51,7 +61,9 @@ class Classification(StrEnum):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # allow_inf_nan=False: an infinite or NaN duration is refused as "not a finite number" rather
+    # than overflowing the first time a worker adds it to a datetime (ledger.time_limits).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class RetryPolicy(_Strict):
@@ -59,8 +71,8 @@ class RetryPolicy(_Strict):
     jitter); these are its inputs, in seconds."""
 
     max_attempts: int = Field(default=5, ge=1, le=1000)
-    base_backoff_seconds: float = Field(default=1.0, gt=0, le=86_400)
-    max_backoff_seconds: float = Field(default=300.0, gt=0, le=7 * 86_400)
+    base_backoff_seconds: float = Field(default=1.0, gt=0, le=MAX_BASE_BACKOFF_SECONDS)
+    max_backoff_seconds: float = Field(default=300.0, gt=0, le=MAX_BACKOFF_SECONDS)
     jitter: float = Field(default=0.2, ge=0, le=1, description="fraction of the delay, 0..1")
 
     @field_validator("max_backoff_seconds")
@@ -81,10 +93,10 @@ class Deadlines(_Strict):
     queue (docs/adr/0001-operation-lifecycle.md).
     """
 
-    pending: float = Field(default=3600.0, gt=0)
-    claimed: float = Field(default=300.0, gt=0)
-    dispatching: float = Field(default=600.0, gt=0)
-    accepted: float = Field(default=86_400.0, gt=0)
+    pending: float = Field(default=3600.0, gt=0, le=MAX_DEADLINE_SECONDS)
+    claimed: float = Field(default=300.0, gt=0, le=MAX_DEADLINE_SECONDS)
+    dispatching: float = Field(default=600.0, gt=0, le=MAX_DEADLINE_SECONDS)
+    accepted: float = Field(default=86_400.0, gt=0, le=MAX_DEADLINE_SECONDS)
 
 
 class SettlementAction(_Strict):
@@ -96,14 +108,27 @@ class SettlementAction(_Strict):
     entity_type: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", description="topic 'module:Class'")
     method: str = Field(pattern=r"^[A-Za-z_]\w*$")
     max_attempts: int = Field(default=5, ge=1, le=100)
-    backoff_seconds: float = Field(default=1.0, gt=0, le=3600)
+    # validate_default: the bound depends on max_attempts too, so it is checked with the default.
+    backoff_seconds: float = Field(default=1.0, gt=0, le=MAX_SETTLEMENT_BACKOFF_SECONDS, validate_default=True)
+
+    @field_validator("backoff_seconds")
+    @classmethod
+    def _longest_delay_bounded(cls, value: float, info: ValidationInfo) -> float:
+        # The executor doubles the delay per failed try, uncapped: bound the last one.
+        attempts = info.data.get("max_attempts")
+        if attempts is not None and settlement_worst_delay(value, attempts) > MAX_SETTLEMENT_DELAY_SECONDS:
+            raise ValueError(
+                f"backoff_seconds * 2**(max_attempts - 2) must be <= {MAX_SETTLEMENT_DELAY_SECONDS} s (a week); "
+                f"{value:g} s over {attempts} tries waits up to {settlement_worst_delay(value, attempts):.3g} s: "
+                "lower max_attempts or backoff_seconds")
+        return value
 
 
 class Budgets(_Strict):
     """Call budgets checked before egress, never after (DESIGN §7)."""
 
     calls_per_window: int | None = Field(default=None, ge=1)
-    window_seconds: float = Field(default=60.0, gt=0)
+    window_seconds: float = Field(default=60.0, gt=0, le=MAX_BUDGET_WINDOW_SECONDS)
     scope: str = Field(default="integration", pattern=r"^(integration|tenant)$")
 
 
@@ -118,7 +143,7 @@ class Integration(_Strict):
     adapter: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     delivery_mode: DeliveryMode
     endpoint: str | None = Field(default=None, max_length=2048, description="default target URL")
-    request_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    request_timeout_seconds: float = Field(default=10.0, gt=0, le=MAX_REQUEST_TIMEOUT_SECONDS)
     retry: RetryPolicy = RetryPolicy()
     deadlines: Deadlines = Deadlines()
     settlement: SettlementAction | None = None
@@ -126,7 +151,7 @@ class Integration(_Strict):
     budgets: Budgets = Budgets()
     payload: Mapping[str, Classification] = Field(default_factory=dict)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, allow_inf_nan=False)
 
     # Field validators, not a model validator: pydantic skips model validators when any field
     # fails, which would hide these problems, and reports them without a field path.
@@ -163,7 +188,8 @@ class Integration(_Strict):
             return cls.model_validate(data)
         except ValidationError as exc:
             problems = [
-                (".".join(str(p) for p in err["loc"]) or "(declaration)", err["msg"])
+                (".".join(str(p) for p in err["loc"]) or "(declaration)",
+                 err["msg"] + (_LIMIT_HINT if _is_duration_limit(err) else ""))
                 for err in exc.errors()
             ]
             raise DeclarationError(str(name), problems) from None
@@ -190,6 +216,16 @@ class Integration(_Strict):
     def classification_of(self, field: str) -> Classification | None:
         """Return how ``field`` is classified, or None when the declaration does not list it."""
         return self.payload.get(field)
+
+
+_LIMIT_ERRORS = frozenset({"less_than_equal", "finite_number"})
+_LIMIT_HINT = " (durations are seconds, finite and within ledger.time_limits; see docs/guide.md, 'Limits')"
+
+
+def _is_duration_limit(err: Any) -> bool:
+    path = [str(p) for p in err["loc"]]
+    duration = bool(path) and (path[0] == "deadlines" or path[-1].endswith("_seconds"))
+    return duration and err["type"] in _LIMIT_ERRORS
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)

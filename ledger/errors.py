@@ -41,6 +41,18 @@ class InvalidArgumentError(LedgerError, ValueError):
     id, an unknown callback outcome, blank evidence). Fix: as the message says."""
 
 
+class UnrepresentableTimeError(InvalidArgumentError):
+    """A time the ledger would compute or store cannot be represented.
+
+    Python datetimes end at 9999-12-31 and ``timedelta`` holds at most 999,999,999 days; an
+    infinite, NaN or negative duration, or an instant plus a duration past that end (``now`` in
+    year 9999 plus a deadline, a lease of ``1e20`` seconds), is refused before anything is
+    recorded, instead of overflowing later in every worker that reads the operation. Fix: check
+    the clock the command was given (a fake clock far in the future?) and keep durations within
+    the limits in ``ledger.time_limits``.
+    """
+
+
 class StaleEpochError(LedgerError):
     """A worker acted with a fencing epoch that is no longer current (DESIGN §4 invariant 5).
 

@@ -18,6 +18,7 @@ from eventsourcing.domain import Aggregate, OriginatorIDError, OriginatorVersion
 from ledger import decisions, lifecycle
 from ledger.clock import require_utc
 from ledger.declarations import DeliveryMode, Integration
+from ledger.facts import FactKind, storable_fact, storable_fact_or_none
 from ledger.errors import (
     AttemptBudgetExceededError,
     IllegalTransitionError,
@@ -41,6 +42,7 @@ from ledger.status import (
     Status,
     derive_status,
 )
+from ledger.time_limits import require_intent_times, require_later
 
 E = ExecutionState
 S = SettlementState
@@ -538,6 +540,7 @@ class Operation(Aggregate):
         check_payload(integration, payload)
         target = target if target is not None else integration.endpoint
         check_intent(integration, source, target, principal, traceparent)
+        require_intent_times(integration, now)
         return cls._create(
             cls.Intended,
             id=operation_id(source, integration.name),
@@ -690,9 +693,10 @@ class Operation(Aggregate):
                 raise IllegalTransitionError("claim", self.execution.value, "the lease is still held")
             takeover = self.execution is not E.ACCEPTED or self.lease_expires_at is not None
         epoch = self.epoch + 1
+        require_later(now, self.deadlines[E.CLAIMED.value], "deadlines.claimed")
         self.trigger_event(
             self.Claimed, timestamp=now, epoch=epoch, worker_id=worker_id,
-            lease_expires_at=now + timedelta(seconds=lease_seconds), takeover=takeover,
+            lease_expires_at=require_later(now, lease_seconds, "lease_seconds"), takeover=takeover,
         )
         return epoch
 
@@ -711,7 +715,7 @@ class Operation(Aggregate):
         if self.lease_expired(now):
             raise LeaseExpiredError(f"operation {self.id}: lease expired at {self.lease_expires_at}")
         self.trigger_event(self.LeaseRenewed, timestamp=now, epoch=epoch,
-                           lease_expires_at=now + timedelta(seconds=lease_seconds))
+                           lease_expires_at=require_later(now, lease_seconds, "lease_seconds"))
 
     def start_attempt(self, *, epoch: int, now: datetime, attempt_id: UUID, request_fingerprint: str) -> int:
         """Record an attempt before any byte leaves (``AttemptStarted``). Attempts count here,
@@ -750,7 +754,8 @@ class Operation(Aggregate):
         if not remote_id:
             raise InvalidArgumentError("remote_id must be non-empty")
         self.trigger_event(self.Accepted, timestamp=require_utc(now), epoch=epoch, attempt_id=attempt_id,
-                           remote_id=remote_id, status_code=status_code, excerpt=excerpt)
+                           remote_id=storable_fact(remote_id, FactKind.REMOTE_ID), status_code=status_code,
+                           excerpt=storable_fact(excerpt, FactKind.EXCERPT))
 
     def observe_remote_status(self, *, epoch: int, now: datetime, remote_status: str) -> bool:
         """Record a polled remote status, only when it changed (``RemoteStatusObserved``).
@@ -760,6 +765,7 @@ class Operation(Aggregate):
         """
         self._allow("observe_remote_status")
         self._fence(epoch)
+        remote_status = storable_fact(remote_status, FactKind.STATUS)
         if remote_status == self.remote_status:
             return False
         self.trigger_event(self.RemoteStatusObserved, timestamp=require_utc(now), epoch=epoch,
@@ -790,7 +796,8 @@ class Operation(Aggregate):
             return False
         self._allow("receive_callback")
         self.trigger_event(self.CallbackReceived, timestamp=require_utc(now), callback_id=callback_id,
-                           outcome=outcome, remote_status=remote_status, detail=detail)
+                           outcome=outcome, remote_status=storable_fact_or_none(remote_status, FactKind.STATUS),
+                           detail=storable_fact(detail, FactKind.DETAIL))
         return True
 
     def succeed(self, *, epoch: int, now: datetime, attempt_id: UUID | None = None,
@@ -800,7 +807,8 @@ class Operation(Aggregate):
         self._fence(epoch)
         self._attempt(attempt_id, "succeed")
         self.trigger_event(self.Succeeded, timestamp=require_utc(now), epoch=epoch, attempt_id=attempt_id,
-                           status_code=status_code, remote_id=remote_id, excerpt=excerpt)
+                           status_code=status_code, remote_id=storable_fact_or_none(remote_id, FactKind.REMOTE_ID),
+                           excerpt=storable_fact(excerpt, FactKind.EXCERPT))
 
     def fail(self, *, epoch: int, now: datetime, category: FailureCategory | str, retryable: bool,
              attempt_id: UUID | None = None, status_code: int | None = None, detail: str = "") -> None:
@@ -810,7 +818,7 @@ class Operation(Aggregate):
         self._attempt(attempt_id, "fail")
         self.trigger_event(self.Failed, timestamp=require_utc(now), epoch=epoch, attempt_id=attempt_id,
                            category=FailureCategory(category).value, retryable=retryable,
-                           status_code=status_code, detail=detail)
+                           status_code=status_code, detail=storable_fact(detail, FactKind.DETAIL))
 
     def mark_ambiguous(self, *, epoch: int, now: datetime, reason: str, attempt_id: UUID | None = None,
                        status_code: int | None = None, detail: str = "") -> None:
@@ -819,7 +827,8 @@ class Operation(Aggregate):
         self._fence(epoch)
         self._attempt(attempt_id, "mark_ambiguous")
         self.trigger_event(self.Ambiguous, timestamp=require_utc(now), epoch=epoch, attempt_id=attempt_id,
-                           reason=reason, status_code=status_code, detail=detail)
+                           reason=storable_fact(reason, FactKind.REASON), status_code=status_code,
+                           detail=storable_fact(detail, FactKind.DETAIL))
 
     def schedule_retry(self, *, epoch: int, now: datetime, attempt_id: UUID, retry_at: datetime,
                        category: FailureCategory | str, reason: str, possibly_applied: bool) -> None:
@@ -846,9 +855,10 @@ class Operation(Aggregate):
         if self.attempts >= self.max_attempts:
             raise AttemptBudgetExceededError(
                 f"operation {self.id}: {self.attempts} of {self.max_attempts} attempts used")
+        require_later(now, self.deadlines[E.PENDING.value], "deadlines.pending")
         self.trigger_event(self.RetryScheduled, timestamp=now, epoch=epoch, attempt_id=attempt_id,
                            retry_at=max(retry_at, now), category=FailureCategory(category).value,
-                           reason=reason, possibly_applied=possibly_applied)
+                           reason=storable_fact(reason, FactKind.REASON), possibly_applied=possibly_applied)
 
     def request_cancel(self, *, now: datetime, principal: str, reason: str = "") -> bool:
         """Ask for cancellation (``CancelRequested``). Workers honour it before egress, and ask
@@ -887,7 +897,8 @@ class Operation(Aggregate):
         self._fence(epoch)
         if not self.cancel_requested:
             raise IllegalTransitionError("cancel_failed", self.execution.value, "cancellation was not requested")
-        self.trigger_event(self.CancelFailed, timestamp=require_utc(now), epoch=epoch, reason=reason)
+        self.trigger_event(self.CancelFailed, timestamp=require_utc(now), epoch=epoch,
+                           reason=storable_fact(reason, FactKind.DETAIL))
 
     def exceed_deadline(self, *, now: datetime) -> None:
         """Record that the current state's deadline passed (``DeadlineExceeded``).

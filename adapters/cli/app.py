@@ -90,6 +90,7 @@ def demo(
     """Run the end-to-end demo: partner, orders, a worker killed mid-flight, recovery, summary."""
     from adapters.demo.run import run_demo
 
+    settings(database_url)  # the demo's workers inherit OPLEDGER_*: refuse settings that cannot work now
     with UserErrors():
         code = run_demo(database_url=database_url, as_json=json_output, orders=orders)
     raise typer.Exit(code)

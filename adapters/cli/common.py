@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from typing import Any, Collection, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -20,6 +20,8 @@ errors = Console(stderr=True)
 
 DatabaseOption = typer.Option(None, "--database-url", help="sqlite:///path or postgresql://user@host/db "
                               "(default: $OPLEDGER_DATABASE_URL or sqlite:///.opledger/opledger.db)")
+_FLAG_NAMES = {"worker_threads": "--threads"}
+"""Settings whose CLI flag is not ``--field-name``."""
 JsonOption = typer.Option(False, "--json", help="print JSON for scripts")
 
 
@@ -31,8 +33,29 @@ def settings(database_url: str | None = None, **overrides: Any) -> Settings:
     try:
         return Settings(**values)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        fail(f"invalid settings: {problems}")
+        fail(f"invalid settings: {settings_problems(exc, flags=set(values))}")
+
+
+def settings_problems(exc: ValidationError, *, flags: Collection[str] = ()) -> str:
+    """One line naming each bad setting as the user wrote it, its value and what is allowed.
+
+    Args:
+        exc: the settings' validation error.
+        flags: fields given as CLI flags (named ``--field-name``), not from the environment.
+
+    Returns:
+        ``OPLEDGER_LEASE_SECONDS='inf': Input should be a finite number; ...``.
+    """
+    problems = []
+    for error in exc.errors():
+        field = ".".join(map(str, error["loc"]))
+        if field in flags:
+            name = _FLAG_NAMES.get(field, f"--{field.replace('_', '-')}")
+        else:
+            name = f"OPLEDGER_{field.upper()}"
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"{name}={error.get('input')!r}: {message}")
+    return "; ".join(problems) + " (limits: docs/guide.md, 'Limits')"
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
