@@ -118,13 +118,25 @@ def test_an_outcome_that_cannot_be_stored_makes_that_operation_ambiguous(app, fa
     others, bad = _make(app)
 
     def script(request: EgressRequest) -> Outcome:
-        # bytes where text belongs: the codec refuses to store it as received
-        return Succeeded(status_code=200, excerpt=b"\x00raw" if request.target == BAD else "")  # type: ignore[arg-type]
+        # text where a status code belongs: the codec refuses to store it as received
+        return Succeeded(status_code="two hundred" if request.target == BAD else 200)  # type: ignore[arg-type]
 
     seen = _run(app, fake_db, clock, script, others, bad)
     assert seen["row"].execution == "ambiguous" and seen["row"].ambiguity_reason == "outcome_unstorable"
     assert seen["attention"] == {bad: "ambiguous"}
     assert "could not be stored" in app.get_operation(bad).excerpt
+
+
+def test_a_lone_surrogate_in_a_provider_id_is_stored_escaped(app, fake_db, clock) -> None:
+    others, bad = _make(app)
+
+    def script(request: EgressRequest) -> Outcome:
+        return Succeeded(status_code=200, remote_id="\ud800-ch_1" if request.target == BAD else "ch_ok")
+
+    seen = _run(app, fake_db, clock, script, others, bad)
+    assert seen["row"].status == "settled" and seen["attention"] == {}
+    remote_id = app.get_operation(bad).remote_id
+    assert remote_id.startswith("\\ud800-ch_1") and "sha256:" in remote_id
 
 
 def test_a_raising_settlement_method_blocks_that_settlement_only(app, fake_db, clock) -> None:
