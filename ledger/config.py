@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ledger.clock import DEFAULT_MAX_SKEW_SECONDS
 from ledger.errors import ConfigurationError
 
 DEFAULT_DATABASE_URL = "sqlite:///.opledger/opledger.db"
@@ -158,6 +159,9 @@ class Settings(BaseSettings):
         worker_threads: concurrent egress threads per worker process.
         batch_size: due rows a worker reads per cycle (at least four times ``worker_threads``).
         grace_seconds: on SIGTERM, how long in-flight attempts may take to record, seconds.
+        max_clock_skew_seconds: PostgreSQL: a worker whose own clock is further than this from the
+            database's logs a warning at start and every minute, seconds. Leases are judged by the
+            database's clock either way (DESIGN §7).
         webhook_secret: the Standard Webhooks signing secret (``whsec_...``) of the webhook adapter.
         log_format: ``json`` (production) or ``console``.
     """
@@ -171,6 +175,7 @@ class Settings(BaseSettings):
     worker_threads: int = Field(default=8, ge=1, le=256)
     batch_size: int = Field(default=200, ge=1, le=10_000)
     grace_seconds: float = Field(default=10.0, ge=0)
+    max_clock_skew_seconds: float = Field(default=DEFAULT_MAX_SKEW_SECONDS, gt=0, allow_inf_nan=False)
     webhook_secret: SecretStr | None = None
     log_format: str = Field(default="console", pattern=r"^(json|console)$")
 
