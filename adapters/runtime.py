@@ -163,6 +163,8 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             signal.signal(signum, lambda *_: stop.set())
     worker_id = worker_id or default_worker_id()
     with open_store(settings, write=True, clock=clock) as store:
+        # One clock for leases (DESIGN §7): on PostgreSQL every `now` below is the database's.
+        clock = store.view.lease_clock(clock, max_skew_seconds=settings.max_clock_skew_seconds)
         adapters = build_adapters(settings, store.app, clock)
         leader: threading.Thread | None = None
         if settings.database.backend == "postgres":
