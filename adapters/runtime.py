@@ -166,6 +166,8 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
     with open_store(settings, write=True, clock=clock) as store:
         # Refuse (ConfigurationError) a store with ledger topics this code cannot resolve.
         check_readable_history(store.app, allow_unreadable=settings.allow_unreadable_events)
+        # One clock for leases (DESIGN §7): on PostgreSQL every `now` below is the database's.
+        clock = store.view.lease_clock(clock, max_skew_seconds=settings.max_clock_skew_seconds)
         adapters = build_adapters(settings, store.app, clock)
         leader: threading.Thread | None = None
         if settings.database.backend == "postgres":

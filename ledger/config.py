@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ledger.clock import DEFAULT_MAX_SKEW_SECONDS
 from ledger.errors import ConfigurationError
 from ledger.time_limits import MAX_GRACE_SECONDS, MAX_LEASE_SECONDS, MAX_POLL_INTERVAL_SECONDS
 
@@ -172,6 +173,9 @@ class Settings(BaseSettings):
             at least four times ``worker_threads``).
         grace_seconds: on SIGTERM, how long in-flight attempts may take to record, seconds;
             0 to ``MAX_GRACE_SECONDS``.
+        max_clock_skew_seconds: PostgreSQL: a worker whose own clock is further than this from the
+            database's logs a warning at start and every minute, seconds. Leases are judged by the
+            database's clock either way (DESIGN §7).
         webhook_secret: the Standard Webhooks signing secret (``whsec_...``) of the webhook adapter.
         log_format: ``json`` (production) or ``console``.
         allow_unreadable_events: start ``migrate`` and workers even when the store holds ledger
@@ -190,6 +194,7 @@ class Settings(BaseSettings):
     worker_threads: int = Field(default=8, ge=1, le=MAX_WORKER_THREADS)
     batch_size: int = Field(default=200, ge=1, le=MAX_BATCH_SIZE)
     grace_seconds: float = Field(default=10.0, ge=0, le=MAX_GRACE_SECONDS)
+    max_clock_skew_seconds: float = Field(default=DEFAULT_MAX_SKEW_SECONDS, gt=0, allow_inf_nan=False)
     webhook_secret: SecretStr | None = None
     log_format: str = Field(default="console", pattern=r"^(json|console)$")
     allow_unreadable_events: bool = False

@@ -122,6 +122,10 @@ class MemoryStatusView:
             return False
 
     # -- DueWork
+    def lease_clock(self, local: Clock, *, max_skew_seconds: float) -> Clock:
+        # One process, one clock (the store's leases are judged by the clock it was given).
+        return local
+
     def due(self, now: datetime, limit: int) -> list[DueRow]:
         now = require_utc(now, "now")
         _check_limit(limit)

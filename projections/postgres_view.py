@@ -1,4 +1,9 @@
-"""The status view on PostgreSQL (a small psycopg pool, in the store's schema)."""
+"""The status view on PostgreSQL (a small psycopg pool, in the store's schema).
+
+Many workers on many hosts share this store, so it also keeps their clocks: a worker that asks
+for :meth:`PostgresStatusView.lease_clock` selects due work by the database's time and gets a
+clock that follows the database's, corrected by every ``due()`` read (DESIGN §7).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,17 @@ from datetime import datetime, timezone
 from typing import Any, Iterator, Sequence
 from uuid import UUID
 
+import structlog
 from psycopg_pool import ConnectionPool
 
+from ledger.clock import Clock, ReferenceClock, SkewWarning
 from ledger.config import Database
 from ledger.errors import ConfigurationError
-from projections.rows import COLUMNS, StatusRow
+from projections.rows import COLUMNS, DueRow, StatusRow
 from projections.sql_view import SqlStatusView
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError
+
+log = structlog.get_logger("opledger.clock")
 
 
 class PostgresStatusView(SqlStatusView):
@@ -24,6 +33,7 @@ class PostgresStatusView(SqlStatusView):
     def __init__(self, database: Database, *, max_size: int = 4) -> None:
         super().__init__()
         self._types: list[int] | None = None  # the status columns' type OIDs, read once
+        self._clock: ReferenceClock | None = None  # set by lease_clock; fed by every due()
         kwargs: dict[str, Any] = {}
         if database.schema:
             kwargs["options"] = f"-c search_path={database.schema}"
@@ -63,6 +73,46 @@ class PostgresStatusView(SqlStatusView):
     def _create_rebuild_table(self, cur: Any) -> None:
         cur.execute(f"CREATE TABLE {REBUILD_TABLE} (LIKE {MAIN_TABLE} INCLUDING ALL)")
 
+    def lease_clock(self, local: Clock, *, max_skew_seconds: float) -> Clock:
+        """Follow the database's clock from now on: ``due()`` compares with the database's time
+        and each of its reads corrects the returned clock (one round trip is read here, at once).
+
+        Args:
+            local: this process's own clock, UTC; only its skew is measured and reported.
+            max_skew_seconds: a local clock further than this from the database's is logged as a
+                warning now and every minute while it stays so, seconds.
+
+        Returns:
+            A :class:`ledger.clock.ReferenceClock` following the database's ``clock_timestamp()``.
+
+        Source: DESIGN §7 ("on PostgreSQL, lease expiry is judged by the database's clock");
+        ADR 0001, "Leases and clocks" (the window that remains).
+        """
+        clock = ReferenceClock(local, max_skew_seconds=max_skew_seconds)
+        with self._transaction() as cur:
+            sent = clock.started()
+            cur.execute(self.queries["select_database_time"])
+            (database_now,) = cur.fetchone()
+            _report(clock.observe(database_now, sent=sent))
+        reading = clock.reading
+        assert reading is not None
+        log.info("following the database's clock", offset_seconds=round(reading.offset_seconds, 3),
+                 error_seconds=round(reading.error_seconds, 4), max_skew_seconds=max_skew_seconds)
+        self._clock = clock
+        return clock
+
+    def due(self, now: datetime, limit: int) -> list[DueRow]:
+        clock = self._clock
+        with self._transaction() as cur:
+            sent = clock.started() if clock is not None else 0.0
+            # With a lease clock, the database's own time decides what is due (now=NULL).
+            cur.execute(self.queries["select_due"], {"now": None if clock is not None else now, "limit": limit})
+            rows = cur.fetchall()
+            if clock is not None:
+                _report(clock.observe(rows[0][0], sent=sent))  # before COMMIT's round trip
+        return [DueRow(op_id, version, execution, settlement, bool(cancel))
+                for _, op_id, version, execution, settlement, cancel in rows if op_id is not None]
+
     @contextmanager
     def reserve(self, operation_ids: Sequence[UUID]) -> Iterator[set[UUID]]:
         # Transaction-scoped advisory locks, taken without waiting: a worker skips what another
@@ -86,3 +136,10 @@ class PostgresStatusView(SqlStatusView):
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _report(warning: SkewWarning | None) -> None:
+    if warning is not None:
+        log.warning("this worker's clock is off the database's; leases are judged by the database's clock",
+                    offset_seconds=round(warning.offset_seconds, 3), error_seconds=round(warning.error_seconds, 4),
+                    max_skew_seconds=warning.max_skew_seconds, repeats_every_seconds=60)

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 from uuid import UUID
 
+from ledger.clock import Clock
 from migrations.queries import load_queries
 from projections.rows import AttentionMark, DueRow, StatusRow
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease
@@ -105,6 +106,9 @@ class SqlStatusView:
             cur.execute(f"ALTER TABLE {REBUILD_TABLE} RENAME TO {MAIN_TABLE}")
             cur.execute(self.queries["upsert_tracking"],
                         {"projection": projection, "upstream": upstream, "notification_id": position})
+
+    def lease_clock(self, local: Clock, *, max_skew_seconds: float) -> Clock:
+        return local  # one process owns the store (SQLite): its clock is the only one
 
     def lead(self, lease: Lease, ttl_seconds: float) -> bool:
         return True  # a single-writer backend: the owning process always leads

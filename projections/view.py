@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence
 from uuid import UUID
 
+from ledger.clock import Clock
 from ledger.config import Database
 from ledger.errors import LedgerError
 from projections.rows import AttentionMark, DueRow, StatusRow
@@ -96,7 +97,28 @@ class DueWork(Protocol):
     """The workers' side: what is due, and reservations among workers of one store."""
 
     def due(self, now: datetime, limit: int) -> list[DueRow]:
-        """Rows whose ``next_due_at`` is at or before ``now`` (UTC), earliest first."""
+        """Rows whose ``next_due_at`` is at or before ``now`` (UTC), earliest first.
+
+        After :meth:`lease_clock` on a shared database, "now" is the database's time, read in
+        the same statement, and ``now`` is not used.
+        """
+        ...
+
+    def lease_clock(self, local: Clock, *, max_skew_seconds: float) -> Clock:
+        """The clock a worker of this store judges leases by (DESIGN §7).
+
+        Args:
+            local: the process's own clock (UTC).
+            max_skew_seconds: a local clock further than this from the store's is reported as a
+                warning at once and every minute, seconds.
+
+        Returns:
+            ``local`` where one process owns the store (SQLite). On PostgreSQL, a clock following
+            the database's, refreshed by every later :meth:`due`, which from then on selects by
+            the database's time.
+
+        Source: DESIGN §7; issue 10, item 4; ADR 0001, "Leases and clocks".
+        """
         ...
 
     def reserve(self, operation_ids: Sequence[UUID]) -> AbstractContextManager[set[UUID]]:
