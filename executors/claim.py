@@ -25,7 +25,7 @@ from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 
-from executors.commit import Change, Committer, Counts
+from executors.commit import Change, Committer, Counts, describe
 from executors.deadlines import cancel_change, exceed_deadline_change
 from executors.egress import EgressService, InFlight
 from executors.outcomes import apply_decision
@@ -33,6 +33,7 @@ from executors.recovery import decide_open_attempt
 from executors.secrets import MissingSecretError, SecretResolver, resolve_payload
 from executors.settlement import SettlementService
 from ledger.application import LedgerApplication
+from ledger.config import DEFAULT_LEASE_SECONDS
 from ledger.declarations import RetryPolicy
 from ledger.decisions import Cancel, Claim, ExceedDeadline, Lookup, Reclaim, Settle, Wait, due_work, may_need_egress
 from ledger.egress import Adapter, EgressRequest
@@ -49,7 +50,6 @@ DUE_READ_FACTOR = 4
 """Due rows read per cycle, as a multiple of the egress slots (see ``ClaimService.run_once``)."""
 DEFER_SECONDS = 30.0
 """How long a worker leaves an operation it cannot serve (missing secret, declaration, adapter)."""
-DEFAULT_LEASE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ class ClaimService:
                 self.egress.submit(call)
 
     def _defer(self, op_id: UUID, now: datetime, problem: str, exc: Exception) -> None:
-        self.committer.report(op_id, problem, f"{type(exc).__name__}: {exc}")
+        self.committer.report(op_id, problem, describe(exc))
         self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
 
     def _claim_change(self, now: datetime, plan: _Plan) -> Change:

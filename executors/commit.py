@@ -24,6 +24,7 @@ from eventsourcing.persistence import IntegrityError, PersistenceError
 
 from ledger.application import LedgerApplication
 from ledger.errors import LedgerError
+from ledger.facts import FactKind, storable_fact
 from ledger.operation import Operation
 from projections.loading import load_aggregates
 
@@ -35,8 +36,6 @@ KNOWN_OPERATIONS = 5000
 """Committed operations a worker keeps in memory between cycles (bounded: memory stays flat)."""
 REPORTED_PROBLEMS = 10_000
 """Problems remembered so each is logged once per operation, not once per cycle."""
-ERROR_TEXT_LIMIT = 500
-"""Characters of an error's text kept in a reason."""
 
 Change = Callable[[Operation], Sequence[Aggregate]]
 """Runs commands on the operation; returns other aggregates to save in the same transaction.
@@ -45,10 +44,9 @@ anything else rejects it too and marks it failed (:attr:`CommitResult.failed`)."
 
 
 def describe(exc: BaseException) -> str:
-    """``Type: message`` of an exception, bounded to :data:`ERROR_TEXT_LIMIT` characters, in a
-    form the ledger codec stores (lone surrogates and NUL escaped), so it can become a reason."""
-    text = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_LIMIT]
-    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    """``Type: message`` of an exception as a storable reason (``ledger.facts.storable_fact``:
+    escaped and bounded, so it can be recorded on an event whatever the exception says)."""
+    return storable_fact(f"{type(exc).__name__}: {exc}", FactKind.REASON)
 
 
 @dataclass

@@ -55,6 +55,7 @@ class InFlight:
         kind: ``"send"`` or ``"lookup"``.
         request: what was handed to the adapter.
         policy: the retry policy the outcome is decided with.
+        adapter: the adapter that makes the call.
         lost: the lease could not be renewed; the result, when it comes, is not recorded.
     """
 
@@ -133,13 +134,18 @@ class EgressService:
                 continue
             done.append((flight, item))
 
-    def wait(self, seconds: float) -> None:
-        """Block up to ``seconds`` (monotonic) or until a call finishes, whichever is first."""
+    def wait(self, seconds: float) -> bool:
+        """Block up to ``seconds`` (monotonic) or until a call finishes, whichever is first.
+
+        Returns:
+            True when a call finished (its result waits for :meth:`take_finished`).
+        """
         try:
             item = self._finished.get(timeout=seconds)
         except queue.Empty:
-            return
+            return False
         self._finished.put(item)  # taken by the next take_finished, in order with the others
+        return True
 
     def close(self) -> None:
         """Stop the threads (calls under way finish on their own, unrecorded)."""

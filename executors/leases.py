@@ -15,12 +15,11 @@ from eventsourcing.domain import Aggregate
 
 from executors.commit import Change, Committer, Counts
 from executors.egress import EgressService
+from ledger.config import DEFAULT_LEASE_SECONDS
 from ledger.operation import Operation
 
 log = structlog.get_logger("opledger.leases")
 
-DEFAULT_LEASE_SECONDS = 30.0
-"""Lease length, seconds."""
 RENEW_WHEN_REMAINING = 1 / 3
 """Renew a lease once less than this fraction of it is left (DESIGN §7)."""
 

@@ -23,12 +23,13 @@ import structlog
 from executors.claim import DEFAULT_BATCH_SIZE, ClaimConfig, ClaimService
 from executors.commit import Committer, Counts
 from executors.egress import DEFAULT_EGRESS_THREADS, EgressConfig, EgressService
-from executors.leases import DEFAULT_LEASE_SECONDS, LeaseConfig, LeaseService
+from executors.leases import LeaseConfig, LeaseService
 from executors.outcomes import OutcomeService
 from executors.secrets import EnvironmentSecrets, SecretResolver
 from executors.settlement import SettlementService
 from ledger.application import LedgerApplication
 from ledger.clock import Clock
+from ledger.config import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_INTERVAL_SECONDS
 from ledger.egress import Adapter
 from ledger.operation import Operation
 from projections.status import StatusProjection
@@ -36,8 +37,6 @@ from projections.view import StatusView
 
 log = structlog.get_logger("opledger.worker")
 
-DEFAULT_POLL_INTERVAL_SECONDS = 0.2
-"""Idle wait between cycles, seconds."""
 DEFAULT_GRACE_SECONDS = 10.0
 """How long a stopping worker waits for calls in flight to finish and be recorded, seconds."""
 STOP_POLL_SECONDS = 0.05
@@ -147,7 +146,7 @@ class Worker:
         """
         while not stop.is_set():
             if not self.run_once().busy:
-                self.egress.wait(self.config.poll_interval_seconds)
+                self._idle(stop)
         self.stopping.set()
         deadline = time.monotonic() + grace_seconds
         while self.egress.in_flight and time.monotonic() < deadline:
@@ -156,6 +155,14 @@ class Worker:
         if self.egress.in_flight:
             log.warning("stopping with attempts in flight; recovery will decide them",
                         operations=[str(i) for i in self.egress.in_flight])
+
+    def _idle(self, stop: threading.Event) -> None:
+        # Wait for the poll interval, a finished call or ``stop``, whichever comes first: a long
+        # poll interval must not delay noticing SIGTERM (checked every STOP_POLL_SECONDS).
+        deadline = time.monotonic() + self.config.poll_interval_seconds
+        while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            if self.egress.wait(min(left, STOP_POLL_SECONDS)):
+                return
 
     def close(self) -> None:
         """Stop the egress threads (calls under way finish on their own, unrecorded)."""

@@ -13,7 +13,7 @@ Source: DESIGN §4-§7; docs/adr/0002-executor-services.md (the decision table).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from types import SimpleNamespace
 from typing import Protocol
 
@@ -23,6 +23,7 @@ from ledger.declarations import DeliveryMode, RetryPolicy
 from ledger.modes import AfterLostResponse, rules_for
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
 from ledger.status import APPROVAL_REQUIRED, ACTIVE_STATES, ExecutionState, SettlementState
+from ledger.time_limits import later
 
 E = ExecutionState
 
@@ -88,19 +89,6 @@ class Wait:
 Work = Claim | Reclaim | Settle | ExceedDeadline | Cancel | Wait
 
 CLAIM, RECLAIM, SETTLE, CANCEL = Claim(), Reclaim(), Settle(), Cancel()
-
-
-def later(start: datetime, seconds: float) -> datetime | None:
-    """``start + seconds``, or None when the result cannot be represented (past year 9999).
-
-    Args:
-        start: a UTC instant.
-        seconds: a duration, seconds (finite).
-    """
-    try:
-        return start + timedelta(seconds=seconds)
-    except OverflowError:
-        return None
 
 
 def deadline_at(op: OperationState) -> datetime | None:

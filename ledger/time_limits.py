@@ -60,6 +60,22 @@ minutes, past the longest request timeout; supervisors kill long before (Kuberne
 _LATEST = datetime.max.replace(tzinfo=timezone.utc)
 
 
+def later(start: datetime, seconds: float) -> datetime | None:
+    """``start + seconds``, or None when the result cannot be represented (past 9999-12-31).
+
+    For reading what is already stored (``ledger.decisions``): a stored deadline that cannot be
+    represented is reported, never raised. Commands refuse instead (:func:`require_later`).
+
+    Args:
+        start: a UTC instant.
+        seconds: a finite duration, seconds.
+    """
+    try:
+        return start + timedelta(seconds=seconds)
+    except OverflowError:
+        return None
+
+
 def require_later(now: datetime, seconds: float, what: str) -> datetime:
     """Return ``now + seconds``, or refuse when the result cannot be represented. Pure.
 
@@ -79,13 +95,13 @@ def require_later(now: datetime, seconds: float, what: str) -> datetime:
         raise UnrepresentableTimeError(f"{what} must be a number of seconds, got {seconds!r}")
     if not math.isfinite(seconds) or seconds < 0:
         raise UnrepresentableTimeError(f"{what} must be a finite number of seconds >= 0, got {seconds!r}")
-    try:
-        return now + timedelta(seconds=seconds)
-    except OverflowError:
+    result = later(now, seconds)
+    if result is None:
         raise UnrepresentableTimeError(
             f"{now.isoformat()} + {what} ({seconds:g} s) is past {_LATEST.isoformat()}, the latest "
             "time the ledger can store: check the clock the command was given (a fake clock far "
-            "in the future?) and the duration") from None
+            "in the future?) and the duration")
+    return result
 
 
 def intent_time_problems(integration: Integration, now: datetime) -> list[str]:

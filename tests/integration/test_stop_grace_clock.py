@@ -29,10 +29,8 @@ MARGIN_SECONDS = 2.0
 CALL_SECONDS = 20.0
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "executors/worker.py (this branch) Worker.run measures the grace period with self.clock.now() (the injected "
-    "domain clock): a fake clock that does not advance waits for the in-flight call instead"))
-def test_stop_returns_within_grace_when_the_domain_clock_stands_still(modes_db: Database) -> None:
+@pytest.mark.parametrize("poll_seconds", [0.05, 10.0])  # an idle wait longer than the grace must not delay it
+def test_stop_returns_within_grace_when_the_domain_clock_stands_still(modes_db: Database, poll_seconds: float) -> None:
     clock = FakeClock()  # never advanced: the domain clock stands still
     app = ModesApp(env=modes_db.library_env(create_table=False), clock=clock)
     release, started = threading.Event(), threading.Event()
@@ -45,7 +43,7 @@ def test_stop_returns_within_grace_when_the_domain_clock_stands_still(modes_db: 
     view = open_view(modes_db)
     worker = Worker(app=app, view=view, adapters={"webhook": FakeAdapter(script=hold)}, clock=clock,
                     secrets=EnvironmentSecrets({"test-token": "tok"}),
-                    config=WorkerConfig(worker_id="w", lease_seconds=30, poll_interval_seconds=0.05),
+                    config=WorkerConfig(worker_id="w", lease_seconds=30, poll_interval_seconds=poll_seconds),
                     projection=StatusProjection(app=app, view=view))
     stop = threading.Event()
     runner = threading.Thread(target=worker.run, args=(stop,), kwargs={"grace_seconds": GRACE_SECONDS},
