@@ -174,8 +174,11 @@ def may_need_egress(execution: ExecutionState, settlement: SettlementState, canc
     False (settlements, cancellations) never wait for a free slot. A superset: a row for which
     it is True may still turn out to be a deadline.
     """
-    return (settlement is SettlementState.NONE and not cancel_requested
-            and execution in (E.PENDING, E.CLAIMED, E.DISPATCHING))
+    if settlement is not SettlementState.NONE:
+        return False
+    # A pending operation whose cancellation was requested is cancelled, never claimed; a
+    # leased one is reclaimed first (its holder may be gone), which takes a slot.
+    return execution in (E.CLAIMED, E.DISPATCHING) or (execution is E.PENDING and not cancel_requested)
 
 
 # ---------------------------------------------------------------------------- after an attempt
