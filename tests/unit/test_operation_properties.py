@@ -31,7 +31,8 @@ from builders import PAYLOAD, T0, integration, replay, source, state_of
 from ledger import lifecycle
 from ledger.declarations import DeliveryMode
 from ledger.errors import LedgerError
-from ledger.operation import RESOLUTIONS_FOR_AMBIGUOUS, RESOLUTIONS_FOR_BLOCKED, Operation
+from ledger.commands import RESOLUTIONS_FOR_AMBIGUOUS, RESOLUTIONS_FOR_BLOCKED
+from ledger.operation import Operation
 from ledger.outcomes import FailureCategory
 from ledger.status import TERMINAL_EXECUTION_STATES, derive_status
 from ledger.status import ExecutionState as E

@@ -1,0 +1,507 @@
+"""The commands of the ``Operation`` aggregate: the guards every transition passes, then one
+past-tense event each (STYLE rule 1: checks here, ``apply`` bodies only assign).
+
+Each command checks the transition (``ledger.lifecycle``), the caller's fencing epoch and the
+time it is given, and records one event nested in ``Operation`` (their topics are stored, so the
+events stay there; this mixin only holds the rules). No method reads the wall clock: ``now`` is
+passed in, UTC-aware. Provider text goes through ``ledger.facts.storable_fact`` and derived times
+through ``ledger.time_limits.require_later``.
+
+Source: docs/adr/0001-operation-lifecycle.md; DESIGN §4.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Mapping
+from uuid import UUID
+
+from ledger import lifecycle
+from ledger.clock import require_utc
+from ledger.declarations import Integration
+from ledger.errors import (
+    AttemptBudgetExceededError,
+    IllegalTransitionError,
+    InvalidArgumentError,
+    LeaseExpiredError,
+    StaleEpochError,
+)
+from ledger.facts import FactKind, storable_fact, storable_fact_or_none
+from ledger.identity import Source, fingerprint, operation_id
+from ledger.intents import check_intent, check_payload, require_principal
+from ledger.modes import rules_for
+from ledger.outcomes import FailureCategory
+from ledger.status import (
+    APPROVAL_DENIED,
+    APPROVAL_REQUIRED,
+    OUTCOME_STATES,
+    ExecutionState,
+)
+from ledger.time_limits import require_intent_times, require_later
+
+if TYPE_CHECKING:
+    from ledger.operation import Operation
+
+E = ExecutionState
+
+RESOLUTIONS_FOR_AMBIGUOUS = ("succeeded", "failed", "retry", "abandon")
+RESOLUTIONS_FOR_BLOCKED = ("retry_settlement", "abandon")
+
+
+class OperationCommands:
+    """The command methods of :class:`ledger.operation.Operation` (a mixin it inherits).
+
+    Each raises :class:`IllegalTransitionError`, :class:`StaleEpochError`,
+    :class:`LeaseExpiredError` or :class:`AttemptBudgetExceededError` on a command the lifecycle
+    does not allow, and records nothing then.
+    """
+
+    # ------------------------------------------------------------------ constructor command
+
+    @classmethod
+    def intend(
+        cls: type[Operation],
+        *,
+        now: datetime,
+        integration: Integration,
+        source: Source,
+        payload: Mapping[str, Any],
+        target: str | None = None,
+        principal: str = "system",
+        traceparent: str | None = None,
+        code_digest: str = "",
+    ) -> Operation:
+        """Record the intent of an external effect (event ``Intended``).
+
+        Args:
+            now: UTC-aware instant of the intent.
+            integration: the validated declaration the operation runs under.
+            source: the authorizing transition (entity version *after* it).
+            payload: plain JSON data; every key must be classified by the declaration, and
+                secret fields must hold ``secretref:NAME`` references, never values.
+            target: the URL to call; defaults to the declaration's ``endpoint``.
+            principal: who authorized it (user or service id).
+            traceparent: the W3C trace context header of the authorizing request, if any.
+            code_digest: a digest of the module or code that issued the intent.
+
+        Returns:
+            The new operation, with one pending ``Intended`` event. Its id is derived
+            (``ledger.identity.operation_id``).
+
+        Raises:
+            PayloadError: an unclassified field, a secret value instead of a reference, or
+                data that is not plain JSON.
+            NaiveDatetimeError: ``now`` has no timezone.
+        """
+        now = require_utc(now, "now")
+        check_payload(integration, payload)
+        target = target if target is not None else integration.endpoint
+        check_intent(integration, source, target, principal, traceparent)
+        require_intent_times(integration, now)
+        return cls._create(
+            cls.Intended,
+            id=operation_id(source, integration.name),
+            timestamp=now,
+            tenant=source.tenant,
+            principal=principal,
+            traceparent=traceparent,
+            integration_name=integration.name,
+            integration_version=integration.version,
+            integration_digest=integration.digest(),
+            code_digest=code_digest,
+            delivery_mode=integration.delivery_mode.value,
+            max_attempts=integration.retry.max_attempts,
+            deadlines=dict(integration.deadline_seconds),
+            settlement_max_attempts=integration.settlement.max_attempts if integration.settlement else 0,
+            requires_approval=integration.requires_approval,
+            payload=dict(payload),
+            target=target,
+            fingerprint=fingerprint(integration, payload, target),
+            source_entity_type=source.entity_type,
+            source_entity_id=source.entity_id,
+            source_entity_version=source.entity_version,
+            effect_index=source.effect_index,
+        )
+
+    # ------------------------------------------------------------------ guards
+
+    def _allow(self: Operation, command: str, detail: str = "") -> None:
+        if self.execution not in lifecycle.BY_EXECUTION[command]:
+            raise IllegalTransitionError(command, self.execution.value, detail)
+
+    def _allow_settlement(self: Operation, command: str) -> None:
+        if self.settlement not in lifecycle.BY_SETTLEMENT[command]:
+            raise IllegalTransitionError(command, f"settlement {self.settlement.value}")
+
+    def _fence(self: Operation, epoch: int) -> None:
+        if epoch != self.epoch:
+            raise StaleEpochError(self.id, epoch, self.epoch)
+
+    def _attempt(self: Operation, attempt_id: UUID | None, command: str) -> None:
+        if attempt_id is not None and attempt_id != self.last_attempt_id:
+            raise IllegalTransitionError(command, self.execution.value,
+                                         f"attempt {attempt_id} is not the operation's latest attempt")
+
+    # ------------------------------------------------------------------ commands
+
+    def grant_approval(self: Operation, *, now: datetime, principal: str) -> None:
+        """Record an approver's consent (``ApprovalGranted``). Approval is checked before egress.
+
+        Raises:
+            IllegalTransitionError: not pending, or approval not required or already decided.
+        """
+        self._allow("grant_approval")
+        require_principal(principal)
+        if self.approval != APPROVAL_REQUIRED:
+            raise IllegalTransitionError("grant_approval", self.execution.value, f"approval is {self.approval}")
+        self.trigger_event(self.ApprovalGranted, timestamp=require_utc(now), principal=principal)
+
+    def deny_approval(self: Operation, *, now: datetime, principal: str, reason: str) -> None:
+        """Record an approver's refusal (``ApprovalDenied``): the operation fails, nothing sent.
+
+        Raises:
+            IllegalTransitionError: not pending, or approval not required or already decided.
+        """
+        self._allow("deny_approval")
+        require_principal(principal)
+        if self.approval != APPROVAL_REQUIRED:
+            raise IllegalTransitionError("deny_approval", self.execution.value, f"approval is {self.approval}")
+        self.trigger_event(self.ApprovalDenied, timestamp=require_utc(now), principal=principal, reason=reason)
+
+    def claim(self: Operation, *, now: datetime, worker_id: str, lease_seconds: float) -> int:
+        """Take the operation under a lease with a new fencing epoch (``Claimed``).
+
+        A pending operation is claimable once due and approved; a claimed, dispatching or
+        accepted one only after its lease expired (recovery takes it over).
+
+        Args:
+            now: UTC-aware instant.
+            worker_id: the claiming worker's id.
+            lease_seconds: lease length in seconds (> 0).
+
+        Returns:
+            The new epoch (previous + 1): the worker's fencing token.
+
+        Raises:
+            IllegalTransitionError: terminal or ambiguous, not due, awaiting approval, or the
+                current lease is still live.
+        """
+        now = require_utc(now)
+        self._allow("claim")
+        if lease_seconds <= 0:
+            raise InvalidArgumentError("lease_seconds must be > 0")
+        takeover = False
+        if self.execution is E.PENDING:
+            if self.approval == APPROVAL_REQUIRED:
+                raise IllegalTransitionError("claim", "pending", "awaiting approval")
+            if now < self.due_at:
+                raise IllegalTransitionError("claim", "pending", f"not due until {self.due_at.isoformat()}")
+        else:
+            if not self.lease_expired(now):
+                raise IllegalTransitionError("claim", self.execution.value, "the lease is still held")
+            takeover = self.execution is not E.ACCEPTED or self.lease_expires_at is not None
+        epoch = self.epoch + 1
+        require_later(now, self.deadlines[E.CLAIMED.value], "deadlines.claimed")
+        self.trigger_event(
+            self.Claimed, timestamp=now, epoch=epoch, worker_id=worker_id,
+            lease_expires_at=require_later(now, lease_seconds, "lease_seconds"), takeover=takeover,
+        )
+        return epoch
+
+    def renew_lease(self: Operation, *, epoch: int, now: datetime, lease_seconds: float) -> None:
+        """Extend the lease (``LeaseRenewed``). A lease that already ran out cannot be renewed:
+        the worker must stop before egress (DESIGN §7).
+
+        Raises:
+            StaleEpochError, LeaseExpiredError, IllegalTransitionError.
+        """
+        now = require_utc(now)
+        self._allow("renew_lease")
+        self._fence(epoch)
+        if lease_seconds <= 0:
+            raise InvalidArgumentError("lease_seconds must be > 0")
+        if self.lease_expired(now):
+            raise LeaseExpiredError(f"operation {self.id}: lease expired at {self.lease_expires_at}")
+        self.trigger_event(self.LeaseRenewed, timestamp=now, epoch=epoch,
+                           lease_expires_at=require_later(now, lease_seconds, "lease_seconds"))
+
+    def start_attempt(self: Operation, *, epoch: int, now: datetime, attempt_id: UUID, request_fingerprint: str) -> int:
+        """Record an attempt before any byte leaves (``AttemptStarted``). Attempts count here,
+        so a worker killed during every attempt still exhausts the budget (invariant 2).
+
+        Returns:
+            The attempt number (1-based).
+
+        Raises:
+            StaleEpochError, LeaseExpiredError, AttemptBudgetExceededError,
+            IllegalTransitionError (not claimed, cancel requested, or approval missing).
+        """
+        now = require_utc(now)
+        self._allow("start_attempt")
+        self._fence(epoch)
+        if self.lease_expired(now):
+            raise LeaseExpiredError(f"operation {self.id}: lease expired at {self.lease_expires_at}")
+        if self.cancel_requested:
+            raise IllegalTransitionError("start_attempt", "claimed", "cancellation was requested")
+        if self.approval in (APPROVAL_REQUIRED, APPROVAL_DENIED):
+            raise IllegalTransitionError("start_attempt", "claimed", f"approval is {self.approval}")
+        if self.attempts >= self.max_attempts:
+            raise AttemptBudgetExceededError(
+                f"operation {self.id}: {self.attempts} of {self.max_attempts} attempts used")
+        number = self.attempts + 1
+        self.trigger_event(self.AttemptStarted, timestamp=now, epoch=epoch, attempt_id=attempt_id,
+                           attempt_number=number, request_fingerprint=request_fingerprint)
+        return number
+
+    def accept(self: Operation, *, epoch: int, now: datetime, attempt_id: UUID, remote_id: str,
+               status_code: int | None = None, excerpt: str = "") -> None:
+        """Record that the provider accepted the work as remote operation ``remote_id``."""
+        self._allow("accept")
+        self._fence(epoch)
+        self._attempt(attempt_id, "accept")
+        if not remote_id:
+            raise InvalidArgumentError("remote_id must be non-empty")
+        self.trigger_event(self.Accepted, timestamp=require_utc(now), epoch=epoch, attempt_id=attempt_id,
+                           remote_id=storable_fact(remote_id, FactKind.REMOTE_ID), status_code=status_code,
+                           excerpt=storable_fact(excerpt, FactKind.EXCERPT))
+
+    def observe_remote_status(self: Operation, *, epoch: int, now: datetime, remote_status: str) -> bool:
+        """Record a polled remote status, only when it changed (``RemoteStatusObserved``).
+
+        Returns:
+            True when an event was recorded; False when the status was unchanged.
+        """
+        self._allow("observe_remote_status")
+        self._fence(epoch)
+        remote_status = storable_fact(remote_status, FactKind.STATUS)
+        if remote_status == self.remote_status:
+            return False
+        self.trigger_event(self.RemoteStatusObserved, timestamp=require_utc(now), epoch=epoch,
+                           remote_status=remote_status)
+        return True
+
+    def receive_callback(self: Operation, *, now: datetime, callback_id: str, outcome: str,
+                         remote_status: str | None = None, detail: str = "") -> bool:
+        """Record an *authenticated* callback (``CallbackReceived``). Authentication is the
+        inbound adapter's job; a duplicate ``callback_id`` changes nothing (invariant 4).
+
+        Args:
+            outcome: ``succeeded``, ``failed`` or ``progress``.
+
+        Returns:
+            True when recorded; False for a duplicate, or a late callback agreeing with the
+            outcome already recorded.
+
+        Raises:
+            IllegalTransitionError: a late callback contradicting a recorded outcome, or a state
+                that expects no callback.
+        """
+        if outcome not in ("succeeded", "failed", "progress"):
+            raise InvalidArgumentError("outcome must be 'succeeded', 'failed' or 'progress'")
+        if callback_id in self.callback_ids:
+            return False
+        if self.execution in OUTCOME_STATES and outcome == self.execution.value:
+            return False
+        self._allow("receive_callback")
+        self.trigger_event(self.CallbackReceived, timestamp=require_utc(now), callback_id=callback_id,
+                           outcome=outcome, remote_status=storable_fact_or_none(remote_status, FactKind.STATUS),
+                           detail=storable_fact(detail, FactKind.DETAIL))
+        return True
+
+    def succeed(self: Operation, *, epoch: int, now: datetime, attempt_id: UUID | None = None,
+                status_code: int | None = None, remote_id: str | None = None, excerpt: str = "") -> None:
+        """Record that the effect happened (``Succeeded``)."""
+        self._allow("succeed")
+        self._fence(epoch)
+        self._attempt(attempt_id, "succeed")
+        self.trigger_event(self.Succeeded, timestamp=require_utc(now), epoch=epoch, attempt_id=attempt_id,
+                           status_code=status_code, remote_id=storable_fact_or_none(remote_id, FactKind.REMOTE_ID),
+                           excerpt=storable_fact(excerpt, FactKind.EXCERPT))
+
+    def fail(self: Operation, *, epoch: int, now: datetime, category: FailureCategory | str, retryable: bool,
+             attempt_id: UUID | None = None, status_code: int | None = None, detail: str = "") -> None:
+        """Record that the effect is known not to have happened or known to have failed."""
+        self._allow("fail")
+        self._fence(epoch)
+        self._attempt(attempt_id, "fail")
+        self.trigger_event(self.Failed, timestamp=require_utc(now), epoch=epoch, attempt_id=attempt_id,
+                           category=FailureCategory(category).value, retryable=retryable,
+                           status_code=status_code, detail=storable_fact(detail, FactKind.DETAIL))
+
+    def mark_ambiguous(self: Operation, *, epoch: int, now: datetime, reason: str, attempt_id: UUID | None = None,
+                       status_code: int | None = None, detail: str = "") -> None:
+        """Record that egress may have happened and nothing says whether it applied."""
+        self._allow("mark_ambiguous")
+        self._fence(epoch)
+        self._attempt(attempt_id, "mark_ambiguous")
+        self.trigger_event(self.Ambiguous, timestamp=require_utc(now), epoch=epoch, attempt_id=attempt_id,
+                           reason=storable_fact(reason, FactKind.REASON), status_code=status_code,
+                           detail=storable_fact(detail, FactKind.DETAIL))
+
+    def schedule_retry(self: Operation, *, epoch: int, now: datetime, attempt_id: UUID, retry_at: datetime,
+                       category: FailureCategory | str, reason: str, possibly_applied: bool) -> None:
+        """Close the open attempt and schedule another (``RetryScheduled``).
+
+        Args:
+            possibly_applied: whether the closed attempt may have applied (egress happened and
+                the response was lost). Refused in ``non_idempotent`` mode (invariant 3).
+
+        Raises:
+            AttemptBudgetExceededError: no attempt left; record ``exhaust_budget`` instead.
+            IllegalTransitionError: not dispatching, or a non-idempotent retry of a possibly
+                applied attempt.
+        """
+        now = require_utc(now)
+        retry_at = require_utc(retry_at, "retry_at")
+        self._allow("schedule_retry")
+        self._fence(epoch)
+        self._attempt(attempt_id, "schedule_retry")
+        if possibly_applied and not rules_for(self.delivery_mode).retries_possibly_applied:
+            raise IllegalTransitionError(
+                "schedule_retry", self.execution.value,
+                f"{self.delivery_mode.value} mode never retries an attempt that may have applied")
+        if self.attempts >= self.max_attempts:
+            raise AttemptBudgetExceededError(
+                f"operation {self.id}: {self.attempts} of {self.max_attempts} attempts used")
+        require_later(now, self.deadlines[E.PENDING.value], "deadlines.pending")
+        self.trigger_event(self.RetryScheduled, timestamp=now, epoch=epoch, attempt_id=attempt_id,
+                           retry_at=max(retry_at, now), category=FailureCategory(category).value,
+                           reason=storable_fact(reason, FactKind.REASON), possibly_applied=possibly_applied)
+
+    def request_cancel(self: Operation, *, now: datetime, principal: str, reason: str = "") -> bool:
+        """Ask for cancellation (``CancelRequested``). Workers honour it before egress, and ask
+        the provider to cancel accepted work.
+
+        Returns:
+            True when recorded; False when cancellation was already requested.
+        """
+        self._allow("request_cancel")
+        require_principal(principal)
+        if self.cancel_requested:
+            return False
+        self.trigger_event(self.CancelRequested, timestamp=require_utc(now), principal=principal, reason=reason)
+        return True
+
+    def cancel(self: Operation, *, now: datetime, epoch: int | None = None, reason: str = "") -> None:
+        """Record the cancellation (``Cancelled``). Needs a prior ``request_cancel``.
+
+        A leased operation is cancelled by its lease holder (``epoch``); an unleased pending one
+        by anyone (``epoch=None``).
+        """
+        now = require_utc(now)
+        self._allow("cancel")
+        if not self.cancel_requested:
+            raise IllegalTransitionError("cancel", self.execution.value, "cancellation was not requested")
+        if epoch is None:
+            if not (self.execution is E.PENDING or self.lease_expired(now)):
+                raise IllegalTransitionError("cancel", self.execution.value, "a worker holds the lease")
+        else:
+            self._fence(epoch)
+        self.trigger_event(self.Cancelled, timestamp=now, epoch=epoch, reason=reason or self.cancel_reason or "")
+
+    def cancel_failed(self: Operation, *, epoch: int, now: datetime, reason: str) -> None:
+        """Record that the provider refused or could not cancel (``CancelFailed``)."""
+        self._allow("cancel_failed")
+        self._fence(epoch)
+        if not self.cancel_requested:
+            raise IllegalTransitionError("cancel_failed", self.execution.value, "cancellation was not requested")
+        self.trigger_event(self.CancelFailed, timestamp=require_utc(now), epoch=epoch,
+                           reason=storable_fact(reason, FactKind.DETAIL))
+
+    def exceed_deadline(self: Operation, *, now: datetime) -> None:
+        """Record that the current state's deadline passed (``DeadlineExceeded``).
+
+        The outcome is ``failed`` when no attempt may have applied, else ``ambiguous``.
+
+        Raises:
+            IllegalTransitionError: no deadline applies, or it has not passed at ``now``.
+        """
+        now = require_utc(now)
+        self._allow("exceed_deadline")
+        deadline = self.deadline_at
+        assert deadline is not None
+        if now < deadline:
+            raise IllegalTransitionError("exceed_deadline", self.execution.value,
+                                         f"the deadline is {deadline.isoformat()}")
+        ambiguous = self.possibly_applied or self.execution in (E.DISPATCHING, E.ACCEPTED)
+        self.trigger_event(self.DeadlineExceeded, timestamp=now, state=self.execution.value,
+                           deadline_at=deadline, ambiguous=ambiguous)
+
+    def exhaust_budget(self: Operation, *, epoch: int, now: datetime, last_attempt_possibly_applied: bool) -> None:
+        """Record that no attempt is left (``BudgetExhausted``): ``failed`` when every attempt is
+        known not to have applied, else ``ambiguous``.
+
+        Raises:
+            IllegalTransitionError: attempts remain.
+        """
+        self._allow("exhaust_budget")
+        self._fence(epoch)
+        if self.attempts < self.max_attempts:
+            raise IllegalTransitionError("exhaust_budget", self.execution.value,
+                                         f"{self.max_attempts - self.attempts} attempts remain")
+        ambiguous = self.possibly_applied or last_attempt_possibly_applied
+        self.trigger_event(self.BudgetExhausted, timestamp=require_utc(now), epoch=epoch,
+                           attempts=self.attempts, ambiguous=ambiguous)
+
+    def fail_settlement(self: Operation, *, now: datetime, error: str, retry_at: datetime) -> None:
+        """Record a failed settlement action, to retry at ``retry_at`` without new egress.
+
+        Raises:
+            IllegalTransitionError: settlement not pending, or the last try is used (record
+                ``block_settlement`` instead).
+        """
+        self._allow_settlement("fail_settlement")
+        if self.settlement_attempts + 1 >= self.settlement_max_attempts:
+            raise IllegalTransitionError("fail_settlement", "settlement pending",
+                                         "settlement tries are used up; block it instead")
+        self.trigger_event(self.SettlementFailed, timestamp=require_utc(now), error=error,
+                           retry_at=require_utc(retry_at, "retry_at"))
+
+    def block_settlement(self: Operation, *, now: datetime, reason: str) -> None:
+        """Stop settling and ask an operator (``SettlementBlocked``)."""
+        self._allow_settlement("block_settlement")
+        self.trigger_event(self.SettlementBlocked, timestamp=require_utc(now), reason=reason)
+
+    def settle(self: Operation, *, now: datetime, entity_version: int, principal: str | None = None,
+               traceparent: str | None = None) -> None:
+        """Record that the entity action ran (``Settled``); save it with the entity in one
+        ``save()``. A second settlement raises (invariant 4)."""
+        self._allow_settlement("settle")
+        self.trigger_event(self.Settled, timestamp=require_utc(now), entity_version=entity_version,
+                           principal=principal or self.principal,
+                           traceparent=traceparent if traceparent is not None else self.traceparent)
+
+    def resolve(self: Operation, *, now: datetime, principal: str, resolution: str, evidence: str) -> None:
+        """Record an operator's decision with evidence (``Resolved``).
+
+        Args:
+            resolution: for an ambiguous operation ``succeeded``, ``failed``, ``retry`` (the
+                operator asserts nothing applied; needs an attempt left) or ``abandon``; for a
+                blocked settlement ``retry_settlement`` or ``abandon``.
+            evidence: what the operator checked (required, shown on the timeline).
+
+        Raises:
+            IllegalTransitionError: nothing to resolve, or a resolution that does not fit.
+        """
+        if not evidence.strip():
+            raise InvalidArgumentError("evidence is required: say what was checked")
+        require_principal(principal)
+        if resolution not in RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED:
+            raise InvalidArgumentError(
+                f"unknown resolution {resolution!r}: one of "
+                f"{', '.join(dict.fromkeys(RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED))}")
+        if self.disposition == "abandoned":
+            raise IllegalTransitionError("resolve", self.status.value, "already abandoned")
+        if self.execution in lifecycle.RESOLVABLE_EXECUTION:
+            allowed = RESOLUTIONS_FOR_AMBIGUOUS
+        elif self.settlement in lifecycle.RESOLVABLE_SETTLEMENT:
+            allowed = RESOLUTIONS_FOR_BLOCKED
+        else:
+            raise IllegalTransitionError("resolve", self.status.value, "nothing to resolve")
+        if resolution not in allowed:
+            raise IllegalTransitionError("resolve", self.status.value,
+                                         f"resolution must be one of {', '.join(allowed)}")
+        if resolution == "retry" and self.attempts >= self.max_attempts:
+            raise IllegalTransitionError("resolve", self.status.value, "no attempt left to retry with")
+        self.trigger_event(self.Resolved, timestamp=require_utc(now), principal=principal,
+                           resolution=resolution, evidence=evidence)
