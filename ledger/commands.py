@@ -18,7 +18,7 @@ from uuid import UUID
 
 from ledger import lifecycle
 from ledger.clock import require_utc
-from ledger.declarations import Integration
+from ledger.declarations import DeliveryMode, Integration
 from ledger.errors import (
     AttemptBudgetExceededError,
     IllegalTransitionError,
@@ -36,6 +36,8 @@ from ledger.status import (
     APPROVAL_REQUIRED,
     OUTCOME_STATES,
     ExecutionState,
+    SettlementState,
+    Status,
 )
 from ledger.time_limits import require_intent_times, require_later
 
@@ -56,11 +58,95 @@ class OperationCommands:
     does not allow, and records nothing then.
     """
 
+    # The state the commands read, assigned by ``Operation.Intended.apply`` and the other events
+    # (annotations only: listed for readers and type checkers).
+    tenant: str
+    principal: str
+    traceparent: str | None
+    integration_name: str
+    integration_version: int
+    integration_digest: str
+    code_digest: str
+    delivery_mode: DeliveryMode
+    max_attempts: int
+    deadlines: dict[str, float]
+    settlement_max_attempts: int
+    payload: dict[str, Any]
+    target: str | None
+    fingerprint: str
+    source: Source
+    approval: str
+    execution: ExecutionState
+    settlement: SettlementState
+    state_entered_at: datetime
+    due_at: datetime
+    epoch: int
+    worker_id: str | None
+    lease_expires_at: datetime | None
+    attempts: int
+    open_attempt_id: UUID | None
+    last_attempt_id: UUID | None
+    possibly_applied: bool
+    remote_id: str | None
+    remote_status: str | None
+    callback_ids: set[str]
+    cancel_requested: bool
+    cancel_reason: str | None
+    failure: dict[str, Any] | None
+    last_retry_reason: str | None
+    ambiguity_reason: str | None
+    excerpt: str
+    settlement_attempts: int
+    settlement_due_at: datetime | None
+    settlement_error: str | None
+    settled_entity_version: int | None
+    disposition: str | None
+    lease_takeovers: int
+    resolution: str | None
+
+    if TYPE_CHECKING:  # provided by ``Operation`` and the library's ``Aggregate``
+        id: UUID
+        Accepted: type[Any]
+        Ambiguous: type[Any]
+        ApprovalDenied: type[Any]
+        ApprovalGranted: type[Any]
+        AttemptStarted: type[Any]
+        BudgetExhausted: type[Any]
+        CallbackReceived: type[Any]
+        CancelFailed: type[Any]
+        CancelRequested: type[Any]
+        Cancelled: type[Any]
+        Claimed: type[Any]
+        DeadlineExceeded: type[Any]
+        Failed: type[Any]
+        Intended: type[Any]
+        LeaseRenewed: type[Any]
+        RemoteStatusObserved: type[Any]
+        Resolved: type[Any]
+        RetryScheduled: type[Any]
+        Settled: type[Any]
+        SettlementBlocked: type[Any]
+        SettlementFailed: type[Any]
+        Succeeded: type[Any]
+
+        @property
+        def status(self) -> Status: ...
+
+        @property
+        def deadline_at(self) -> datetime | None: ...
+
+        def lease_expired(self, now: datetime) -> bool: ...
+
+        def trigger_event(self, event_class: type[Any], **kwargs: Any) -> None: ...
+
+        @classmethod
+        def _create(cls, event_class: type[Any], **kwargs: Any) -> Any: ...
+
     # ------------------------------------------------------------------ constructor command
 
     @classmethod
     def intend(
-        cls: type[Operation],
+        cls,
         *,
         now: datetime,
         integration: Integration,
@@ -125,26 +211,26 @@ class OperationCommands:
 
     # ------------------------------------------------------------------ guards
 
-    def _allow(self: Operation, command: str, detail: str = "") -> None:
+    def _allow(self, command: str, detail: str = "") -> None:
         if self.execution not in lifecycle.BY_EXECUTION[command]:
             raise IllegalTransitionError(command, self.execution.value, detail)
 
-    def _allow_settlement(self: Operation, command: str) -> None:
+    def _allow_settlement(self, command: str) -> None:
         if self.settlement not in lifecycle.BY_SETTLEMENT[command]:
             raise IllegalTransitionError(command, f"settlement {self.settlement.value}")
 
-    def _fence(self: Operation, epoch: int) -> None:
+    def _fence(self, epoch: int) -> None:
         if epoch != self.epoch:
             raise StaleEpochError(self.id, epoch, self.epoch)
 
-    def _attempt(self: Operation, attempt_id: UUID | None, command: str) -> None:
+    def _attempt(self, attempt_id: UUID | None, command: str) -> None:
         if attempt_id is not None and attempt_id != self.last_attempt_id:
             raise IllegalTransitionError(command, self.execution.value,
                                          f"attempt {attempt_id} is not the operation's latest attempt")
 
     # ------------------------------------------------------------------ commands
 
-    def grant_approval(self: Operation, *, now: datetime, principal: str) -> None:
+    def grant_approval(self, *, now: datetime, principal: str) -> None:
         """Record an approver's consent (``ApprovalGranted``). Approval is checked before egress.
 
         Raises:
@@ -156,7 +242,7 @@ class OperationCommands:
             raise IllegalTransitionError("grant_approval", self.execution.value, f"approval is {self.approval}")
         self.trigger_event(self.ApprovalGranted, timestamp=require_utc(now), principal=principal)
 
-    def deny_approval(self: Operation, *, now: datetime, principal: str, reason: str) -> None:
+    def deny_approval(self, *, now: datetime, principal: str, reason: str) -> None:
         """Record an approver's refusal (``ApprovalDenied``): the operation fails, nothing sent.
 
         Raises:
@@ -168,7 +254,7 @@ class OperationCommands:
             raise IllegalTransitionError("deny_approval", self.execution.value, f"approval is {self.approval}")
         self.trigger_event(self.ApprovalDenied, timestamp=require_utc(now), principal=principal, reason=reason)
 
-    def claim(self: Operation, *, now: datetime, worker_id: str, lease_seconds: float) -> int:
+    def claim(self, *, now: datetime, worker_id: str, lease_seconds: float) -> int:
         """Take the operation under a lease with a new fencing epoch (``Claimed``).
 
         A pending operation is claimable once due and approved; a claimed, dispatching or
@@ -208,7 +294,7 @@ class OperationCommands:
         )
         return epoch
 
-    def renew_lease(self: Operation, *, epoch: int, now: datetime, lease_seconds: float) -> None:
+    def renew_lease(self, *, epoch: int, now: datetime, lease_seconds: float) -> None:
         """Extend the lease (``LeaseRenewed``). A lease that already ran out cannot be renewed:
         the worker must stop before egress (DESIGN §7).
 
@@ -225,7 +311,7 @@ class OperationCommands:
         self.trigger_event(self.LeaseRenewed, timestamp=now, epoch=epoch,
                            lease_expires_at=require_later(now, lease_seconds, "lease_seconds"))
 
-    def start_attempt(self: Operation, *, epoch: int, now: datetime, attempt_id: UUID, request_fingerprint: str) -> int:
+    def start_attempt(self, *, epoch: int, now: datetime, attempt_id: UUID, request_fingerprint: str) -> int:
         """Record an attempt before any byte leaves (``AttemptStarted``). Attempts count here,
         so a worker killed during every attempt still exhausts the budget (invariant 2).
 
@@ -253,7 +339,7 @@ class OperationCommands:
                            attempt_number=number, request_fingerprint=request_fingerprint)
         return number
 
-    def accept(self: Operation, *, epoch: int, now: datetime, attempt_id: UUID, remote_id: str,
+    def accept(self, *, epoch: int, now: datetime, attempt_id: UUID, remote_id: str,
                status_code: int | None = None, excerpt: str = "") -> None:
         """Record that the provider accepted the work as remote operation ``remote_id``."""
         self._allow("accept")
@@ -265,7 +351,7 @@ class OperationCommands:
                            remote_id=storable_fact(remote_id, FactKind.REMOTE_ID), status_code=status_code,
                            excerpt=storable_fact(excerpt, FactKind.EXCERPT))
 
-    def observe_remote_status(self: Operation, *, epoch: int, now: datetime, remote_status: str) -> bool:
+    def observe_remote_status(self, *, epoch: int, now: datetime, remote_status: str) -> bool:
         """Record a polled remote status, only when it changed (``RemoteStatusObserved``).
 
         Returns:
@@ -280,7 +366,7 @@ class OperationCommands:
                            remote_status=remote_status)
         return True
 
-    def receive_callback(self: Operation, *, now: datetime, callback_id: str, outcome: str,
+    def receive_callback(self, *, now: datetime, callback_id: str, outcome: str,
                          remote_status: str | None = None, detail: str = "") -> bool:
         """Record an *authenticated* callback (``CallbackReceived``). Authentication is the
         inbound adapter's job; a duplicate ``callback_id`` changes nothing (invariant 4).
@@ -308,7 +394,7 @@ class OperationCommands:
                            detail=storable_fact(detail, FactKind.DETAIL))
         return True
 
-    def succeed(self: Operation, *, epoch: int, now: datetime, attempt_id: UUID | None = None,
+    def succeed(self, *, epoch: int, now: datetime, attempt_id: UUID | None = None,
                 status_code: int | None = None, remote_id: str | None = None, excerpt: str = "") -> None:
         """Record that the effect happened (``Succeeded``)."""
         self._allow("succeed")
@@ -318,7 +404,7 @@ class OperationCommands:
                            status_code=status_code, remote_id=storable_fact_or_none(remote_id, FactKind.REMOTE_ID),
                            excerpt=storable_fact(excerpt, FactKind.EXCERPT))
 
-    def fail(self: Operation, *, epoch: int, now: datetime, category: FailureCategory | str, retryable: bool,
+    def fail(self, *, epoch: int, now: datetime, category: FailureCategory | str, retryable: bool,
              attempt_id: UUID | None = None, status_code: int | None = None, detail: str = "") -> None:
         """Record that the effect is known not to have happened or known to have failed."""
         self._allow("fail")
@@ -328,7 +414,7 @@ class OperationCommands:
                            category=FailureCategory(category).value, retryable=retryable,
                            status_code=status_code, detail=storable_fact(detail, FactKind.DETAIL))
 
-    def mark_ambiguous(self: Operation, *, epoch: int, now: datetime, reason: str, attempt_id: UUID | None = None,
+    def mark_ambiguous(self, *, epoch: int, now: datetime, reason: str, attempt_id: UUID | None = None,
                        status_code: int | None = None, detail: str = "") -> None:
         """Record that egress may have happened and nothing says whether it applied."""
         self._allow("mark_ambiguous")
@@ -338,7 +424,7 @@ class OperationCommands:
                            reason=storable_fact(reason, FactKind.REASON), status_code=status_code,
                            detail=storable_fact(detail, FactKind.DETAIL))
 
-    def schedule_retry(self: Operation, *, epoch: int, now: datetime, attempt_id: UUID, retry_at: datetime,
+    def schedule_retry(self, *, epoch: int, now: datetime, attempt_id: UUID, retry_at: datetime,
                        category: FailureCategory | str, reason: str, possibly_applied: bool) -> None:
         """Close the open attempt and schedule another (``RetryScheduled``).
 
@@ -368,7 +454,7 @@ class OperationCommands:
                            retry_at=max(retry_at, now), category=FailureCategory(category).value,
                            reason=storable_fact(reason, FactKind.REASON), possibly_applied=possibly_applied)
 
-    def request_cancel(self: Operation, *, now: datetime, principal: str, reason: str = "") -> bool:
+    def request_cancel(self, *, now: datetime, principal: str, reason: str = "") -> bool:
         """Ask for cancellation (``CancelRequested``). Workers honour it before egress, and ask
         the provider to cancel accepted work.
 
@@ -382,7 +468,7 @@ class OperationCommands:
         self.trigger_event(self.CancelRequested, timestamp=require_utc(now), principal=principal, reason=reason)
         return True
 
-    def cancel(self: Operation, *, now: datetime, epoch: int | None = None, reason: str = "") -> None:
+    def cancel(self, *, now: datetime, epoch: int | None = None, reason: str = "") -> None:
         """Record the cancellation (``Cancelled``). Needs a prior ``request_cancel``.
 
         A leased operation is cancelled by its lease holder (``epoch``); an unleased pending one
@@ -399,7 +485,7 @@ class OperationCommands:
             self._fence(epoch)
         self.trigger_event(self.Cancelled, timestamp=now, epoch=epoch, reason=reason or self.cancel_reason or "")
 
-    def cancel_failed(self: Operation, *, epoch: int, now: datetime, reason: str) -> None:
+    def cancel_failed(self, *, epoch: int, now: datetime, reason: str) -> None:
         """Record that the provider refused or could not cancel (``CancelFailed``)."""
         self._allow("cancel_failed")
         self._fence(epoch)
@@ -408,7 +494,7 @@ class OperationCommands:
         self.trigger_event(self.CancelFailed, timestamp=require_utc(now), epoch=epoch,
                            reason=storable_fact(reason, FactKind.DETAIL))
 
-    def exceed_deadline(self: Operation, *, now: datetime) -> None:
+    def exceed_deadline(self, *, now: datetime) -> None:
         """Record that the current state's deadline passed (``DeadlineExceeded``).
 
         The outcome is ``failed`` when no attempt may have applied, else ``ambiguous``.
@@ -427,7 +513,7 @@ class OperationCommands:
         self.trigger_event(self.DeadlineExceeded, timestamp=now, state=self.execution.value,
                            deadline_at=deadline, ambiguous=ambiguous)
 
-    def exhaust_budget(self: Operation, *, epoch: int, now: datetime, last_attempt_possibly_applied: bool) -> None:
+    def exhaust_budget(self, *, epoch: int, now: datetime, last_attempt_possibly_applied: bool) -> None:
         """Record that no attempt is left (``BudgetExhausted``): ``failed`` when every attempt is
         known not to have applied, else ``ambiguous``.
 
@@ -443,7 +529,7 @@ class OperationCommands:
         self.trigger_event(self.BudgetExhausted, timestamp=require_utc(now), epoch=epoch,
                            attempts=self.attempts, ambiguous=ambiguous)
 
-    def fail_settlement(self: Operation, *, now: datetime, error: str, retry_at: datetime) -> None:
+    def fail_settlement(self, *, now: datetime, error: str, retry_at: datetime) -> None:
         """Record a failed settlement action, to retry at ``retry_at`` without new egress.
 
         Raises:
@@ -457,12 +543,12 @@ class OperationCommands:
         self.trigger_event(self.SettlementFailed, timestamp=require_utc(now), error=error,
                            retry_at=require_utc(retry_at, "retry_at"))
 
-    def block_settlement(self: Operation, *, now: datetime, reason: str) -> None:
+    def block_settlement(self, *, now: datetime, reason: str) -> None:
         """Stop settling and ask an operator (``SettlementBlocked``)."""
         self._allow_settlement("block_settlement")
         self.trigger_event(self.SettlementBlocked, timestamp=require_utc(now), reason=reason)
 
-    def settle(self: Operation, *, now: datetime, entity_version: int, principal: str | None = None,
+    def settle(self, *, now: datetime, entity_version: int, principal: str | None = None,
                traceparent: str | None = None) -> None:
         """Record that the entity action ran (``Settled``); save it with the entity in one
         ``save()``. A second settlement raises (invariant 4)."""
@@ -471,7 +557,7 @@ class OperationCommands:
                            principal=principal or self.principal,
                            traceparent=traceparent if traceparent is not None else self.traceparent)
 
-    def resolve(self: Operation, *, now: datetime, principal: str, resolution: str, evidence: str) -> None:
+    def resolve(self, *, now: datetime, principal: str, resolution: str, evidence: str) -> None:
         """Record an operator's decision with evidence (``Resolved``).
 
         Args:
@@ -492,6 +578,7 @@ class OperationCommands:
                 f"{', '.join(dict.fromkeys(RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED))}")
         if self.disposition == "abandoned":
             raise IllegalTransitionError("resolve", self.status.value, "already abandoned")
+        allowed: tuple[str, ...]
         if self.execution in lifecycle.RESOLVABLE_EXECUTION:
             allowed = RESOLUTIONS_FOR_AMBIGUOUS
         elif self.settlement in lifecycle.RESOLVABLE_SETTLEMENT:

@@ -409,51 +409,6 @@ class Operation(OperationCommands, Aggregate):
             elif self.resolution == "abandon":
                 op.disposition = "abandoned"
 
-    # Instance attributes, assigned by ``Intended.apply`` (listed for readers and type checkers).
-    tenant: str
-    principal: str
-    traceparent: str | None
-    integration_name: str
-    integration_version: int
-    integration_digest: str
-    code_digest: str
-    delivery_mode: DeliveryMode
-    max_attempts: int
-    deadlines: dict[str, float]
-    settlement_max_attempts: int
-    payload: dict[str, Any]
-    target: str | None
-    fingerprint: str
-    source: Source
-    approval: str
-    execution: ExecutionState
-    settlement: SettlementState
-    state_entered_at: datetime
-    due_at: datetime
-    epoch: int
-    worker_id: str | None
-    lease_expires_at: datetime | None
-    attempts: int
-    open_attempt_id: UUID | None
-    last_attempt_id: UUID | None
-    possibly_applied: bool
-    remote_id: str | None
-    remote_status: str | None
-    callback_ids: set[str]
-    cancel_requested: bool
-    cancel_reason: str | None
-    failure: dict[str, Any] | None
-    last_retry_reason: str | None
-    ambiguity_reason: str | None
-    excerpt: str
-    settlement_attempts: int
-    settlement_due_at: datetime | None
-    settlement_error: str | None
-    settled_entity_version: int | None
-    disposition: str | None
-    lease_takeovers: int
-    resolution: str | None
-
     def __init__(self) -> None:
         # State is assigned by ``Intended.apply``; the annotations above only document it.
         pass
