@@ -6,7 +6,7 @@ Source: STYLE rule 13 (test helpers shipped for users); ``ledger.egress.Adapter`
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 from uuid import UUID
 
 from ledger.egress import EgressRequest

@@ -13,9 +13,9 @@ import signal
 import socket
 import threading
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import structlog
 from eventsourcing.utils import resolve_topic
@@ -131,7 +131,8 @@ def build_adapters(settings: Settings, app: LedgerApplication, clock: Clock) -> 
     for name in needed:
         if name == "webhook":
             if settings.webhook_secret is None:
-                raise ConfigurationError("integrations use the webhook adapter: set OPLEDGER_WEBHOOK_SECRET (whsec_...)")
+                raise ConfigurationError(
+                    "integrations use the webhook adapter: set OPLEDGER_WEBHOOK_SECRET (whsec_...)")
             from adapters.webhook import WebhookAdapter
 
             adapters[name] = WebhookAdapter(secret=settings.webhook_secret.get_secret_value(), clock=clock)

@@ -17,8 +17,8 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from bench import cocommit, memory, projection, recovery, report, throughput
 from bench.harness import Options, Result, postgres_version

@@ -8,8 +8,9 @@ partner on loopback. Both are idempotent and settle into a trivial entity action
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate, event

@@ -24,7 +24,7 @@ Measured, each on the same log:
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from uuid import uuid4
 
 from bench.app import BenchApp, Item
@@ -47,7 +47,7 @@ def build_log(app: BenchApp, ledger_events: int, log=print) -> float:
     """Append a synthetic log of ``ledger_events`` ledger events. Returns the seconds it took."""
     began = time.perf_counter()
     operations = ledger_events // EVENTS_PER_OPERATION
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     done = 0
     while done < operations:
         size = min(WAVE, operations - done)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 
+from eventsourcing.utils import get_topic
+
 from bench.harness import (
     Options,
     Result,
@@ -28,7 +30,6 @@ from bench.harness import (
 )
 from bench.throughput import TUNED_THREADS
 from ledger.operation import Operation
-from eventsourcing.utils import get_topic
 
 LEASE_SECONDS = 5.0
 SMOKE_LEASE_SECONDS = 1.0

@@ -6,9 +6,10 @@ import json
 import os
 import platform
 import sys
-from datetime import datetime, timezone
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from bench.harness import Result
 
@@ -75,7 +76,7 @@ def machine(postgres_version: str | None) -> dict[str, Any]:
 def write(results: Sequence[Result], *, path: Path, command: str, options: dict[str, Any],
           machine_info: dict[str, Any], seconds: float, code: dict[str, Any]) -> None:
     document = {
-        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": command,
         "options": options,
         "machine": machine_info,

@@ -29,14 +29,15 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 from bench import procrastinate_baseline as queue
 from bench.app import HTTP, NOOP
 from bench.harness import (
+    SECRET,
     CpuMeter,
     Options,
     Result,
@@ -53,7 +54,6 @@ from bench.harness import (
     wait_until,
     worker_env,
     writer,
-    SECRET,
 )
 from ledger.config import Settings
 

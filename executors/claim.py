@@ -18,9 +18,9 @@ Source: DESIGN §7; docs/adr/0002-executor-services.md.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Mapping, Sequence
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
@@ -34,8 +34,8 @@ from executors.secrets import MissingSecretError, SecretResolver, resolve_payloa
 from executors.settlement import SettlementService
 from ledger.application import LedgerApplication
 from ledger.config import DEFAULT_LEASE_SECONDS
-from ledger.declarations import RetryPolicy
 from ledger.decisions import Cancel, Claim, ExceedDeadline, Lookup, Reclaim, Settle, Wait, due_work, may_need_egress
+from ledger.declarations import RetryPolicy
 from ledger.egress import Adapter, EgressRequest
 from ledger.errors import ConfigurationError, UnknownIntegrationError
 from ledger.operation import Operation
@@ -252,8 +252,10 @@ class ClaimService:
     def _request(self, op: Operation, now: datetime, attempt_id: UUID | None = None) -> EgressRequest:
         declaration = self.app.registry.get(op.integration_name, op.integration_version)
         payload, secrets = resolve_payload(op.payload, self.secrets)
+        # The attempt id comes from the injected random source, so a seeded run repeats it.
+        attempt_id = attempt_id or UUID(int=self.rng.getrandbits(128), version=4)
         return EgressRequest(
-            operation_id=op.id, attempt_id=attempt_id or UUID(int=self.rng.getrandbits(128), version=4), attempt_number=op.attempts + 1,
+            operation_id=op.id, attempt_id=attempt_id, attempt_number=op.attempts + 1,
             integration=op.integration_name, delivery_mode=op.delivery_mode, target=op.target,
             payload=payload, traceparent=op.traceparent, timeout_seconds=declaration.request_timeout_seconds,
             tenant=op.tenant, secrets=tuple(secrets),

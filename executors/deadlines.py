@@ -10,8 +10,8 @@ Source: DESIGN §4 invariant 6; docs/adr/0002-executor-services.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Sequence
 
 from eventsourcing.domain import Aggregate
 

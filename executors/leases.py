@@ -6,9 +6,9 @@ Source: DESIGN §7 ("heartbeat before the lease is a third gone"); docs/adr/0002
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Sequence
 
 import structlog
 from eventsourcing.domain import Aggregate

@@ -11,9 +11,9 @@ Source: DESIGN §5, §7; docs/adr/0002-executor-services.md.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Sequence
 from uuid import UUID
 
 import structlog

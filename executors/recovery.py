@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ledger.declarations import RetryPolicy
 from ledger.decisions import Decision, RandomSource, decide
+from ledger.declarations import RetryPolicy
 from ledger.operation import Operation
 from ledger.outcomes import Ambiguous
 

@@ -7,7 +7,8 @@ before building the request and the value never reaches an event, a log line or 
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from ledger.declarations import SECRET_REF_PREFIX
 from ledger.errors import LedgerError

@@ -11,9 +11,9 @@ of the batch settle.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Sequence
 from uuid import UUID
 
 import structlog

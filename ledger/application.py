@@ -8,9 +8,10 @@ Source: DESIGN §6; issue "Ledger core" item 6.
 
 from __future__ import annotations
 
-from datetime import datetime
 import os
-from typing import Any, ClassVar, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, ClassVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent

@@ -12,12 +12,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from ledger.errors import NaiveDatetimeError
 
-UTC = timezone.utc
+UTC = UTC
 
 
 def require_utc(value: datetime, name: str = "time") -> datetime:

@@ -12,8 +12,9 @@ Source: docs/adr/0001-operation-lifecycle.md; DESIGN §4.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from ledger import lifecycle

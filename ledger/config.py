@@ -77,7 +77,8 @@ class Database:
             query = parse_qs(parts.query, keep_blank_values=True)
             unknown = sorted(set(query) - {"schema"})
             if unknown:
-                raise ConfigurationError(f"unknown PostgreSQL URL parameter(s) {unknown} in {url!r}; only 'schema' is read")
+                raise ConfigurationError(
+                    f"unknown PostgreSQL URL parameter(s) {unknown} in {url!r}; only 'schema' is read")
             schema = query.get("schema", [None])[0]
             if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
                 # Unquoted PostgreSQL identifiers fold to lower case and may not start with a

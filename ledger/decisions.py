@@ -22,7 +22,7 @@ from tenacity.wait import wait_exponential
 from ledger.declarations import DeliveryMode, RetryPolicy
 from ledger.modes import AfterLostResponse, rules_for
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
-from ledger.status import APPROVAL_REQUIRED, ACTIVE_STATES, ExecutionState, SettlementState
+from ledger.status import ACTIVE_STATES, APPROVAL_REQUIRED, ExecutionState, SettlementState
 from ledger.time_limits import later
 
 E = ExecutionState

@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from functools import cached_property
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any, Mapping
+from functools import cached_property
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 

@@ -7,8 +7,9 @@ Adapters never raise for a provider's behaviour, only for bugs (STYLE rule 5).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 from uuid import UUID
 
 from ledger.declarations import DeliveryMode

@@ -8,7 +8,8 @@ usual errors listing every problem at once.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ledger.declarations import SECRET_REF_PREFIX, Classification, Integration, check_plain_json
 from ledger.errors import InvalidArgumentError, PayloadError

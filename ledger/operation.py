@@ -17,8 +17,8 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate, OriginatorIDError, OriginatorVersionError
 
 from ledger import decisions, lifecycle
-from ledger.commands import OperationCommands
 from ledger.clock import require_utc
+from ledger.commands import OperationCommands
 from ledger.declarations import DeliveryMode
 from ledger.identity import Source
 from ledger.outcomes import FailureCategory

@@ -13,8 +13,9 @@ import fcntl
 import os
 import sqlite3
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
@@ -177,7 +178,8 @@ class StoreLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise ConfigurationError(f"cannot create the store's lock file {self.path}: {exc.strerror or exc}") from None
+            raise ConfigurationError(
+                f"cannot create the store's lock file {self.path}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -19,7 +19,7 @@ non-terminal state has a deadline).
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ledger.errors import UnrepresentableTimeError
@@ -57,7 +57,7 @@ MAX_GRACE_SECONDS = 900
 """How long a stopping worker lets in-flight calls finish (``OPLEDGER_GRACE_SECONDS``): fifteen
 minutes, past the longest request timeout; supervisors kill long before (Kubernetes: 30 s)."""
 
-_LATEST = datetime.max.replace(tzinfo=timezone.utc)
+_LATEST = datetime.max.replace(tzinfo=UTC)
 
 
 def later(start: datetime, seconds: float) -> datetime | None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
 
 HERE = Path(__file__).parent
 BACKENDS = ("sqlite", "postgres")

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from ledger.clock import Clock, SystemClock, require_utc
@@ -213,6 +213,6 @@ def _checked(row: StatusRow) -> StatusRow:
         raise ValueError(f"status {row.status!r} is not one of {sorted(_STATUSES)}")
     if not 0 <= row.attempts <= row.max_attempts:
         raise ValueError(f"attempts {row.attempts} outside 0..max_attempts ({row.max_attempts})")
-    times = {name: value.astimezone(timezone.utc) for name in _TIME_FIELDS
-             if (value := getattr(row, name)) is not None and value.tzinfo is not timezone.utc}
+    times = {name: value.astimezone(UTC) for name in _TIME_FIELDS
+             if (value := getattr(row, name)) is not None and value.tzinfo is not UTC}
     return row._replace(**times) if times else row

@@ -7,9 +7,10 @@ clock that follows the database's, corrected by every ``due()`` read (DESIGN §7
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from typing import Any, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
 from uuid import UUID
 
 import structlog
@@ -68,7 +69,7 @@ class PostgresStatusView(SqlStatusView):
 
     def _from_db(self, values: Sequence[Any]) -> StatusRow:
         # psycopg returns the session's zone (ZoneInfo 'Etc/UTC'); rows carry timezone.utc.
-        return StatusRow(*(v.astimezone(timezone.utc) if isinstance(v, datetime) else v for v in values))
+        return StatusRow(*(v.astimezone(UTC) if isinstance(v, datetime) else v for v in values))
 
     def _create_rebuild_table(self, cur: Any) -> None:
         cur.execute(f"CREATE TABLE {REBUILD_TABLE} (LIKE {MAIN_TABLE} INCLUDING ALL)")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 from uuid import UUID
 
 from ledger.clock import Clock

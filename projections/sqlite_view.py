@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from typing import Any, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
 from uuid import UUID
 
 from ledger.config import SQLITE_LOCK_TIMEOUT_SECONDS, Database
@@ -26,8 +27,8 @@ def _encode_time(value: datetime | None) -> str | None:
     # Fixed width (always microseconds, always +00:00), so text order is time order.
     if value is None:
         return None
-    if value.tzinfo is not timezone.utc:
-        value = value.astimezone(timezone.utc)
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
     # Naming ``timespec`` costs twice a plain ``isoformat()``, which differs only by leaving
     # out a zero microsecond part (timeit: 0.8 against 1.7 µs; three times per row written).
     return value.isoformat() if value.microsecond else value.isoformat(timespec="microseconds")

@@ -7,10 +7,11 @@ crash or a replay never double-counts. SQL comes from ``migrations/<backend>/que
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
 from ledger.clock import Clock

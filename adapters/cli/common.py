@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Collection, NoReturn
+from collections.abc import Collection
+from typing import Any, NoReturn
 
 import typer
 from pydantic import ValidationError

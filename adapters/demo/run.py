@@ -286,7 +286,8 @@ def _print_summary(console: Console, summary: dict[str, Any], database: Database
             events.add_row(cell(entry["version"]), cell(entry["event"]),
                            cell(", ".join(f"{k}={v}" for k, v in shown.items())))
         console.print(events)
-    verdict = "[bold green]OK[/]" if summary["lost"] == 0 and summary["duplicate_effects"] == 0 else "[bold red]FAILED[/]"
+    clean = summary["lost"] == 0 and summary["duplicate_effects"] == 0
+    verdict = "[bold green]OK[/]" if clean else "[bold red]FAILED[/]"
     console.print(f"{verdict}: {summary['operations']} operations, lost {summary['lost']}, "
                   f"duplicate effects {summary['duplicate_effects']}. Inspect with "
                   f"`{_this_command()} ops list --database-url {database.url()}`.")

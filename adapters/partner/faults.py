@@ -27,9 +27,10 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from enum import StrEnum
-from typing import Any, Mapping
+from typing import Any
 
 FAULT_HEADER = "X-Partner-Fault"
 HUGE_BODY_BYTES = 5 * 1024 * 1024

@@ -13,25 +13,34 @@ from __future__ import annotations
 import base64
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Mapping
 
 import httpx
 from standardwebhooks.webhooks import Webhook
 
 from adapters.webhook.classify import (
-    DEFAULT_MAX_RETRY_AFTER_SECONDS, MAX_REDIRECTS, HttpExchange, TransportFailure, classify,
-    classify_lookup, failure_of,
+    DEFAULT_MAX_RETRY_AFTER_SECONDS,
+    MAX_REDIRECTS,
+    HttpExchange,
+    TransportFailure,
+    classify,
+    classify_lookup,
+    failure_of,
 )
 from adapters.webhook.excerpt import (
-    DEFAULT_EXCERPT_CHARS, TRUNCATED_MARK, excerpt, redact, secrets_of,
+    DEFAULT_EXCERPT_CHARS,
+    TRUNCATED_MARK,
+    excerpt,
+    redact,
+    secrets_of,
 )
 from ledger.clock import Clock, require_utc
 from ledger.declarations import canonical_json
-from ledger.modes import RULES, rules_for
 from ledger.egress import EgressRequest
 from ledger.errors import ConfigurationError
+from ledger.modes import RULES, rules_for
 from ledger.outcomes import Ambiguous, Failed, FailureCategory, Outcome
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
-from typing import Mapping
 
 import httpx
 
@@ -33,7 +33,7 @@ MAX_HEADER_DETAIL_CHARS = 200
 
 _DELTA_SECONDS = re.compile(r"[0-9]+")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-_UTC = timezone.utc
+_UTC = UTC
 
 
 class TransportFailure(StrEnum):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from ledger.egress import EgressRequest
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -26,7 +26,7 @@ from projections.rows import AttentionMark, DueRow, StatusRow
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError, StatusView, open_view
 from tests.conftest import drop_schema, new_postgres_url, require_postgres
 
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 P, U = "status", "orders"  # projection and upstream names
 
 
@@ -145,7 +145,7 @@ def test_rows_round_trip_exactly_with_times_in_utc(view: StatusView) -> None:
     got = view.get(_id(1))
     assert got == given
     assert got is not None and all(
-        value.tzinfo is timezone.utc for value in got if isinstance(value, datetime))
+        value.tzinfo is UTC for value in got if isinstance(value, datetime))
     assert view.get(_id(2)) == row(2, next_due_at=None)
     assert view.get(_id(3)) is None
 

@@ -8,8 +8,8 @@ import types
 from pathlib import Path
 
 from adapters.fake import FakeAdapter
-from executors.secrets import EnvironmentSecrets
 from executors.runtime import Worker, WorkerConfig
+from executors.secrets import EnvironmentSecrets
 from ledger.clock import FakeClock
 from ledger.config import Database
 from migrations import migrate

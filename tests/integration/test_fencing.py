@@ -10,8 +10,8 @@ import time
 import pytest
 
 from adapters.fake import FakeAdapter
-from executors.secrets import EnvironmentSecrets
 from executors.runtime import Worker, WorkerConfig
+from executors.secrets import EnvironmentSecrets
 from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.outcomes import Succeeded

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime
 from uuid import UUID
 
 import pytest
@@ -25,7 +25,7 @@ from tests.apps import FakeApp
 
 OTHERS = 50
 BAD = "https://partner.test/bad"
-UTC = timezone.utc
+UTC = UTC
 
 
 @pytest.fixture

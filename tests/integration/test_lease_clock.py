@@ -4,7 +4,7 @@ selects due work and corrects the worker's clock; on SQLite one process, one clo
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -16,7 +16,7 @@ from ledger.config import Database
 from projections.status import StatusProjection
 from projections.view import StatusView, open_view
 
-UTC = timezone.utc
+UTC = UTC
 
 
 def _database_now(database: Database) -> datetime:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 from urllib.parse import quote
 from uuid import uuid4
 

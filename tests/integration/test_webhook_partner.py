@@ -11,8 +11,8 @@ from __future__ import annotations
 import base64
 import socket
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 from uuid import UUID, uuid4
 
 import httpx

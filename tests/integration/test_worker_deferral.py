@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from adapters.fake import FakeAdapter
-from executors.secrets import EnvironmentSecrets
 from executors.claim import DEFER_SECONDS
 from executors.runtime import Worker, WorkerConfig
+from executors.secrets import EnvironmentSecrets
 from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.status import ExecutionState as E

@@ -5,8 +5,8 @@ timeouts after send per delivery mode, hostile responses, a stale recovery pass.
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 from collections.abc import Iterator
+from datetime import timedelta
 from uuid import UUID
 
 import httpx
@@ -15,8 +15,8 @@ import pytest
 from adapters.partner import PartnerProcess
 from adapters.webhook import WebhookAdapter
 from executors.commit import commit_changes
-from executors.secrets import EnvironmentSecrets
 from executors.runtime import Worker, WorkerConfig
+from executors.secrets import EnvironmentSecrets
 from ledger.clock import SystemClock
 from ledger.config import Database
 from ledger.status import ExecutionState as E

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
 
@@ -108,7 +108,7 @@ def _database_now(db: Database) -> datetime:
     with psycopg.connect(db.conninfo()) as conn:
         row = conn.execute("SELECT clock_timestamp()").fetchone()
     assert row is not None
-    return row[0].astimezone(timezone.utc)
+    return row[0].astimezone(UTC)
 
 
 def _deliveries(log: PartnerLog, op_id: UUID) -> list:

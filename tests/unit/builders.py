@@ -7,9 +7,10 @@ Source: docs/adr/0001-operation-lifecycle.md (the transition table).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
 from uuid import UUID, uuid4
 
 from ledger.declarations import Integration
@@ -19,7 +20,7 @@ from ledger.outcomes import FailureCategory
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState as S
 
-UTC = timezone.utc
+UTC = UTC
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE_SECONDS = 60.0
 """Lease length the builder claims with; every step advances the clock by one second."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 from uuid import UUID, uuid4
@@ -31,7 +31,7 @@ from ledger.codec import LedgerEvent, LedgerMapper, event_struct, is_ledger_even
 from ledger.errors import CorruptRecordError, UnreadableEventError
 from ledger.operation import Operation
 
-UTC = timezone.utc
+UTC = UTC
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 OP_ID = UUID("0b7e3c1e-5a4f-5d2b-9c3e-7f1a2b3c4d5e")
 ATTEMPT = UUID("9d4c8a3e-1f2b-4c5d-8e9f-0a1b2c3d4e5f")

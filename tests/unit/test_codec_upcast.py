@@ -9,10 +9,11 @@ Source: DESIGN §6; eventsourcing 9.5 ``Mapper`` (``class_version`` and ``upcast
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -25,7 +26,7 @@ from eventsourcing.utils import get_topic
 from ledger.codec import LedgerEvent, LedgerMapper
 from ledger.errors import CorruptRecordError
 
-UTC = timezone.utc
+UTC = UTC
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 

@@ -5,13 +5,12 @@ DESIGN §4-§7; they are not computed by the code under test."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from ledger.declarations import DeliveryMode, RetryPolicy
 from ledger.decisions import (
     CANCEL,
     CLAIM,
@@ -37,11 +36,12 @@ from ledger.decisions import (
     may_need_egress,
     time_problem,
 )
+from ledger.declarations import DeliveryMode, RetryPolicy
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Succeeded
 from ledger.status import APPROVAL_NOT_REQUIRED, APPROVAL_REQUIRED, ExecutionState, SettlementState
 
 E, S = ExecutionState, SettlementState
-UTC = timezone.utc
+UTC = UTC
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 DEADLINE = 100  # seconds after entering the state, for every state
 DUE, LEASE, SETTLEMENT_DUE = 10, 30, 5  # seconds after T0

@@ -14,8 +14,8 @@ from typing import Any
 from uuid import UUID, uuid4, uuid5
 
 import pytest
-
 from builders import PAYLOAD, T0, integration, source
+
 from ledger.errors import PayloadError
 from ledger.identity import OPERATION_NAMESPACE, Source, fingerprint, operation_id, stable_payload
 from ledger.operation import Operation

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from uuid import uuid4
 
 import pytest
@@ -15,7 +15,7 @@ from ledger.errors import ConfigurationError, InvalidArgumentError, PayloadError
 from ledger.identity import Source
 from ledger.operation import Operation
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 HOOK = Integration.parse({"name": "hooks.send", "version": 1, "adapter": "webhook",
                           "delivery_mode": "idempotent", "payload": {"n": "public", "key": "secret"}})
 SOURCE = Source(tenant="t", entity_type="m:E", entity_id=uuid4(), entity_version=1)

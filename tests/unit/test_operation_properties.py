@@ -19,19 +19,20 @@ Source: docs/adr/0001-operation-lifecycle.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Callable
+from typing import Any
 from uuid import UUID, uuid4
 
+from builders import PAYLOAD, T0, integration, replay, source, state_of
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from builders import PAYLOAD, T0, integration, replay, source, state_of
 from ledger import lifecycle
+from ledger.commands import RESOLUTIONS_FOR_AMBIGUOUS, RESOLUTIONS_FOR_BLOCKED
 from ledger.declarations import DeliveryMode
 from ledger.errors import LedgerError
-from ledger.commands import RESOLUTIONS_FOR_AMBIGUOUS, RESOLUTIONS_FOR_BLOCKED
 from ledger.operation import Operation
 from ledger.outcomes import FailureCategory
 from ledger.status import TERMINAL_EXECUTION_STATES, derive_status

@@ -3,14 +3,14 @@ monotonic clock and a local clock that is off by a known amount."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from ledger.clock import FakeClock, OffsetClock, ReferenceClock, SkewWarning
 from ledger.errors import NaiveDatetimeError
 
-UTC = timezone.utc
+UTC = UTC
 DB = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 

@@ -6,7 +6,7 @@ Source: issue 10 item 3; ledger/time_limits.py; ledger/declarations.py.
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -24,7 +24,7 @@ from ledger.time_limits import (
 )
 from tests.unit.builders import PAYLOAD, build, declaration, integration, source
 
-UTC = timezone.utc
+UTC = UTC
 NEAR_END = datetime(9999, 12, 31, 23, 0, tzinfo=UTC)
 SETTLE = {"entity_type": "app.orders:Order", "method": "record_charge"}
 

@@ -11,17 +11,16 @@ Source: docs/adr/0001-operation-lifecycle.md; DESIGN §4.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from uuid import uuid4
 
 import pytest
-
-from ledger.modes import RULES
-
 from builders import LEASE_SECONDS, PAYLOAD, T0, Built, build, build_settlement, integration, replay, source, state_of
+
 from ledger import lifecycle
 from ledger.errors import (
     AttemptBudgetExceededError,
@@ -30,6 +29,7 @@ from ledger.errors import (
     NaiveDatetimeError,
     StaleEpochError,
 )
+from ledger.modes import RULES
 from ledger.operation import Operation
 from ledger.outcomes import FailureCategory
 from ledger.status import OUTCOME_STATES, TERMINAL_EXECUTION_STATES, derive_status

@@ -6,11 +6,10 @@ Source: DESIGN §5, §7 (Idempotency-Key, attempt id, traceparent); Standard Web
 from __future__ import annotations
 
 import base64
-
 import json
 import math
-from datetime import datetime, timedelta, timezone
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 import httpx
@@ -41,7 +40,7 @@ def egress(target: str | None = "http://partner.test/hooks/pay?x=1",
 @pytest.fixture
 def wall_clock() -> FakeClock:
     # standardwebhooks verifies timestamps against the real time, within five minutes.
-    return FakeClock(datetime.now(timezone.utc))
+    return FakeClock(datetime.now(UTC))
 
 
 def adapter_for(handler: Handler, clock: FakeClock, **config) -> WebhookAdapter:

@@ -6,7 +6,7 @@ Source: DESIGN §5 (HTTP outcome classification), §9 (secret values never appea
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import httpx
@@ -33,7 +33,7 @@ from adapters.webhook.excerpt import TRUNCATED_MARK
 from ledger.errors import ConfigurationError, NaiveDatetimeError
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Succeeded
 
-NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 C = FailureCategory
 
 
