@@ -197,7 +197,7 @@ class LedgerApplication(Application):
         if not self.recorder.select_events(op_id, limit=1):
             return None  # the common case when intending: one cheap read, nothing to decode
         try:
-            aggregate = self.repository.get(op_id)
+            aggregate: Any = self.repository.get(op_id)
         except AggregateNotFoundError:
             return None
         if not isinstance(aggregate, Operation):

@@ -207,7 +207,7 @@ class _EventCodec:
             del fields[_CLASS_VERSION]
         fields["originator_id"] = originator_id
         fields["originator_version"] = originator_version
-        event = object.__new__(self.cls)
+        event: Any = object.__new__(self.cls)
         object.__setattr__(event, "__dict__", fields)
         return event
 
@@ -449,7 +449,8 @@ class LedgerMapper(Mapper[TAggregateID]):
                                                        topic=topic, state=state))
         stored_id = originator_id
         if type(originator_id) is not UUID:
-            originator_id = find_id_convertor(cls, type(originator_id))(originator_id)
+            # A class is hashable; the library's lru_cache-typed signature says Hashable.
+            originator_id = find_id_convertor(cls, type(originator_id))(originator_id)  # type: ignore[arg-type]
         try:
             if self.cipher:
                 state = self.cipher.decrypt(state)

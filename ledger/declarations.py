@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
@@ -311,5 +311,5 @@ class Registry:
             raise UnknownIntegrationError(f"integration {name!r} is not declared")
         return self._by_key[(name, max(versions))]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Integration]:
         return iter(sorted(self._by_key.values(), key=lambda i: i.key))

@@ -256,8 +256,8 @@ def read_store_identity(database: Database, *, missing_ok: bool = False) -> dict
 
         table = f'"{database.schema}".{STORE_TABLE}' if database.schema else STORE_TABLE
         try:
-            with psycopg.connect(database.conninfo(), connect_timeout=10) as conn:
-                rows = conn.execute(f"SELECT key, value FROM {table}").fetchall()
+            with psycopg.connect(database.conninfo(), connect_timeout=10) as pg:
+                rows = pg.execute(f"SELECT key, value FROM {table}").fetchall()
         except psycopg.errors.UndefinedTable:
             if missing_ok:
                 return {}

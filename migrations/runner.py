@@ -16,6 +16,7 @@ from typing import Any
 
 from yoyo import get_backend, read_migrations
 
+from ledger.application import LedgerApplication
 from ledger.config import Database
 from ledger.errors import ConfigurationError
 from ledger.persistence import SCHEMA_VERSION, STORE_TABLE, StoreLock, check_newer_schema, read_store_identity
@@ -56,16 +57,16 @@ def _ensure_container(database: Database) -> None:
         import psycopg
 
         try:
-            with psycopg.connect(database.conninfo(), autocommit=True, connect_timeout=10) as conn:
+            with psycopg.connect(database.conninfo(), autocommit=True, connect_timeout=10) as pg:
                 if database.schema:
                     # The library names types and tables in this schema without quoting some of
                     # them, so a name PostgreSQL reserves breaks it halfway: refuse it up front.
-                    found = conn.execute("SELECT catdesc FROM pg_get_keywords() WHERE word = %s AND catcode <> 'U'",
+                    found = pg.execute("SELECT catdesc FROM pg_get_keywords() WHERE word = %s AND catcode <> 'U'",
                                          (database.schema,)).fetchone()
                     if found:
                         raise ConfigurationError(f"schema name {database.schema!r} is a PostgreSQL keyword "
                                                  f"({found[0]}); choose another")
-                    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{database.schema}"')
+                    pg.execute(f'CREATE SCHEMA IF NOT EXISTS "{database.schema}"')
         except psycopg.OperationalError as exc:
             raise ConfigurationError(f"cannot reach PostgreSQL at {database.host}:{database.port}: {exc}") from None
 
@@ -84,6 +85,7 @@ def _create_library_tables(app_class: type, database: Database,
 def _record_identity(database: Database, app_name: str) -> str:
     new_id = str(uuid.uuid4())
     if database.backend == "sqlite":
+        assert database.path is not None  # parsed SQLite URLs always have a path
         conn = sqlite3.connect(database.path)
         try:
             with conn:
@@ -101,14 +103,16 @@ def _record_identity(database: Database, app_name: str) -> str:
     import psycopg
 
     table = f'"{database.schema}".{STORE_TABLE}' if database.schema else STORE_TABLE
-    with psycopg.connect(database.conninfo()) as conn:
-        rows = dict(conn.execute(f"SELECT key, value FROM {table}").fetchall())
+    with psycopg.connect(database.conninfo()) as pg:
+        rows = dict(pg.execute(f"SELECT key, value FROM {table}").fetchall())
         _check_owner(rows, app_name)
         for key, value in (("store_id", new_id), ("app_name", app_name), ("backend", "postgres")):
-            conn.execute(f"INSERT INTO {table} VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", (key, value))
-        conn.execute(f"INSERT INTO {table} VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE "
+            pg.execute(f"INSERT INTO {table} VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", (key, value))
+        pg.execute(f"INSERT INTO {table} VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE "
                      "SET value = EXCLUDED.value", (str(SCHEMA_VERSION),))
-        return conn.execute(f"SELECT value FROM {table} WHERE key='store_id'").fetchone()[0]
+        stored = pg.execute(f"SELECT value FROM {table} WHERE key='store_id'").fetchone()
+        assert stored is not None  # inserted just above, in this transaction
+        return str(stored[0])
 
 
 def _check_owner(rows: dict[str, str], app_name: str) -> None:
@@ -117,7 +121,7 @@ def _check_owner(rows: dict[str, str], app_name: str) -> None:
         raise ConfigurationError(f"the store belongs to application {owner!r}, not {app_name!r}")
 
 
-def migrate(database: Database, app_class: type, *,
+def migrate(database: Database, app_class: type[LedgerApplication], *,
             check: Callable[[Any], object] | None = None) -> MigrationReport:
     """Create the library's tables and apply pending read-model migrations, once.
 
@@ -139,7 +143,7 @@ def migrate(database: Database, app_class: type, *,
         The errors of ``check``.
     """
     app_name = app_class.name
-    lock = StoreLock(database.path) if database.backend == "sqlite" else None
+    lock = StoreLock(database.path) if database.backend == "sqlite" and database.path is not None else None
     if lock is not None:
         lock.acquire()
     try:

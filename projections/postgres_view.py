@@ -69,7 +69,7 @@ class PostgresStatusView(SqlStatusView):
 
     def _from_db(self, values: Sequence[Any]) -> StatusRow:
         # psycopg returns the session's zone (ZoneInfo 'Etc/UTC'); rows carry timezone.utc.
-        return StatusRow(*(v.astimezone(UTC) if isinstance(v, datetime) else v for v in values))
+        return StatusRow._make(v.astimezone(UTC) if isinstance(v, datetime) else v for v in values)
 
     def _create_rebuild_table(self, cur: Any) -> None:
         cur.execute(f"CREATE TABLE {REBUILD_TABLE} (LIKE {MAIN_TABLE} INCLUDING ALL)")

@@ -82,9 +82,6 @@ class SqlStatusView:
         rows = self._select("select_one", {"operation_id": self._id(operation_id)})
         return rows[0] if rows else None
 
-    def list(self, *, status: str | None = None, limit: int = 100) -> list[StatusRow]:
-        return self._select("select_many", {"status": status, "limit": limit})
-
     def attention(self, limit: int = 100) -> list[StatusRow]:
         return self._select("select_attention", {"limit": limit})
 
@@ -132,3 +129,6 @@ class SqlStatusView:
     def _uuid(self, value: Any) -> UUID:
         return value
 
+    # Last in the class: below it, ``list`` in an annotation would name this method (mypy).
+    def list(self, *, status: str | None = None, limit: int = 100) -> list[StatusRow]:
+        return self._select("select_many", {"status": status, "limit": limit})

@@ -36,7 +36,7 @@ def _encode_time(value: datetime | None) -> str | None:
 
 def _to_db(row: StatusRow) -> list[Any]:
     """The row's values in column order, as SQLite stores them (text UUIDs and times)."""
-    values = list(row)
+    values: list[Any] = list(row)
     for index in _UUID_INDEXES:
         values[index] = str(values[index])
     for index in _TIME_INDEXES:
@@ -111,7 +111,9 @@ class SQLiteStatusView(SqlStatusView):
             if kind == "index":
                 # Index names alternate between the two prefixes at each rebuild, since the old
                 # table's indexes keep their names until it is dropped.
-                name = re.search(r"INDEX (?:IF NOT EXISTS )?(\w+)", sql).group(1)
+                found = re.search(r"INDEX (?:IF NOT EXISTS )?(\w+)", sql)
+                assert found is not None, f"an index DDL names its index: {sql}"
+                name = found.group(1)
                 other = (name.replace(REBUILD_TABLE, MAIN_TABLE) if name.startswith(REBUILD_TABLE)
                          else name.replace(MAIN_TABLE, REBUILD_TABLE, 1))
                 # After a swap SQLite keeps the renamed table's name quoted in the index's SQL.

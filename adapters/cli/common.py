@@ -82,7 +82,6 @@ class UserErrors:
     def __enter__(self) -> UserErrors:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if exc is not None and isinstance(exc, LedgerError):
             fail(str(exc))
-        return False

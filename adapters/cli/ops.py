@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import typer
@@ -18,6 +20,9 @@ from ledger.status import Status
 from projections.rows import AttentionMark, StatusRow
 from projections.status import StatusProjection
 
+if TYPE_CHECKING:
+    from adapters.runtime import Store
+
 ops_app = typer.Typer(help="Inspect operations.", no_args_is_help=True)
 projections_app = typer.Typer(help="Maintain read models.", no_args_is_help=True)
 
@@ -27,7 +32,7 @@ ATTENTION_COLUMNS = ("operation_id", "integration", "attention", "attention_deta
                      "failure_category", "attempts", "updated_at")
 
 
-def _store(database_url: str | None, *, write: bool = False):
+def _store(database_url: str | None, *, write: bool = False) -> AbstractContextManager[Store]:
     from adapters.runtime import open_store
 
     return open_store(settings(database_url), write=write)
@@ -200,7 +205,8 @@ def attention(limit: int = typer.Option(100, min=1), database_url: str = Databas
         console.print(_rows_table(rows, f"needs attention ({len(rows)})", ATTENTION_COLUMNS))
 
 
-def _operator_write(database_url: str | None, operation_id: str, command) -> None:
+def _operator_write(database_url: str | None, operation_id: str,
+                    command: Callable[[Operation, datetime], object]) -> None:
     op_id = _uuid(operation_id)
     with UserErrors(), _store(database_url, write=True) as store:
         op = store.app.get_operation(op_id)

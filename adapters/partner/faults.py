@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
@@ -125,8 +125,9 @@ class Fault:
         unknown = set(data) - known
         if unknown:
             raise FaultError(f"unknown fault keys: {sorted(unknown)}; known: {sorted(known)}")
-        converters = {"status": _int, "times": _int, "delay": _seconds, "drop": _flag, "accept": _flag,
-                      "retry_after": str, "redirect": str, "body": HostileBody, "apply": ApplyTiming}
+        converters: dict[str, Callable[[Any], Any]] = {
+            "status": _int, "times": _int, "delay": _seconds, "drop": _flag, "accept": _flag,
+            "retry_after": str, "redirect": str, "body": HostileBody, "apply": ApplyTiming}
         values = {}
         for key, value in data.items():
             try:

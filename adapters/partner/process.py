@@ -108,7 +108,9 @@ def start_partner_process(*, log_path: str | Path, secret: str, host: str = "127
 def _first_line(process: subprocess.Popen[str], timeout_seconds: float) -> str:
     # readline() cannot time out on a pipe; a helper thread can be abandoned instead.
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)
+    stdout = process.stdout
+    assert stdout is not None, "the partner process is started with stdout=PIPE"
+    reader = threading.Thread(target=lambda: lines.append(stdout.readline()), daemon=True)
     reader.start()
     reader.join(timeout_seconds)
     return lines[0] if lines else ""

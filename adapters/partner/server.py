@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from standardwebhooks.webhooks import Webhook
@@ -61,7 +62,7 @@ class _Incoming:
             return unquote(self.path[len(LOOKUP_PREFIX):]) or None
         return self.headers.get("idempotency-key") or None
 
-    def entry(self, kind: str, **facts: object) -> PartnerRequest:
+    def entry(self, kind: str, **facts: Any) -> PartnerRequest:
         return PartnerRequest(received_at=self.received_at, kind=kind, method=self.method,
                               path=self.path, idempotency_key=self.key,
                               webhook_id=self.headers.get("webhook-id"),
@@ -94,10 +95,10 @@ class PartnerServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         """The base URL, ``http://host:port``."""
-        host, port = self.server_address[:2]
+        host, port = str(self.server_address[0]), self.server_address[1]
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
-    def handle_error(self, request: object, client_address: object) -> None:
+    def handle_error(self, request: Any, client_address: Any) -> None:
         # Clients hanging up on huge bodies or delays are part of the job, not errors.
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)

@@ -150,6 +150,7 @@ class WebhookAdapter:
         secrets = secrets_of(request)
         if not _is_http_url(request.target):
             return self._invalid(f"target {request.target!r} is not an http(s) URL", secrets)
+        assert request.target is not None  # _is_http_url said it is a string
         try:
             body_text = canonical_json(dict(request.payload)).decode("utf-8")
         except ValueError as exc:
@@ -180,6 +181,7 @@ class WebhookAdapter:
         if not _is_http_url(request.target):
             return Ambiguous(reason="lookup_failed", category=FailureCategory.INVALID_REQUEST,
                              detail=self._text(f"target {request.target!r} is not an http(s) URL", secrets))
+        assert request.target is not None  # _is_http_url said it is a string
         url = httpx.URL(request.target).join(self._config.lookup_path.format(key=request.operation_id))
         headers = self._signed_headers(request, "", require_utc(self._clock.now(), "clock.now()"))
         exchange = self._exchange("GET", url, content=None, headers=headers,
@@ -236,7 +238,8 @@ class WebhookAdapter:
             try:
                 sent = True
                 follow = response.next_request
-                if follow_redirects and hops < MAX_REDIRECTS and _preserves_request(outgoing, follow):
+                if (follow is not None and follow_redirects and hops < MAX_REDIRECTS
+                        and _preserves_request(outgoing, follow)):
                     outgoing, hops = follow, hops + 1
                     continue
                 body, complete = self._read_bounded(response, timeout_seconds)
