@@ -46,7 +46,11 @@ anything else rejects it too and marks it failed (:attr:`CommitResult.failed`)."
 def describe(exc: BaseException) -> str:
     """``Type: message`` of an exception as a storable reason (``ledger.facts.storable_fact``:
     escaped and bounded, so it can be recorded on an event whatever the exception says)."""
-    return storable_fact(f"{type(exc).__name__}: {exc}", FactKind.REASON)
+    try:
+        text = str(exc)
+    except BaseException:  # an exception whose own str() raises still gets a reason
+        text = "(its message could not be read)"
+    return storable_fact(f"{type(exc).__name__}: {text}", FactKind.REASON)
 
 
 @dataclass
@@ -79,7 +83,9 @@ def _apply(op: Operation, change: Change, result: CommitResult) -> list[Aggregat
         return [op, *change(op)]
     except LedgerError as exc:
         result.rejected[op.id] = str(exc)
-    except Exception as exc:  # one operation's bug or bad data: that operation only
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # host code in a change may raise anything, even SystemExit: that operation only
         result._fail(op.id, exc)
     return None
 

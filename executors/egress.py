@@ -24,10 +24,12 @@ from ledger.clock import Clock
 from ledger.declarations import RetryPolicy
 from ledger.egress import Adapter, EgressRequest
 from ledger.operation import Operation
-from ledger.outcomes import Ambiguous, Failed, FailureCategory, Outcome
+from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
 
 log = structlog.get_logger("opledger.egress")
 
+OUTCOME_TYPES = (Succeeded, Accepted, Failed, Ambiguous)
+"""What an adapter call may return (``ledger.egress.Adapter``; a lookup may also return None)."""
 DEFAULT_EGRESS_THREADS = 8
 """Concurrent egress calls per worker."""
 
@@ -164,10 +166,21 @@ class EgressService:
             return Finished(request.operation_id, Failed(
                 FailureCategory.CONNECT, retryable=True, egress=False,
                 detail="lease expired before egress; nothing was sent"))
+        outcome: object  # checked below: an adapter's bug must not reach the ledger as a value
         try:
             if flight.kind == "send":
-                return Finished(request.operation_id, flight.adapter.send(request))
-            return Finished(request.operation_id, flight.adapter.lookup(request))
-        except Exception as exc:  # an adapter bug must not kill the thread or lose the attempt
+                outcome = flight.adapter.send(request)
+            else:
+                outcome = flight.adapter.lookup(request)
+        except KeyboardInterrupt:  # reaches only an inline call, in the main thread: the user's stop
+            raise
+        except BaseException as exc:  # an adapter bug (even SystemExit) must not kill the thread or lose the attempt
             log.exception("adapter raised", operation_id=str(request.operation_id))
             return Finished(request.operation_id, Ambiguous(reason="adapter_error", detail=describe(exc)))
+        if not isinstance(outcome, OUTCOME_TYPES) and not (outcome is None and flight.kind == "lookup"):
+            # An adapter bug too: the call was made, so what it did is unknown.
+            log.error("adapter returned no outcome", operation_id=str(request.operation_id),
+                      returned=type(outcome).__name__)
+            return Finished(request.operation_id, Ambiguous(
+                reason="adapter_error", detail=f"the adapter returned {type(outcome).__name__}, not an outcome"))
+        return Finished(request.operation_id, outcome)

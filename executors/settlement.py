@@ -69,7 +69,9 @@ def settle_change(app: LedgerApplication, now: datetime, entities: dict[UUID, Ag
             return []
         try:
             method(SettlementOutcome.of(op))
-        except Exception as exc:  # the host's action failed: a fact to record, not a crash
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # the host's action failed (even by SystemExit): a fact to record
             error = describe(exc)
             log.warning("settlement action failed", operation_id=str(op.id), error=error)
             decision = after_settlement_failure(tries_used=op.settlement_attempts, max_tries=op.settlement_max_attempts,

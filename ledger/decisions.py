@@ -261,13 +261,13 @@ def decide(*, outcome: Outcome, mode: DeliveryMode, policy: RetryPolicy, attempt
     if isinstance(outcome, Failed):
         if not outcome.retryable:
             return Record(outcome)
-        return _retry_or_give_up(policy, attempts, now, rng, outcome.category, outcome.detail or outcome.category.value,
+        return _retry_or_give_up(policy, attempts, now, rng, outcome, outcome.detail or outcome.category.value,
                                  possibly_applied=False, hint=outcome.retry_after)
     assert isinstance(outcome, Ambiguous)
     rule = rules_for(mode).after_lost_response
     if rule is AfterLostResponse.RETRY:
         # The provider dedupes on the stable key (or there is no effect): the same key is safe.
-        return _retry_or_give_up(policy, attempts, now, rng, outcome.category, outcome.reason,
+        return _retry_or_give_up(policy, attempts, now, rng, outcome, outcome.reason,
                                  possibly_applied=True, hint=None)
     if rule is AfterLostResponse.LOOK_UP and not after_lookup:
         return Lookup()
@@ -287,13 +287,14 @@ def after_lookup(*, found: Outcome | None, policy: RetryPolicy, attempts: int, n
         policy, attempts, now, rng: as :func:`decide`.
     """
     if found is None:
-        return _retry_or_give_up(policy, attempts, now, rng, FailureCategory.TIMEOUT,
-                                 "provider did not receive it", possibly_applied=False, hint=None)
+        not_received = Failed(FailureCategory.TIMEOUT, retryable=True, detail="provider did not receive it")
+        return _retry_or_give_up(policy, attempts, now, rng, not_received, not_received.detail,
+                                 possibly_applied=False, hint=None)
     return Record(found)
 
 
 def _retry_or_give_up(policy: RetryPolicy, attempts: int, now: datetime, rng: RandomSource,
-                      category: FailureCategory, reason: str, *, possibly_applied: bool,
+                      outcome: Failed | Ambiguous, reason: str, *, possibly_applied: bool,
                       hint: float | None) -> Decision:
     if attempts >= policy.max_attempts:
         return GiveUp(last_attempt_possibly_applied=possibly_applied)
@@ -301,9 +302,11 @@ def _retry_or_give_up(policy: RetryPolicy, attempts: int, now: datetime, rng: Ra
     if hint is not None:
         delay = max(delay, hint)  # Retry-After says when the provider can take it again
     at = later(now, delay)
-    if at is None:  # a Retry-After beyond year 9999: no retry can be scheduled
-        return GiveUp(last_attempt_possibly_applied=possibly_applied)
-    return Retry(at=at, category=category, reason=reason, possibly_applied=possibly_applied)
+    if at is None:
+        # No retry can be scheduled (a Retry-After beyond year 9999): the attempt's outcome is
+        # the operation's, recorded as it came (failed, or ambiguous if it may have applied).
+        return Record(outcome)
+    return Retry(at=at, category=outcome.category, reason=reason, possibly_applied=possibly_applied)
 
 
 # ---------------------------------------------------------------------------- settlement

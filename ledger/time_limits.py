@@ -51,8 +51,8 @@ MAX_LEASE_SECONDS = 3600
 """A worker lease (``OPLEDGER_LEASE_SECONDS``): an hour. Leases are renewed while work runs; a
 longer one only delays recovery of a dead worker's operations by as much."""
 MAX_POLL_INTERVAL_SECONDS = 60
-"""An idle worker's wait (``OPLEDGER_POLL_INTERVAL_SECONDS``): a minute. The wait is not cut
-short by SIGTERM, so it adds to the time a worker takes to stop, and new work waits as long."""
+"""An idle worker's wait (``OPLEDGER_POLL_INTERVAL_SECONDS``): a minute. SIGTERM cuts it short,
+but new work waits as long, so a longer wait only delays it."""
 MAX_GRACE_SECONDS = 900
 """How long a stopping worker lets in-flight calls finish (``OPLEDGER_GRACE_SECONDS``): fifteen
 minutes, past the longest request timeout; supervisors kill long before (Kubernetes: 30 s)."""
@@ -72,7 +72,7 @@ def later(start: datetime, seconds: float) -> datetime | None:
     """
     try:
         return start + timedelta(seconds=seconds)
-    except OverflowError:
+    except (OverflowError, ValueError):  # past 9999-12-31, or an infinite or NaN duration
         return None
 
 

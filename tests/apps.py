@@ -70,7 +70,8 @@ class ModesApp(LedgerApplication):
 
 
 class Fragile(Aggregate):
-    """A source entity whose settlement action raises when its label says ``boom``."""
+    """A source entity whose settlement action raises when its label says ``boom`` (an
+    ``Exception``) or ``exit`` (``SystemExit``)."""
 
     @event("Made")
     def __init__(self, label: str) -> None:
@@ -80,6 +81,8 @@ class Fragile(Aggregate):
     def on_result(self, outcome: SettlementOutcome) -> None:
         if self.label == "boom":
             raise RuntimeError("the host's settlement action failed on purpose")
+        if self.label == "exit":
+            raise SystemExit(3)  # a host bug that is not an Exception
         self._settled(outcome.result)
 
     @event("Settled")

@@ -48,7 +48,8 @@ def app(fake_db: Database, clock: FakeClock) -> Iterator[FakeApp]:
 
 def _run(app: FakeApp, database: Database, clock: FakeClock, script: Callable[[EgressRequest], Outcome],
          others: list[UUID], bad: UUID, cycles: int = 60) -> dict:
-    """Run a worker until every good operation is settled; return the bad one's status row."""
+    """Run a worker until every good operation is settled and the bad one is settled or on the
+    attention queue (or ``cycles`` run out); return the bad one's status row and the queue."""
     view = open_view(database)
     projection = StatusProjection(app=app, view=view)
     worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter(script=script)}, clock=clock,
@@ -59,7 +60,9 @@ def _run(app: FakeApp, database: Database, clock: FakeClock, script: Callable[[E
             worker.run_once()
             clock.advance(1)
             rows = [view.get(op_id) for op_id in others]
-            if all(row is not None and row.status == "settled" for row in rows):
+            last = view.get(bad)
+            bad_done = last is not None and (last.attention is not None or last.status == "settled")
+            if bad_done and all(row is not None and row.status == "settled" for row in rows):
                 break
         projection.run_once()
         rows = [view.get(op_id) for op_id in others]
@@ -139,12 +142,52 @@ def test_a_lone_surrogate_in_a_provider_id_is_stored_escaped(app, fake_db, clock
     assert remote_id.startswith("\\ud800-ch_1") and "sha256:" in remote_id
 
 
-def test_a_raising_settlement_method_blocks_that_settlement_only(app, fake_db, clock) -> None:
-    others, bad = _make(app, bad_label="boom")
+@pytest.mark.parametrize(("label", "error"), [("boom", "failed on purpose"), ("exit", "SystemExit: 3")])
+def test_a_raising_settlement_method_blocks_that_settlement_only(app, fake_db, clock, label: str, error: str) -> None:
+    others, bad = _make(app, bad_label=label)
     seen = _run(app, fake_db, clock, _ok, others, bad)
     assert seen["row"].status == "settlement_blocked"
     assert seen["attention"] == {bad: "settlement_blocked"}
-    assert "failed on purpose" in app.get_operation(bad).settlement_error
+    assert error in app.get_operation(bad).settlement_error
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str() of this exception fails")
+
+
+@pytest.mark.parametrize("raised", [SystemExit(4), _Unprintable(), None, "ok"],
+                         ids=["SystemExit", "unprintable", "returns None", "returns text"])
+def test_an_adapter_that_raises_anything_costs_that_operation_its_attempts_only(app, fake_db, clock, raised) -> None:
+    others, bad = _make(app)
+
+    def script(request: EgressRequest) -> Outcome:
+        if request.target == BAD:
+            if isinstance(raised, BaseException):
+                raise raised
+            return raised  # type: ignore[return-value]
+        return _ok(request)
+
+    seen = _run(app, fake_db, clock, script, others, bad)
+    # idempotent: each adapter_error is retried with the same key until the budget is used
+    assert seen["row"].execution == "ambiguous" and seen["attention"] == {bad: "budget_exhausted"}
+
+
+def test_a_retry_after_that_cannot_be_scheduled_fails_the_operation_once(app, fake_db, clock) -> None:
+    from ledger.outcomes import Failed, FailureCategory
+
+    others, bad = _make(app)
+    adapter_calls: list[EgressRequest] = []
+
+    def script(request: EgressRequest) -> Outcome:
+        if request.target == BAD:
+            adapter_calls.append(request)
+            return Failed(FailureCategory.THROTTLED, retryable=True, egress=False, status_code=503,
+                          retry_after=float("inf"))
+        return _ok(request)
+
+    seen = _run(app, fake_db, clock, script, others, bad)
+    assert (seen["row"].execution, seen["row"].status, len(adapter_calls)) == ("failed", "settled", 1)
 
 
 def test_a_corrupt_record_is_quarantined_and_the_rest_goes_on(app, fake_db, clock) -> None:
@@ -175,3 +218,37 @@ def test_a_year_9999_intent_is_shown_not_raised(app, fake_db, clock) -> None:
     seen = _run(app, fake_db, clock, _ok, others, bad)
     assert seen["row"].execution == "pending" and seen["row"].next_due_at is not None
     assert seen["attention"] == {bad: "unrepresentable_time"}
+
+
+def test_an_operation_whose_records_went_missing_is_quarantined_not_raised(app, fake_db, clock) -> None:
+    from ledger.errors import CorruptRecordError
+
+    others, bad = _make(app)
+    op = app.get_operation(bad)
+    op.request_cancel(now=clock.now(), principal="test")
+    app.save(op)
+    # As a damaged or hand-edited store might be: the operation's Intended is gone.
+    if fake_db.backend == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(fake_db.path)
+        with conn:
+            conn.execute("DELETE FROM stored_events WHERE originator_id = ? AND originator_version = 1", (bad.hex,))
+        conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(fake_db.conninfo()) as conn:
+            conn.execute(f"DELETE FROM {fake_db.schema}.{app.name}_events WHERE originator_id = %s "
+                         "AND originator_version = 1", (bad,))
+    with pytest.raises(CorruptRecordError, match="missing"):
+        app.get_operation(bad)
+    _run(app, fake_db, clock, _ok, others, bad)
+    view = open_view(fake_db)
+    try:
+        projection = StatusProjection(app=app, view=view)
+        projection.rebuild()  # one damaged operation never blocks the store's rebuild
+        assert all(view.get(op_id).status == "settled" for op_id in others)
+        assert bad in projection.quarantined
+    finally:
+        view.close()

@@ -222,9 +222,15 @@ def test_backoff_table(attempt: int, rng, seconds: float) -> None:
     assert backoff_seconds(policy, attempt, rng) == pytest.approx(seconds)
 
 
-def test_a_retry_after_past_year_9999_gives_up_instead_of_raising() -> None:
-    late = datetime.max.replace(tzinfo=UTC) - timedelta(seconds=10)
-    assert decide(outcome=THROTTLED, mode=M.IDEMPOTENT, policy=POLICY, attempts=1, now=late, rng=RNG) == GiveUp(False)
+@pytest.mark.parametrize("hint", [float("inf"), 1e308])
+def test_a_retry_that_cannot_be_scheduled_records_the_outcome(hint: float) -> None:
+    # Not GiveUp: attempts remain, so BudgetExhausted would be refused and the outcome lost.
+    late = datetime.max.replace(tzinfo=UTC) - timedelta(milliseconds=500)  # not even the 1 s backoff fits
+    assert decide(outcome=THROTTLED, mode=M.IDEMPOTENT, policy=POLICY, attempts=1, now=late, rng=RNG) == Record(THROTTLED)
+    unbounded = Failed(FailureCategory.THROTTLED, retryable=True, egress=False, retry_after=hint)
+    assert decide(outcome=unbounded, mode=M.NON_IDEMPOTENT, policy=POLICY, attempts=1, now=T0,
+                  rng=RNG) == Record(unbounded)
+    assert decide(outcome=LOST, mode=M.IDEMPOTENT, policy=POLICY, attempts=1, now=late, rng=RNG) == Record(LOST)
 
 
 @pytest.mark.parametrize(("used", "max_tries", "expected"), [
