@@ -181,7 +181,8 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
         worker = Worker(
             app=store.app, view=store.view, adapters=adapters, clock=clock,
             config=WorkerConfig(worker_id=worker_id, lease_seconds=settings.lease_seconds,
-                                batch_size=settings.batch_size, egress_threads=settings.worker_threads,
+                                batch_size=settings.batch_size, egress_slots=settings.worker_threads,
+                                egress_per_host=settings.egress_per_host,
                                 poll_interval_seconds=settings.poll_interval_seconds),
             projection=projection if leader is None else None,
             on_committed=projection.offer,

@@ -273,14 +273,16 @@ def seed_pending(database: Database, count: int, *, integration: str = "bench.no
 # ---------------------------------------------------------------------- worker processes
 
 
-def worker_env(database: Database, *, lease_seconds: float = 30.0, threads: int = 8,
+def worker_env(database: Database, *, lease_seconds: float = 30.0, threads: int | None = None,
                poll_seconds: float = 0.05, **extra: str) -> dict[str, str]:
-    """Settings for a worker process of :class:`BenchApp` (as ``tests/process`` does)."""
+    """Settings for a worker process of :class:`BenchApp` (as ``tests/process`` does); egress
+    slots are the default unless ``threads`` is given."""
+    if threads is not None:
+        extra = {"OPLEDGER_WORKER_THREADS": str(threads), **extra}
     return {
         "OPLEDGER_DATABASE_URL": url_of(database),
         "OPLEDGER_APP": APP_TOPIC,
         "OPLEDGER_LEASE_SECONDS": str(lease_seconds),
-        "OPLEDGER_WORKER_THREADS": str(threads),
         "OPLEDGER_POLL_INTERVAL_SECONDS": str(poll_seconds),
         "OPLEDGER_WEBHOOK_SECRET": SECRET,
         "OPLEDGER_LOG_FORMAT": "json",

@@ -24,7 +24,6 @@ from bench.harness import (
     wait_until,
     worker_env,
 )
-from bench.throughput import TUNED_THREADS
 
 TARGET_GROWTH = 0.10
 
@@ -57,7 +56,7 @@ def run(options: Options, log=print) -> list[Result]:
                 try:
                     for rep in range(options.repetitions):
                         target = settled_count(view) + settle
-                        workers = start_workers(1, worker_env(database, threads=TUNED_THREADS), options,
+                        workers = start_workers(1, worker_env(database), options,
                                                 f"memory-{backend}-{pending}")
                         try:
                             wait_ready(workers)

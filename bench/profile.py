@@ -34,9 +34,9 @@ from pathlib import Path
 from adapters.fake import FakeAdapter
 from bench.app import BenchApp
 from bench.harness import Options, fresh_store, seed_pending, settled_count
-from bench.throughput import TUNED_THREADS
 from executors.runtime import Worker, WorkerConfig
 from ledger.clock import SystemClock
+from ledger.config import DEFAULT_WORKER_THREADS
 from ledger.persistence import StoreLock
 from projections.status import StatusProjection
 from projections.view import open_view
@@ -268,7 +268,7 @@ def profile(backend: str, n: int, threads: int, batch_size: int) -> Path:
         view = open_view(database)
         projection = StatusProjection(app=app, view=view)
         worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=SystemClock(),
-                        config=WorkerConfig(worker_id="profile", egress_threads=threads, batch_size=batch_size),
+                        config=WorkerConfig(worker_id="profile", egress_slots=threads, batch_size=batch_size),
                         projection=projection, on_committed=projection.offer)
         profiler = Profiler(interval=0.0005)
         try:
@@ -294,7 +294,7 @@ def main() -> None:
                         default="drain")
     parser.add_argument("--backend", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--n", type=int, default=3000)
-    parser.add_argument("--threads", type=int, default=TUNED_THREADS, help="egress threads (claim capacity)")
+    parser.add_argument("--threads", type=int, default=DEFAULT_WORKER_THREADS, help="egress slots (claim capacity)")
     parser.add_argument("--batch-size", type=int, default=200)
     args = parser.parse_args()
     if args.what == "cocommit":

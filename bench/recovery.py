@@ -28,7 +28,6 @@ from bench.harness import (
     wait_until,
     worker_env,
 )
-from bench.throughput import TUNED_THREADS
 from ledger.operation import Operation
 
 LEASE_SECONDS = 5.0
@@ -50,7 +49,7 @@ def once(backend: str, n: int, lease: float, options: Options) -> tuple[float, d
     with fresh_store(backend, options) as database:
         seed_pending(database, n)
         view = reader(database)
-        env = worker_env(database, lease_seconds=lease, threads=TUNED_THREADS)
+        env = worker_env(database, lease_seconds=lease)
         count = 2 if backend == "postgres" else 1
         app = BenchApp(env=database.library_env(create_table=False, read_only=backend == "sqlite"))
         claimed = get_topic(Operation.Claimed)

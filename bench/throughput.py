@@ -11,7 +11,12 @@ and the time runs from the first intent until the projection shows all N settled
 where one process owns the store (DESIGN §8), host and worker share one process: the worker is
 ``adapters.runtime.run_worker`` on a thread beside the producer, as an embedded host runs it.
 
-"2 workers" on SQLite is one process with more egress threads (256, the settings' maximum).
+Workers run with the default settings (``OPLEDGER_WORKER_THREADS`` unset: 256 egress slots, 128
+per target host). "2 workers" on SQLite is one process with twice the egress slots (512).
+
+**Latency rows** (``drain.fast``, ``drain.fast-100ms``): the webhook adapter against
+``bench.fast_partner``, which keeps no log and answers after a fixed delay (0 or 100 ms), so the
+ratio of the two shows how much of a provider's latency the egress hides with the defaults.
 
 On PostgreSQL both end-to-end runs (ours and the baseline's) also record where the CPU went, in
 µs per operation (``bench.harness.CpuMeter``): the host process, the worker processes, and the
@@ -36,6 +41,7 @@ from dataclasses import dataclass
 
 from bench import procrastinate_baseline as queue
 from bench.app import HTTP, NOOP
+from bench.fast_partner import fast_partner
 from bench.harness import (
     SECRET,
     CpuMeter,
@@ -57,11 +63,13 @@ from bench.harness import (
 )
 from ledger.config import Settings
 
-TUNED_THREADS = 200
-"""Egress threads per worker in the main rows. A worker claims at most ``egress_threads`` minus
-in-flight operations per cycle while it loads ``batch_size`` (200) due operations, so with the
-default 8 threads it loads 200 aggregates to claim 8 (see the ``.defaults`` rows)."""
-SQLITE_MAX_THREADS = 256
+SQLITE_TWO_WORKER_SLOTS = 512
+"""Egress slots of the SQLite "2 workers" rows: one process (one owner), twice the default."""
+LATENCY_SECONDS = 0.1
+"""The slow fast partner's added latency: real providers answer in tens to hundreds of ms."""
+LATENCY_TARGET = 0.8
+"""The latency rows' target: a 100 ms provider drains at least this share of an instant one."""
+SUFFIXES = {"fake": "", "http": ".http", "fast": ".fast", "slow": ".fast-100ms"}
 PRODUCERS = 2
 TIMEOUT_SECONDS = 900.0
 PARTNER_PATH = "/bench"
@@ -74,20 +82,18 @@ class Config:
     kind: str  # "drain" or "e2e"
     backend: str
     workers: int
-    adapter: str = "fake"  # or "http"
-    threads: int = TUNED_THREADS
-    small: bool = False  # run with a smaller N (the slow default-settings rows)
+    # "fake": in-process, instant; "http": the reference partner (durable log); "fast" and
+    # "slow": bench.fast_partner answering at once or after LATENCY_SECONDS
+    adapter: str = "fake"
 
     @property
     def name(self) -> str:
-        suffix = {"fake": "", "http": ".http"}[self.adapter]
-        return f"{self.kind}{suffix}" + (".defaults" if self.threads == 8 else "")
+        return f"{self.kind}{SUFFIXES[self.adapter]}"
 
     @property
-    def egress_threads(self) -> int:
-        if self.backend == "sqlite" and self.workers == 2:
-            return max(self.threads, SQLITE_MAX_THREADS) if self.threads != 8 else 16
-        return self.threads
+    def egress_threads(self) -> int | None:
+        """Egress slots, or None for the default settings."""
+        return SQLITE_TWO_WORKER_SLOTS if self.backend == "sqlite" and self.workers == 2 else None
 
     @property
     def processes(self) -> int:
@@ -95,28 +101,33 @@ class Config:
 
 
 def configs(options: Options) -> list[Config]:
+    latency = [Config("drain", backend, workers, adapter=adapter)
+               for backend, workers in (("postgres", 2), ("sqlite", 1)) for adapter in ("fast", "slow")]
     if options.smoke:  # every kind once, the target rows only, to stay well under a minute
         return [Config(kind, backend, 2) for kind in ("drain", "e2e") for backend in ("postgres", "sqlite")] + [
-            Config("drain", "postgres", 2, adapter="http")]
+            Config("drain", "postgres", 2, adapter="http")] + latency[:2]
     found = [Config(kind, backend, w) for kind in ("drain", "e2e") for backend in ("postgres", "sqlite") for w in (1, 2)]
-    found += [Config("drain", "postgres", 2, threads=8, small=True), Config("drain", "sqlite", 1, threads=8, small=True)]
     found += [Config("drain", "postgres", 2, adapter="http"), Config("drain", "sqlite", 1, adapter="http"),
               Config("e2e", "postgres", 2, adapter="http")]
-    return found
+    return found + latency
 
 
 # ---------------------------------------------------------------------- opledger runs
 
 
-def _target(cfg: Config, partner_url: str | None) -> str | None:
-    return f"{partner_url}{PARTNER_PATH}" if cfg.adapter == "http" else None
+def _target(cfg: Config, partners: dict[str, str]) -> str | None:
+    return f"{partners[cfg.adapter]}{PARTNER_PATH}" if cfg.adapter in partners else None
 
 
-def drain(cfg: Config, n: int, options: Options, partner_url: str | None) -> tuple[float, dict]:
+def _integration(cfg: Config) -> str:
+    return NOOP if cfg.adapter == "fake" else HTTP
+
+
+def drain(cfg: Config, n: int, options: Options, partners: dict[str, str]) -> tuple[float, dict]:
     """One drain run; returns (seconds, extra facts)."""
-    integration = HTTP if cfg.adapter == "http" else NOOP
+    integration = _integration(cfg)
     with fresh_store(cfg.backend, options) as database:
-        seed_pending(database, n, integration=integration, target=_target(cfg, partner_url))
+        seed_pending(database, n, integration=integration, target=_target(cfg, partners))
         view = reader(database)
         workers = start_workers(cfg.processes, worker_env(database, threads=cfg.egress_threads), options,
                                 f"{cfg.name}-{cfg.backend}")
@@ -144,8 +155,8 @@ def _produce(app, n: int, producers: int, integration: str, target: str | None) 
     return time.perf_counter() - began
 
 
-def e2e_postgres(cfg: Config, n: int, options: Options, partner_url: str | None) -> tuple[float, dict]:
-    integration = HTTP if cfg.adapter == "http" else NOOP
+def e2e_postgres(cfg: Config, n: int, options: Options, partners: dict[str, str]) -> tuple[float, dict]:
+    integration = _integration(cfg)
     with fresh_store(cfg.backend, options) as database:
         view = reader(database)
         workers = start_workers(cfg.processes, worker_env(database, threads=cfg.egress_threads), options,
@@ -157,7 +168,7 @@ def e2e_postgres(cfg: Config, n: int, options: Options, partner_url: str | None)
             with writer(database) as app:
                 meter.start()
                 began = time.perf_counter()
-                produced = _produce(app, n, PRODUCERS, integration, _target(cfg, partner_url))
+                produced = _produce(app, n, PRODUCERS, integration, _target(cfg, partners))
                 done = wait_until(lambda: settled_count(view) >= n, timeout=TIMEOUT_SECONDS,
                                   what=f"{n} settled ({cfg})", workers=workers)
                 cpu = meter.stop(n)
@@ -167,11 +178,11 @@ def e2e_postgres(cfg: Config, n: int, options: Options, partner_url: str | None)
     return done - began, {"producer_seconds": round(produced, 3), "producers": PRODUCERS, "cpu_us_per_op": cpu}
 
 
-def e2e_sqlite(cfg: Config, n: int, options: Options, partner_url: str | None) -> tuple[float, dict]:
+def e2e_sqlite(cfg: Config, n: int, options: Options, partners: dict[str, str]) -> tuple[float, dict]:
     from adapters.runtime import run_worker
     from bench.app import BenchApp
 
-    integration = HTTP if cfg.adapter == "http" else NOOP
+    integration = _integration(cfg)
     with fresh_store(cfg.backend, options) as database:
         env = worker_env(database, threads=cfg.egress_threads)
         settings = Settings(database_url=env["OPLEDGER_DATABASE_URL"], app=env["OPLEDGER_APP"],
@@ -186,7 +197,7 @@ def e2e_sqlite(cfg: Config, n: int, options: Options, partner_url: str | None) -
         try:
             time.sleep(0.5)
             began = time.perf_counter()
-            produced = _produce(app, n, 1, integration, _target(cfg, partner_url))
+            produced = _produce(app, n, 1, integration, _target(cfg, partners))
             done = wait_until(lambda: settled_count(view) >= n, timeout=TIMEOUT_SECONDS,
                               what=f"{n} settled ({cfg})")
         finally:
@@ -275,7 +286,6 @@ TARGETS = {
 
 def run(options: Options, log=print) -> list[Result]:
     n = options.size(2000, 40)
-    small_n = min(n, options.size(400, 20))
     all_configs = configs(options)
     samples: dict[Config, list[float]] = {c: [] for c in all_configs}
     extras: dict[Config, dict] = {}
@@ -283,13 +293,15 @@ def run(options: Options, log=print) -> list[Result]:
     baseline: dict[tuple[str, int], list[float]] = {(k, w): [] for k in ("drain", "e2e") for w in (1, 2)}
     ceilings: dict[str, list[float]] = {"e2e.producers_only": [], "procrastinate.defer_only": []}
     with ExitStack() as stack:
-        partner_url = stack.enter_context(_partner(options))
+        partners = {"http": stack.enter_context(_partner(options)),
+                    "fast": stack.enter_context(fast_partner(0.0)),
+                    "slow": stack.enter_context(fast_partner(LATENCY_SECONDS))}
         for rep in range(options.repetitions):
             # Interleaved: every configuration and its baseline once per repetition.
             for cfg in all_configs:
-                size = small_n if cfg.small else n
+                size = n
                 runner = drain if cfg.kind == "drain" else (e2e_postgres if cfg.backend == "postgres" else e2e_sqlite)
-                seconds, extra = runner(cfg, size, options, partner_url)
+                seconds, extra = runner(cfg, size, options, partners)
                 samples[cfg].append(rate(size, seconds))
                 used = extra.pop("cpu_us_per_op", None)
                 if used:
@@ -297,7 +309,7 @@ def run(options: Options, log=print) -> list[Result]:
                 extras[cfg] = {**extra, "n": size}
                 log(f"  throughput rep {rep + 1}: {cfg.name:<16} {cfg.backend:<8} workers={cfg.workers} "
                     f"{rate(size, seconds):8.1f} ops/s{_cpu_text(used)}")
-                if cfg.backend == "postgres" and cfg.adapter == "fake" and not cfg.small:
+                if cfg.backend == "postgres" and cfg.adapter == "fake":
                     key = (cfg.kind, cfg.workers)
                     seconds, used = (queue_drain if cfg.kind == "drain" else queue_e2e)(cfg.workers, n, options)
                     baseline[key].append(rate(n, seconds))
@@ -305,7 +317,7 @@ def run(options: Options, log=print) -> list[Result]:
                         cpu.setdefault(key, []).append(used)
                     log(f"  throughput rep {rep + 1}: procrastinate.{cfg.kind:<6} postgres workers={cfg.workers} "
                         f"{rate(n, seconds):8.1f} jobs/s{_cpu_text(used)}")
-                if (cfg.kind, cfg.backend, cfg.workers, cfg.adapter, cfg.small) == ("e2e", "postgres", 2, "fake", False):
+                if (cfg.kind, cfg.backend, cfg.workers, cfg.adapter) == ("e2e", "postgres", 2, "fake"):
                     for name, seconds in (("e2e.producers_only", producers_only(n, options)),
                                           ("procrastinate.defer_only", queue_defer_only(n))):
                         ceilings[name].append(rate(n, seconds))
@@ -326,18 +338,31 @@ def run(options: Options, log=print) -> list[Result]:
                      "the ceiling of the end-to-end row"))
     for cfg in all_configs:
         stats = Stats.of(samples[cfg])
-        base = baseline.get((cfg.kind, cfg.workers)) if cfg.adapter == "fake" and not cfg.small else None
-        ratio = stats.median / Stats.of(base).median if base else None
+        ratio, baseline_name = None, None
+        if cfg.adapter == "fake" and cfg.backend == "postgres":  # the baseline runs on PostgreSQL only
+            base = baseline.get((cfg.kind, cfg.workers))
+            ratio = stats.median / Stats.of(base).median if base else None
+            baseline_name = f"procrastinate.{cfg.kind}" if ratio else None
+        elif cfg.adapter == "slow":  # the latency row: against the same drain with an instant partner
+            fast = samples.get(Config(cfg.kind, cfg.backend, cfg.workers, adapter="fast"))
+            ratio = stats.median / Stats.of(fast).median if fast else None
+            baseline_name = f"{cfg.kind}.fast" if ratio else None
         result = Result(name=cfg.name, backend=cfg.backend, workers=cfg.workers, stats=stats, unit="ops/s",
-                        ratio=ratio, baseline=f"procrastinate.{cfg.kind}" if ratio else None,
+                        ratio=ratio, baseline=baseline_name,
                         n=extras[cfg].pop("n"), extra={**extras[cfg], "processes": cfg.processes,
-                                                       "egress_threads": cfg.egress_threads,
+                                                       "egress_threads": cfg.egress_threads or "default",
                                                        **_cpu_extra(cpu.get(cfg))})
-        target = TARGETS.get((cfg.kind, cfg.backend, cfg.workers)) if cfg.adapter == "fake" and not cfg.small else None
+        target = TARGETS.get((cfg.kind, cfg.backend, cfg.workers)) if cfg.adapter == "fake" else None
         if target:
             text, floor, times = target
             result.target = text
             result.met = (floor is None or stats.median >= floor) and (times is None or (ratio or 0) >= times)
+        elif cfg.adapter == "slow":
+            result.target = f"≥ {LATENCY_TARGET}x the instant partner's drain, default settings"
+            result.met = (ratio or 0) >= LATENCY_TARGET
+            result.note = f"bench.fast_partner, {LATENCY_SECONDS * 1000:.0f} ms per answer, no log"
+        elif cfg.adapter == "fast":
+            result.note = "bench.fast_partner, instant, no log"
         if cfg.backend == "sqlite" and cfg.workers == 2:
             result.note = "one process (SQLite has one owner), more egress threads"
         results.append(result)

@@ -18,6 +18,7 @@ Source: DESIGN §7; docs/adr/0002-executor-services.md.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,7 +28,7 @@ from eventsourcing.domain import Aggregate
 
 from executors.commit import Change, Committer, Counts, describe
 from executors.deadlines import cancel_change, exceed_deadline_change
-from executors.egress import EgressService, InFlight
+from executors.egress import EgressService, InFlight, target_host
 from executors.outcomes import apply_decision
 from executors.recovery import decide_open_attempt
 from executors.secrets import MissingSecretError, SecretResolver, resolve_payload
@@ -50,6 +51,9 @@ DUE_READ_FACTOR = 4
 """Due rows read per cycle, as a multiple of the egress slots (see ``ClaimService.run_once``)."""
 DEFER_SECONDS = 30.0
 """How long a worker leaves an operation it cannot serve (missing secret, declaration, adapter)."""
+MAX_REMEMBERED_HOSTS = 100_000
+"""Operations whose target host was full when last seen, remembered so that they are not loaded
+again while it stays full; past this many the memory starts over (it is only a saving)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class ClaimService:
         self.rng = rng
         self.config = config
         self._deferred: dict[UUID, datetime] = {}
+        self._waiting_for_host: dict[UUID, str] = {}  # op -> its target host, full when last seen
 
     def run_once(self, now: datetime) -> Counts:
         """Read due rows, keep those worth loading now, reserve them against other workers of
@@ -115,7 +120,7 @@ class ClaimService:
         counts = Counts()
         # Read well past what this worker can claim and shuffle it: workers sharing a store then
         # take mostly different operations from the head of the list instead of colliding.
-        due = self.view.due(now, max(self.config.batch_size, DUE_READ_FACTOR * self.egress.config.threads))
+        due = self.view.due(now, max(self.config.batch_size, DUE_READ_FACTOR * self.egress.free_slots()))
         self.rng.shuffle(due)
         rows = self._actionable(due, now)
         # Held until after this cycle's commit: another worker of the store skips these rows.
@@ -126,12 +131,16 @@ class ClaimService:
     def _actionable(self, rows: Sequence[DueRow], now: datetime) -> list[DueRow]:
         """Due rows worth loading now: every settlement, deadline or cancellation, but no more
         that may need egress than there are free slots (the rest stay due for the next cycle),
-        and nothing this worker deferred until it is time to retry."""
+        none known to go to a host whose slots are taken, and nothing this worker deferred until
+        it is time to retry."""
         self._deferred = {i: t for i, t in self._deferred.items() if t > now}
         capacity = self.egress.free_slots()
         chosen = []
         for row in rows:
             if row.operation_id in self.egress.in_flight or row.operation_id in self._deferred:
+                continue
+            host = self._waiting_for_host.get(row.operation_id)
+            if host is not None and self.egress.free_slots(host) <= 0:
                 continue
             known = self.committer.known(row.operation_id)
             if known is not None and known.version > row.version:
@@ -168,6 +177,7 @@ class ClaimService:
         changes: list[tuple[Operation, Change]] = []
         settling: dict[UUID, Operation] = {}  # by entity: one settlement per entity per batch
         capacity = self.egress.free_slots()
+        by_host: Counter[str] = Counter()  # claims of this pass per target host
         for op in self._current(rows):
             try:
                 work = due_work(op, now)
@@ -180,7 +190,7 @@ class ClaimService:
                 changes.append((op, exceed_deadline_change(now)))
             elif isinstance(work, Cancel):
                 changes.append((op, cancel_change(now)))
-            elif isinstance(work, (Claim, Reclaim)) and capacity > 0:
+            elif isinstance(work, (Claim, Reclaim)) and capacity > 0 and self._host_slot(op, by_host):
                 changes.append((op, self._claim_change(now, plan)))
                 capacity -= 1
         if not changes and not settling:
@@ -196,6 +206,22 @@ class ClaimService:
             if call is not None:
                 call.op = op
                 self.egress.submit(call)
+
+    def _host_slot(self, op: Operation, by_host: Counter[str]) -> bool:
+        """Whether ``op``'s target host has a free egress slot this pass (taking it if so); an
+        operation refused here stays due and is remembered, so it is not loaded again while its
+        host stays full."""
+        host = target_host(op.target)
+        if host is None:
+            return True
+        if self.egress.free_slots(host) - by_host[host] <= 0:
+            if len(self._waiting_for_host) >= MAX_REMEMBERED_HOSTS:
+                self._waiting_for_host.clear()
+            self._waiting_for_host[op.id] = host
+            return False
+        by_host[host] += 1
+        self._waiting_for_host.pop(op.id, None)
+        return True
 
     def _defer(self, op_id: UUID, now: datetime, problem: str, exc: Exception) -> None:
         self.committer.report(op_id, problem, describe(exc))

@@ -6,6 +6,13 @@ ledger. Each call's result comes back as an outcome value (STYLE rule 5) through
 thread is started and :meth:`EgressService.run_once` makes the queued calls itself, in order:
 the deterministic simulator and the tests drive it so.
 
+Concurrency (ADR 0002, "Egress concurrency"): a pool of daemon threads sized by need, up to
+``slots`` calls at once. A thread is started only when a call is queued and no thread is idle,
+so an instant provider keeps a few threads and a 100 ms one as many as its calls in flight.
+At most ``per_host`` of the slots go to one target host (scheme, host and port of the target
+URL), so one slow partner cannot take them all; the due-work pass asks :meth:`free_slots` per
+host before it claims, so no claimed operation waits here for a slot.
+
 Source: DESIGN §7 ("record AttemptStarted before egress"); docs/adr/0002-executor-services.md.
 """
 
@@ -13,8 +20,10 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import urlsplit
 from uuid import UUID
 
 import structlog
@@ -30,8 +39,13 @@ log = structlog.get_logger("opledger.egress")
 
 OUTCOME_TYPES = (Succeeded, Accepted, Failed, Ambiguous)
 """What an adapter call may return (``ledger.egress.Adapter``; a lookup may also return None)."""
-DEFAULT_EGRESS_THREADS = 8
-"""Concurrent egress calls per worker."""
+DEFAULT_EGRESS_SLOTS = 256
+"""Concurrent egress calls per worker (threads are started as calls need them). By Little's law
+a worker sending 1,000 calls/s to a provider answering in 100 ms needs 100 in flight, plus the
+calls waiting to be recorded: 256 leaves room (docs/performance.md, the latency rows)."""
+DEFAULT_PER_HOST_SLOTS = 128
+"""Concurrent egress calls per worker to one target host: half the slots, so one slow partner
+leaves the other half to every other host."""
 
 
 @dataclass(frozen=True)
@@ -39,12 +53,28 @@ class EgressConfig:
     """Egress settings.
 
     Attributes:
-        threads: concurrent calls at most.
+        slots: concurrent calls at most (and threads at most).
+        per_host: concurrent calls at most to one target host (``target_host``); operations
+            without a target URL (in-process adapters) are bounded by ``slots`` only.
         inline: start no thread; ``run_once`` makes the queued calls, one after the other.
     """
 
-    threads: int = DEFAULT_EGRESS_THREADS
+    slots: int = DEFAULT_EGRESS_SLOTS
+    per_host: int = DEFAULT_PER_HOST_SLOTS
     inline: bool = False
+
+
+def target_host(target: str | None) -> str | None:
+    """The host a call to ``target`` goes to, for the per-host bound: ``scheme://host:port``
+    lowercased (RFC 3986 §6.2.2.1: scheme and host are case-insensitive), or None without a
+    target or when it does not parse."""
+    if not target:
+        return None
+    try:
+        parts = urlsplit(target)
+        return f"{parts.scheme.lower()}://{(parts.hostname or '').lower()}:{parts.port or ''}"
+    except ValueError:  # a malformed port: the adapter reports it; the host bound does not apply
+        return None
 
 
 @dataclass
@@ -69,6 +99,11 @@ class InFlight:
     adapter: Adapter
     lost: bool = False
 
+    @property
+    def host(self) -> str | None:
+        """The target host the per-host bound counts this call against."""
+        return target_host(self.request.target)
+
 
 @dataclass(frozen=True, slots=True)
 class Finished:
@@ -91,21 +126,48 @@ class EgressService:
         self.clock = clock
         self.config = config or EgressConfig()
         self.in_flight: dict[UUID, InFlight] = {}
+        self._per_host: Counter[str] = Counter()
         self._tasks: queue.Queue[InFlight | None] = queue.Queue()
         self._finished: queue.Queue[Finished] = queue.Queue()
-        self._threads = [threading.Thread(target=self._loop, name=f"egress-{i}", daemon=True)
-                         for i in range(0 if self.config.inline else self.config.threads)]
-        for thread in self._threads:
-            thread.start()
+        # Daemon threads, not concurrent.futures: a call that hangs must not hold the process
+        # past its stop grace (the executor's threads are joined at interpreter exit).
+        self._threads: list[threading.Thread] = []
+        self._idle = 0  # threads waiting for a call; guarded by _lock
+        self._waiting = 0  # calls queued and not yet taken by a thread; guarded by _lock
+        self._lock = threading.Lock()
 
-    def free_slots(self) -> int:
-        """How many more calls may start now."""
-        return self.config.threads - len(self.in_flight)
+    @property
+    def threads(self) -> int:
+        """Egress threads started so far (they grow by need up to ``slots``, and stay)."""
+        return len(self._threads)
+
+    def free_slots(self, host: str | None = None) -> int:
+        """How many more calls may start now: in all, or to ``host`` (``target_host``)."""
+        free = self.config.slots - len(self.in_flight)
+        if host is None:
+            return free
+        return min(free, self.config.per_host - self._per_host[host])
 
     def submit(self, flight: InFlight) -> None:
         """Queue ``flight``'s call; its result comes back through :meth:`take_finished`."""
         self.in_flight[flight.op.id] = flight
+        if (host := flight.host) is not None:
+            self._per_host[host] += 1
         self._tasks.put(flight)
+        if not self.config.inline:
+            self._grow()
+
+    def _grow(self) -> None:
+        # One more thread when more calls wait than threads are idle, up to ``slots``. Both
+        # counts change together under the lock (here and in ``_loop``), so a call taken from
+        # the queue but not yet counted cannot hide a missing thread.
+        with self._lock:
+            self._waiting += 1
+            if self._waiting > self._idle and len(self._threads) < self.config.slots:
+                thread = threading.Thread(target=self._loop, name=f"egress-{len(self._threads)}", daemon=True)
+                self._threads.append(thread)
+                self._idle += 1  # counted idle until it takes its first call
+                thread.start()
 
     def run_once(self, now: datetime) -> Counts:
         """Inline, make every queued call now, in order; otherwise nothing (the threads make
@@ -130,6 +192,10 @@ class EgressService:
             except queue.Empty:
                 return done
             flight = self.in_flight.pop(item.operation_id, None)
+            if flight is not None and (host := flight.host) is not None:
+                self._per_host[host] -= 1
+                if not self._per_host[host]:
+                    del self._per_host[host]
             if flight is None or flight.lost:
                 log.info("late outcome dropped: this worker no longer holds the operation",
                          operation_id=str(item.operation_id))
@@ -156,7 +222,12 @@ class EgressService:
 
     def _loop(self) -> None:
         while (flight := self._tasks.get()) is not None:
+            with self._lock:
+                self._idle -= 1
+                self._waiting -= 1
             self._finished.put(self._call(flight))
+            with self._lock:
+                self._idle += 1
 
     def _call(self, flight: InFlight) -> Finished:
         request, not_after = flight.request, flight.op.lease_expires_at

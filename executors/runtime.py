@@ -22,7 +22,7 @@ import structlog
 
 from executors.claim import DEFAULT_BATCH_SIZE, ClaimConfig, ClaimService
 from executors.commit import Committer, Counts
-from executors.egress import DEFAULT_EGRESS_THREADS, EgressConfig, EgressService
+from executors.egress import DEFAULT_EGRESS_SLOTS, DEFAULT_PER_HOST_SLOTS, EgressConfig, EgressService
 from executors.leases import LeaseConfig, LeaseService
 from executors.outcomes import OutcomeService
 from executors.secrets import EnvironmentSecrets, SecretResolver
@@ -51,7 +51,8 @@ class WorkerConfig:
         worker_id: unique per worker process (recorded on ``Claimed``).
         lease_seconds: lease length, seconds.
         batch_size: due rows read per cycle, at least.
-        egress_threads: concurrent egress calls.
+        egress_slots: concurrent egress calls at most (threads are started as calls need them).
+        egress_per_host: concurrent egress calls at most to one target host.
         poll_interval_seconds: idle wait between cycles, seconds.
         inline_egress: make calls inside ``run_once`` instead of on threads (simulator, tests).
     """
@@ -59,7 +60,8 @@ class WorkerConfig:
     worker_id: str
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     batch_size: int = DEFAULT_BATCH_SIZE
-    egress_threads: int = DEFAULT_EGRESS_THREADS
+    egress_slots: int = DEFAULT_EGRESS_SLOTS
+    egress_per_host: int = DEFAULT_PER_HOST_SLOTS
     poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS
     inline_egress: bool = False
 
@@ -92,8 +94,8 @@ class Worker:
         self.stopping = threading.Event()
         rng = rng or random.Random()
         self.committer = Committer(app, on_committed=on_committed)
-        self.egress = EgressService(clock=clock, config=EgressConfig(threads=config.egress_threads,
-                                                                     inline=config.inline_egress))
+        self.egress = EgressService(clock=clock, config=EgressConfig(
+            slots=config.egress_slots, per_host=config.egress_per_host, inline=config.inline_egress))
         self.settlement = SettlementService(committer=self.committer)
         self.outcomes = OutcomeService(committer=self.committer, egress=self.egress, settlement=self.settlement,
                                        rng=rng)

@@ -25,8 +25,12 @@ DEFAULT_DATABASE_URL = "sqlite:///.opledger/opledger.db"
 DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_POLL_INTERVAL_SECONDS = 0.2
 SQLITE_LOCK_TIMEOUT_SECONDS = 30
-MAX_WORKER_THREADS = 256
+MAX_WORKER_THREADS = 1024
 """Egress threads per worker process: past this, one process is better split into several."""
+DEFAULT_WORKER_THREADS = 256
+"""Concurrent egress calls per worker process (``executors.egress.DEFAULT_EGRESS_SLOTS``)."""
+DEFAULT_EGRESS_PER_HOST = 128
+"""Of those, at most this many to one target host (``executors.egress.DEFAULT_PER_HOST_SLOTS``)."""
 MAX_BATCH_SIZE = 10_000
 """Due rows read per cycle: past this, one cycle holds its reservations for too long."""
 POLL_FRACTION_OF_LEASE = 1 / 3
@@ -169,7 +173,11 @@ class Settings(BaseSettings):
         lease_seconds: executor lease length, seconds; finite, > 0 and <= ``MAX_LEASE_SECONDS``.
         poll_interval_seconds: how long an idle worker waits before looking for work, seconds;
             > 0, <= ``MAX_POLL_INTERVAL_SECONDS`` and at most a third of ``lease_seconds``.
-        worker_threads: concurrent egress threads per worker process, 1 to ``MAX_WORKER_THREADS``.
+        worker_threads: concurrent egress calls per worker process, 1 to ``MAX_WORKER_THREADS``;
+            the threads that make them are started as calls need them (ADR 0002).
+        egress_per_host: concurrent egress calls per worker process to one target host
+            (scheme, host, port), at least 1: one slow partner cannot take every slot (at or above
+            ``worker_threads`` it bounds nothing).
         batch_size: due rows a worker reads per cycle, 1 to ``MAX_BATCH_SIZE`` (the worker reads
             at least four times ``worker_threads``).
         grace_seconds: on SIGTERM, how long in-flight attempts may take to record, seconds;
@@ -192,7 +200,8 @@ class Settings(BaseSettings):
     app: str = "adapters.demo.orders:OrdersApp"
     lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, gt=0, le=MAX_LEASE_SECONDS)
     poll_interval_seconds: float = Field(default=DEFAULT_POLL_INTERVAL_SECONDS, gt=0, le=MAX_POLL_INTERVAL_SECONDS)
-    worker_threads: int = Field(default=8, ge=1, le=MAX_WORKER_THREADS)
+    worker_threads: int = Field(default=DEFAULT_WORKER_THREADS, ge=1, le=MAX_WORKER_THREADS)
+    egress_per_host: int = Field(default=DEFAULT_EGRESS_PER_HOST, ge=1, le=MAX_WORKER_THREADS)
     batch_size: int = Field(default=200, ge=1, le=MAX_BATCH_SIZE)
     grace_seconds: float = Field(default=10.0, ge=0, le=MAX_GRACE_SECONDS)
     max_clock_skew_seconds: float = Field(default=DEFAULT_MAX_SKEW_SECONDS, gt=0, allow_inf_nan=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import math
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ from ledger.outcomes import Ambiguous, Failed, FailureCategory, Outcome
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
 DEFAULT_LOOKUP_PATH = "/idempotency/{key}"
 DEFAULT_USER_AGENT = "opledger-webhook/0.1"
+CONNECTIONS_PER_THREAD = 4
+"""Connections each egress thread's own client keeps alive (one call at a time per thread; a
+few hosts' connections reused)."""
 SECRET_PREFIX = "whsec_"
 MIN_SECRET_BYTES = 24  # Standard Webhooks, "Signature scheme": secrets of 24 to 64 random bytes
 REDIRECT_SAFE_MODES = frozenset(rules.mode for rules in RULES.values() if rules.follows_redirects)
@@ -134,8 +138,14 @@ class WebhookAdapter:
                 f"to 64 random bytes (the Standard Webhooks format); {problem}") from None
         self._clock = clock
         self._config = config
-        self._owns_client = client is None
-        self._client = client if client is not None else httpx.Client()
+        self._given = client
+        # Without a given client, each egress thread gets its own: httpx's connection pool
+        # scans every connection on each request under one lock, so one client shared by
+        # hundreds of threads spent milliseconds of CPU per call (httpx issue #3215) and
+        # drained a 100 ms provider at a tenth of its rate (docs/performance.md).
+        self._local = threading.local()
+        self._owned: list[httpx.Client] = []
+        self._owned_lock = threading.Lock()
 
     def send(self, request: EgressRequest) -> Outcome:
         """POST ``request.payload`` as signed JSON to ``request.target`` and classify the result.
@@ -189,10 +199,26 @@ class WebhookAdapter:
                                   secrets=secrets)
         return classify_lookup(exchange)
 
+    @property
+    def _client(self) -> httpx.Client:
+        """The given client, or this thread's own (created on its first call)."""
+        if self._given is not None:
+            return self._given
+        client: httpx.Client | None = getattr(self._local, "client", None)
+        if client is None:
+            client = httpx.Client(limits=httpx.Limits(max_connections=CONNECTIONS_PER_THREAD,
+                                                      max_keepalive_connections=CONNECTIONS_PER_THREAD))
+            with self._owned_lock:
+                self._owned.append(client)
+            self._local.client = client
+        return client
+
     def close(self) -> None:
-        """Close the HTTP client if this adapter created it."""
-        if self._owns_client:
-            self._client.close()
+        """Close the HTTP clients this adapter created (a given client is the caller's)."""
+        with self._owned_lock:
+            owned, self._owned = self._owned, []
+        for client in owned:
+            client.close()
 
     def __enter__(self) -> WebhookAdapter:
         return self
@@ -220,8 +246,9 @@ class WebhookAdapter:
     def _exchange(self, method: str, url: str | httpx.URL, *, content: bytes | None,
                   headers: Mapping[str, str], timeout_seconds: float, follow_redirects: bool,
                   secrets: tuple[str, ...]) -> HttpExchange:
+        client = self._client
         try:
-            outgoing = self._client.build_request(method, url, content=content, headers=headers,
+            outgoing = client.build_request(method, url, content=content, headers=headers,
                                                   timeout=timeout_seconds)
         except (httpx.InvalidURL, ValueError, TypeError) as exc:
             return HttpExchange(failure=TransportFailure.INVALID_REQUEST, sent=False,
@@ -229,7 +256,7 @@ class WebhookAdapter:
         sent, hops = False, 0
         while True:
             try:
-                response = self._client.send(outgoing, stream=True, follow_redirects=False)
+                response = client.send(outgoing, stream=True, follow_redirects=False)
             except httpx.TransportError as exc:
                 failure = failure_of(exc)
                 after_send = failure in (TransportFailure.TIMEOUT, TransportFailure.RESET)

@@ -53,7 +53,7 @@ def _run(app: FakeApp, database: Database, clock: FakeClock, script: Callable[[E
     view = open_view(database)
     projection = StatusProjection(app=app, view=view)
     worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter(script=script)}, clock=clock,
-                    config=WorkerConfig(worker_id="iso", egress_threads=8, inline_egress=True),
+                    config=WorkerConfig(worker_id="iso", egress_slots=8, inline_egress=True),
                     rng=random.Random(7), projection=projection, on_committed=projection.offer)
     try:
         for _ in range(cycles):

@@ -41,7 +41,7 @@ def worker(modes_app: ModesApp, modes_db: Database) -> Iterator[Worker]:
     view = open_view(modes_db)
     adapter = WebhookAdapter(secret=SECRET, clock=clock)
     running = Worker(app=modes_app, view=view, adapters={"webhook": adapter}, clock=clock,
-                     config=WorkerConfig(worker_id="test-worker", lease_seconds=10, egress_threads=4),
+                     config=WorkerConfig(worker_id="test-worker", lease_seconds=10, egress_slots=4),
                      projection=StatusProjection(app=modes_app, view=view),
                      secrets=EnvironmentSecrets({"test-token": "tok_secret_value_123"}))
     yield running
