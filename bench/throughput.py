@@ -185,9 +185,9 @@ def e2e_sqlite(cfg: Config, n: int, options: Options, partners: dict[str, str]) 
     integration = _integration(cfg)
     with fresh_store(cfg.backend, options) as database:
         env = worker_env(database, threads=cfg.egress_threads)
+        slots = {"worker_threads": cfg.egress_threads} if cfg.egress_threads else {}  # else the default
         settings = Settings(database_url=env["OPLEDGER_DATABASE_URL"], app=env["OPLEDGER_APP"],
-                            worker_threads=cfg.egress_threads, poll_interval_seconds=0.05,
-                            webhook_secret=SECRET)
+                            poll_interval_seconds=0.05, webhook_secret=SECRET, **slots)
         stop = threading.Event()
         # The worker owns the store (it takes the lock); the host commits from the same process.
         thread = threading.Thread(target=run_worker, args=(settings,), kwargs={"stop": stop}, daemon=True)
