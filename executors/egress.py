@@ -150,12 +150,21 @@ class EgressService:
 
     def submit(self, flight: InFlight) -> None:
         """Queue ``flight``'s call; its result comes back through :meth:`take_finished`."""
-        self.in_flight[flight.op.id] = flight
-        if (host := flight.host) is not None:
-            self._per_host[host] += 1
+        self.track(flight)
         self._tasks.put(flight)
         if not self.config.inline:
             self._grow()
+
+    def track(self, flight: InFlight) -> None:
+        """Count ``flight`` as in flight (against its host too) until its result is taken; for
+        an egress that queues calls its own way (the simulator's), then calls :meth:`call`."""
+        self.in_flight[flight.op.id] = flight
+        if (host := flight.host) is not None:
+            self._per_host[host] += 1
+
+    def finish(self, finished: Finished) -> None:
+        """Hand back a call's result (for an egress that makes calls its own way)."""
+        self._finished.put(finished)
 
     def _grow(self) -> None:
         # One more thread when more calls wait than threads are idle, up to ``slots``. Both
@@ -179,7 +188,7 @@ class EgressService:
                 except queue.Empty:
                     break
                 if flight is not None:
-                    self._finished.put(self._call(flight))
+                    self._finished.put(self.call(flight))
         return Counts()
 
     def take_finished(self) -> list[tuple[InFlight, Finished]]:
@@ -225,15 +234,22 @@ class EgressService:
             with self._lock:
                 self._idle -= 1
                 self._waiting -= 1
-            self._finished.put(self._call(flight))
+            self._finished.put(self.call(flight))
             with self._lock:
                 self._idle += 1
 
-    def _call(self, flight: InFlight) -> Finished:
+    def call(self, flight: InFlight) -> Finished:
+        """Make ``flight``'s call now, in this thread; never raises (an adapter's error is an
+        ``Ambiguous(adapter_error)`` outcome)."""
         request, not_after = flight.request, flight.op.lease_expires_at
         if not_after is not None and self.clock.now() >= not_after:
             # This process stalled between recording the attempt and sending it: another
             # worker may own the operation now, so nothing may leave (DESIGN §7).
+            if flight.kind == "lookup":
+                # Not asking says nothing about the attempt, which may have applied: record
+                # nothing; whoever reclaims the operation asks again (found by the simulator).
+                flight.lost = True
+                return Finished(request.operation_id, None)
             return Finished(request.operation_id, Failed(
                 FailureCategory.CONNECT, retryable=True, egress=False,
                 detail="lease expired before egress; nothing was sent"))

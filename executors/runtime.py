@@ -81,12 +81,15 @@ class Worker:
             cycle first applies new log entries to it.
         on_committed: called with the operations of each successful commit (their committed
             state); the runtime hands them to this process's status projection (``offer``).
+        egress: the egress service to use instead of one built from ``config`` (the simulator
+            passes one whose calls take simulated time).
     """
 
     def __init__(self, *, app: LedgerApplication, view: StatusView, adapters: Mapping[str, Adapter],
                  clock: Clock, config: WorkerConfig, secrets: SecretResolver | None = None,
                  rng: random.Random | None = None, projection: StatusProjection | None = None,
-                 on_committed: Callable[[Iterable[Operation]], None] | None = None) -> None:
+                 on_committed: Callable[[Iterable[Operation]], None] | None = None,
+                 egress: EgressService | None = None) -> None:
         self.app = app
         self.clock = clock
         self.config = config
@@ -94,7 +97,7 @@ class Worker:
         self.stopping = threading.Event()
         rng = rng or random.Random()
         self.committer = Committer(app, on_committed=on_committed)
-        self.egress = EgressService(clock=clock, config=EgressConfig(
+        self.egress = egress or EgressService(clock=clock, config=EgressConfig(
             slots=config.egress_slots, per_host=config.egress_per_host, inline=config.inline_egress))
         self.settlement = SettlementService(committer=self.committer)
         self.outcomes = OutcomeService(committer=self.committer, egress=self.egress, settlement=self.settlement,

@@ -282,14 +282,20 @@ def after_lookup(*, found: Outcome | None, policy: RetryPolicy, attempts: int, n
 
     Args:
         found: the provider's answer: ``None`` means it never received the operation, so
-            another attempt is safe; anything else is recorded as found (an ``Ambiguous`` when
-            the lookup itself failed).
+            another attempt is safe; a ``Failed`` means the lookup could not be made and is
+            recorded as ``Ambiguous(lookup_failed)``; anything else is recorded as found (an
+            ``Ambiguous`` when the lookup itself failed).
         policy, attempts, now, rng: as :func:`decide`.
     """
     if found is None:
         not_received = Failed(FailureCategory.TIMEOUT, retryable=True, detail="provider did not receive it")
         return _retry_or_give_up(policy, attempts, now, rng, not_received, not_received.detail,
                                  possibly_applied=False, hint=None)
+    if isinstance(found, Failed):
+        # A lookup that could not be made (refused, not sent) says nothing about the attempt,
+        # which may have applied: ambiguous, never a terminal failure.
+        return Record(Ambiguous(reason="lookup_failed", category=found.category, status_code=found.status_code,
+                                detail=found.detail))
     return Record(found)
 
 

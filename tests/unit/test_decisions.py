@@ -208,6 +208,9 @@ def test_after_a_lookup_a_lost_response_is_recorded_not_looked_up_again() -> Non
     (None, 3, GiveUp(last_attempt_possibly_applied=False)),
     (OK, 1, Record(OK)),
     (LOST, 1, Record(LOST)),  # the lookup itself failed: stay honest, ambiguous
+    # A lookup that could not be made says nothing about the attempt (found by the simulator).
+    (Failed(FailureCategory.CONNECT, retryable=True, egress=False, detail="refused"), 1,
+     Record(Ambiguous(reason="lookup_failed", category=FailureCategory.CONNECT, detail="refused"))),
 ])
 def test_after_lookup_table(found, attempts: int, expected) -> None:
     assert after_lookup(found=found, policy=POLICY, attempts=attempts, now=T0, rng=RNG) == expected

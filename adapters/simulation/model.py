@@ -1,0 +1,117 @@
+"""The simulated host: one entity type, one integration per delivery mode, settlement faults.
+
+The entity's settlement action appends the result it is given; the simulation can make it
+raise a number of times first (``SettlementFaults``), as a host's buggy or briefly failing
+settlement method would. Entity ids derive from the run's seed and the entity's number, so a
+seed names the same operations every time.
+
+Source: issue 11 (the simulator); DESIGN §6 (settlement).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, ClassVar
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate, event
+
+from ledger.application import LedgerApplication
+from ledger.declarations import DeliveryMode, Integration
+from ledger.settlement import SettlementOutcome
+
+ADAPTER = "sim"
+"""The adapter name the simulated integrations declare."""
+TARGET = "https://provider.sim/effects"
+MAX_ATTEMPTS = 3
+LEASE_SECONDS = 10.0
+"""The simulated workers' lease, seconds of simulated time."""
+NAMESPACE = UUID("5f0c8a9e-3b0d-4c8e-9a57-0d6f2b1c7e11")
+MODES = tuple(DeliveryMode)
+
+
+def integration_name(mode: DeliveryMode) -> str:
+    """The simulated integration of ``mode``."""
+    return f"sim.{mode.value}"
+
+
+def _declaration(mode: DeliveryMode) -> Integration:
+    return Integration.parse({
+        "name": integration_name(mode),
+        "version": 1,
+        "adapter": ADAPTER,
+        "delivery_mode": mode.value,
+        "request_timeout_seconds": 2.0,
+        "retry": {"max_attempts": MAX_ATTEMPTS, "base_backoff_seconds": 0.5, "max_backoff_seconds": 4.0,
+                  "jitter": 0.2},
+        "deadlines": {"pending": 600, "claimed": 60, "dispatching": 60, "accepted": 120},
+        "settlement": {"entity_type": f"{__name__}:Account", "method": "on_result", "max_attempts": 3,
+                       "backoff_seconds": 1.0},
+        "payload": {"n": "public"},
+    })
+
+
+class SettlementFaults:
+    """How many more times each entity's settlement action raises (set by the simulation).
+
+    Class-level, because the entity's method has no other way to reach the run; a run resets it
+    (:meth:`reset`) before it starts, and runs in one process are sequential.
+    """
+
+    remaining: ClassVar[dict[UUID, int]] = {}
+
+    @classmethod
+    def reset(cls) -> None:
+        """Forget every fault (a new run starts)."""
+        cls.remaining = {}
+
+
+class SettlementFaultError(RuntimeError):
+    """A simulated failure of the host's settlement method (retried by the settlement service)."""
+
+
+class Account(Aggregate):
+    """The source entity; its settlement action records each result it is handed."""
+
+    @staticmethod
+    def create_id(name: str) -> UUID:
+        return uuid.uuid5(NAMESPACE, name)
+
+    @event("Opened")
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.results: list[str] = []
+
+    def on_result(self, outcome: SettlementOutcome) -> None:
+        """Settlement action: record ``outcome.result``, unless a simulated fault raises first.
+
+        Raises:
+            SettlementFaultError: while ``SettlementFaults`` holds faults for this entity.
+        """
+        left = SettlementFaults.remaining.get(self.id, 0)
+        if left > 0:
+            SettlementFaults.remaining[self.id] = left - 1
+            raise SettlementFaultError(f"simulated settlement failure ({left} left)")
+        self._settled(outcome.result)
+
+    @event("Settled")
+    def _settled(self, result: str) -> None:
+        self.results.append(result)
+
+
+class SimApp(LedgerApplication):
+    """The simulated host application (in memory: the library's POPO recorder)."""
+
+    name = "sim"
+    integrations: ClassVar[list[Integration]] = [_declaration(mode) for mode in MODES]
+
+    def open_account(self, seed: int, number: int, mode: DeliveryMode) -> tuple[Account, UUID]:
+        """Create account ``number`` of run ``seed`` and intend one operation of ``mode`` for it,
+        co-committed. Returns the account and the operation id."""
+        account = Account(name=f"{seed}-{number}")
+        op = self.intend(account, integration_name(mode), target=TARGET, payload={"n": number})
+        self.save(account, op)
+        return account, op.id
+
+
+POPO: dict[str, Any] = {"PERSISTENCE_MODULE": "eventsourcing.popo"}

@@ -1,0 +1,219 @@
+"""The oracle: checks every recorded event against the lifecycle's invariants and against the
+simulated provider's ground truth, as the run goes, and grades each outcome's honesty at the end.
+
+It reads the ledger's notification log after every step (only what is new), so a violation is
+reported at the first step that commits it. The checks, each named by the invariant it holds
+(ADR 0001's table, plus issue 11's):
+
+- ``terminal_is_forever`` (1): nothing claims or starts an attempt after a terminal outcome.
+- ``attempt_budget`` (2): attempts started never exceed the declared ``max_attempts``.
+- ``ambiguous_not_retried`` (3): an attempt that may have applied is never followed by another,
+  in a mode that forbids it, without an operator's ``Resolved``; and a provider of such a mode
+  never applies an effect twice.
+- ``settled_once`` (4): ``Settled`` at most once, and the entity holds exactly one result, the
+  recorded one.
+- ``epoch_fencing`` (5): claims raise the epoch by one; lease holders write under the current
+  epoch.
+- ``outcome_matches_truth``: ``Succeeded`` only if the provider applied the effect; ``Failed``
+  (or an unambiguous end of budget or deadline) only if it did not.
+- ``everything_ends`` (6): at the end, every operation is settled or on the attention queue.
+
+Source: docs/adr/0001-operation-lifecycle.md ("Invariants"); issue 11 ("The oracle").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from adapters.simulation.model import Account, SimApp
+from adapters.simulation.provider import SimProvider
+from ledger.declarations import DeliveryMode
+from ledger.modes import rules_for
+from ledger.operation import Operation
+
+LEASE_HOLDER_EVENTS = (Operation.LeaseRenewed, Operation.AttemptStarted, Operation.Succeeded, Operation.Failed,
+                       Operation.Ambiguous, Operation.RetryScheduled, Operation.BudgetExhausted,
+                       Operation.Accepted)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """An invariant a run broke: which, for which operation, and what was seen."""
+
+    invariant: str
+    operation_id: UUID | None
+    detail: str
+
+    def __str__(self) -> str:
+        op = f" operation {self.operation_id}" if self.operation_id else ""
+        return f"{self.invariant}:{op}: {self.detail}"
+
+
+@dataclass
+class _Seen:
+    """What the oracle knows of one operation from its events."""
+
+    mode: DeliveryMode
+    max_attempts: int
+    entity_id: UUID
+    epoch: int = 0
+    attempts: int = 0
+    terminal: str | None = None
+    possibly_applied_open: bool = False  # an attempt may have applied; no Resolved since
+    settled: int = 0
+    events: list[str] = field(default_factory=list)
+
+
+class Oracle:
+    """Checks a simulation run as it goes.
+
+    Args:
+        app: the run's host application (its notification log is read).
+        provider: the run's provider (the ground truth).
+    """
+
+    def __init__(self, app: SimApp, provider: SimProvider) -> None:
+        self.app = app
+        self.provider = provider
+        self.ops: dict[UUID, _Seen] = {}
+        self._position = 0
+
+    def check(self) -> Violation | None:
+        """Read the events committed since the last check; return the first violation, if any."""
+        while True:
+            notifications = self.app.recorder.select_notifications(start=self._position + 1, limit=500)
+            if not notifications:
+                break
+            for notification in notifications:
+                self._position = notification.id
+                if not notification.topic.startswith("ledger."):
+                    continue
+                event = self.app.mapper.to_domain_event(notification)
+                violation = self._event(event)
+                if violation is not None:
+                    return violation
+        return self._provider_truth()
+
+    def _event(self, event: Any) -> Violation | None:
+        if isinstance(event, Operation.Intended):
+            self.ops[event.originator_id] = _Seen(DeliveryMode(event.delivery_mode), event.max_attempts,
+                                                  event.source_entity_id)
+            return None
+        seen = self.ops[event.originator_id]
+        seen.events.append(type(event).__name__)
+        op_id = event.originator_id
+        if isinstance(event, Operation.Claimed):
+            if seen.terminal is not None:
+                return Violation("terminal_is_forever", op_id, f"claimed after {seen.terminal}")
+            if event.epoch != seen.epoch + 1:
+                return Violation("epoch_fencing", op_id, f"claimed at epoch {event.epoch} after {seen.epoch}")
+            seen.epoch = event.epoch
+        elif isinstance(event, LEASE_HOLDER_EVENTS) and event.epoch != seen.epoch:
+            return Violation("epoch_fencing", op_id, f"{type(event).__name__} under epoch {event.epoch}, "
+                             f"current {seen.epoch}")
+        if isinstance(event, Operation.AttemptStarted):
+            return self._attempt(seen, op_id)
+        return self._outcome(event, seen, op_id)
+
+    def _attempt(self, seen: _Seen, op_id: UUID) -> Violation | None:
+        if seen.terminal is not None:
+            return Violation("terminal_is_forever", op_id, f"attempt started after {seen.terminal}")
+        seen.attempts += 1
+        if seen.attempts > seen.max_attempts:
+            return Violation("attempt_budget", op_id, f"attempt {seen.attempts} of {seen.max_attempts}")
+        if seen.possibly_applied_open and not rules_for(seen.mode).retries_possibly_applied:
+            return Violation("ambiguous_not_retried", op_id,
+                             f"{seen.mode.value}: another attempt after one that may have applied, "
+                             "without Resolved")
+        return None
+
+    def _outcome(self, event: Any, seen: _Seen, op_id: UUID) -> Violation | None:
+        # A read_only call has no effect, so whether it "applied" says nothing about the outcome.
+        truth = seen.mode is not DeliveryMode.READ_ONLY
+        applied = self.provider.applied[op_id] > 0
+        if isinstance(event, Operation.Succeeded):
+            seen.terminal = "succeeded"
+            if truth and not applied:
+                return Violation("outcome_matches_truth", op_id, "Succeeded, but the provider never applied it")
+        elif isinstance(event, Operation.Failed):
+            seen.terminal = "failed"
+            if truth and applied:
+                return Violation("outcome_matches_truth", op_id, "Failed, but the provider applied it")
+        elif isinstance(event, Operation.Ambiguous):
+            seen.possibly_applied_open = True
+        elif isinstance(event, Operation.RetryScheduled):
+            seen.possibly_applied_open = seen.possibly_applied_open or event.possibly_applied
+        elif isinstance(event, (Operation.BudgetExhausted, Operation.DeadlineExceeded)):
+            if event.ambiguous:  # waits for an operator, who may still retry
+                seen.possibly_applied_open = True
+            else:
+                seen.terminal = seen.terminal or type(event).__name__
+            if truth and not event.ambiguous and applied:
+                return Violation("outcome_matches_truth", op_id,
+                                 f"{type(event).__name__} says nothing applied, but the provider applied it")
+        elif isinstance(event, Operation.Cancelled):
+            seen.terminal = "cancelled"
+        elif isinstance(event, Operation.Resolved):
+            seen.possibly_applied_open = False
+        elif isinstance(event, Operation.Settled):
+            return self._settled(seen, op_id)
+        return None
+
+    def _settled(self, seen: _Seen, op_id: UUID) -> Violation | None:
+        seen.settled += 1
+        if seen.settled > 1:
+            return Violation("settled_once", op_id, f"Settled recorded {seen.settled} times")
+        account: Account = self.app.repository.get(seen.entity_id)
+        op: Operation = self.app.repository.get(op_id)
+        if account.results != [op.execution.value]:
+            return Violation("settled_once", op_id,
+                             f"the entity holds {account.results}, the operation ended {op.execution.value}")
+        return None
+
+    def _provider_truth(self) -> Violation | None:
+        for op_id, times in self.provider.applied.items():
+            seen = self.ops.get(op_id)
+            if seen is not None and times > 1 and not rules_for(seen.mode).retries_possibly_applied:
+                return Violation("ambiguous_not_retried", op_id,
+                                 f"{seen.mode.value}: the provider applied the effect {times} times")
+        return None
+
+    def final(self) -> Violation | None:
+        """After the run's drain: every operation settled or on the attention queue."""
+        for op_id in self.ops:
+            op: Operation = self.app.repository.get(op_id)
+            if op.status.value != "settled" and op.attention is None:
+                return Violation("everything_ends", op_id,
+                                 f"left {op.status.value} ({op.execution.value}/{op.settlement.value}) "
+                                 "and not on the attention queue")
+        return None
+
+    def honesty(self) -> dict[str, Counter[str]]:
+        """Per delivery mode, how each operation ended against the truth:
+
+        - ``strong``: ``succeeded`` and applied, or ``failed`` and not applied;
+        - ``weak_applied`` / ``weak_not_applied``: ambiguous, while the provider knows (honest,
+          but an operator has to look); ``weak_lookup``: of those, in a mode whose provider
+          could have been asked;
+        - ``cancelled`` and ``other``.
+        """
+        table: dict[str, Counter[str]] = {}
+        for op_id, seen in self.ops.items():
+            op: Operation = self.app.repository.get(op_id)
+            applied = self.provider.applied[op_id] > 0
+            row = table.setdefault(seen.mode.value, Counter())
+            execution = op.execution.value
+            if execution in ("succeeded", "failed"):
+                row["strong"] += 1
+            elif execution == "ambiguous":
+                row["weak_applied" if applied else "weak_not_applied"] += 1
+                if rules_for(seen.mode).after_lost_response.value == "look_up":
+                    row["weak_lookup"] += 1
+            elif execution == "cancelled":
+                row["cancelled"] += 1
+            else:
+                row["other"] += 1
+        return table

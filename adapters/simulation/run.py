@@ -1,0 +1,331 @@
+"""One simulation run: the real aggregate and executor services, several workers, a simulated
+provider and clock, and faults, all decided by one seeded random source; the oracle checks each
+step.
+
+A run has two phases:
+
+1. **Faults** (``steps`` steps). Each step, the seed picks an actor: the host (a new account
+   and its intent, co-committed), the status projection, a worker (the next service of its
+   cycle: egress, outcomes, settlement, leases, the due-work pass), or the clock (a short
+   advance, sometimes past the lease). Before a worker's step it may crash (its calls in flight
+   are lost; a new worker starts a little later) or pause past its lease and then carry on (a
+   zombie). Providers draw their faults per call; settlement methods raise on purpose.
+2. **Drain.** No new faults; workers, projection and clock run until every operation is
+   settled or on the attention queue, jumping the clock to the next thing due when nothing
+   moves (deadlines included), so "everything ends" is checked, not assumed.
+
+Nothing reads the wall clock, the OS random source or thread timing: the same seed (and the
+same disabled faults) gives the same trace, byte for byte.
+
+Source: issue 11; docs/simulation.md.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+from adapters.simulation.egress import SimulatedEgress
+from adapters.simulation.faults import (
+    CRASH_CHANCE,
+    PAUSE_CHANCE,
+    SETTLEMENT_FAULT_CHANCE,
+    Fault,
+    FaultPlan,
+)
+from adapters.simulation.model import ADAPTER, LEASE_SECONDS, MODES, POPO, SettlementFaults, SimApp
+from adapters.simulation.oracle import Oracle, Violation
+from adapters.simulation.provider import SimProvider
+from executors.commit import Counts
+from executors.runtime import Worker, WorkerConfig
+from ledger.clock import FakeClock
+from ledger.decisions import due_at
+from ledger.operation import Operation
+from projections.memory_view import MemoryStatusStore
+from projections.status import StatusProjection
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+STAGES = ("egress", "outcomes", "settlement", "leases", "claims")
+"""A worker's cycle, in ``executors.runtime.Worker.run_once``'s order."""
+EGRESS_SLOTS = 8
+DRAIN_LIMIT_SECONDS = 3600.0
+"""Simulated time the drain may take at most (longer than every declared deadline)."""
+DRAIN_ROUNDS = 2000
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """What a run does.
+
+    Attributes:
+        operations: intents the host commits during the fault phase.
+        steps: steps of the fault phase.
+        workers: worker processes at once.
+        disabled: numbers of faults not to inject (``FaultPlan``; shrinking sets it).
+    """
+
+    operations: int = 20
+    steps: int = 400
+    workers: int = 2
+    disabled: frozenset[int] = frozenset()
+
+
+@dataclass
+class RunResult:
+    """What a run did: its trace, the faults it injected, the first violation (if any) and the
+    honesty of its outcomes."""
+
+    seed: int
+    config: SimConfig
+    violation: Violation | None
+    trace: list[str]
+    injected: list[tuple[int, Fault]]
+    honesty: dict[str, Counter[str]]
+    operations: int
+    simulated_seconds: float
+
+    @property
+    def faults(self) -> Counter[str]:
+        """Faults injected, by kind."""
+        return Counter(kind.value for _, kind in self.injected)
+
+
+@dataclass
+class _SimWorker:
+    worker: Worker
+    name: str
+    stage: int = 0
+    paused_until: datetime | None = None
+
+
+@dataclass
+class _World:
+    seed: int
+    config: SimConfig
+    rng: random.Random
+    faults: FaultPlan
+    clock: FakeClock
+    app: SimApp
+    provider: SimProvider
+    store: MemoryStatusStore
+    projection: StatusProjection
+    oracle: Oracle
+    workers: list[_SimWorker | None] = field(default_factory=list)
+    restarts: dict[int, datetime] = field(default_factory=dict)
+    generations: Counter[int] = field(default_factory=Counter)
+    created: int = 0
+    trace: list[str] = field(default_factory=list)
+    quiet: bool = False  # the drain: no new faults
+
+    def log(self, step: int | str, actor: str, text: str) -> None:
+        elapsed = (self.clock.now() - T0).total_seconds()
+        self.trace.append(f"{step:>5} t={elapsed:9.3f} {actor:<10} {text}")
+
+
+def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
+    """Run one seed; stop at the first violation.
+
+    Args:
+        seed: the run's seed (everything it decides comes from ``random.Random(seed)``).
+        config: :class:`SimConfig`.
+
+    Returns:
+        :class:`RunResult`.
+    """
+    config = config or SimConfig()
+    world = _build(seed, config)
+    try:
+        violation = _fault_phase(world) or _drain(world) or world.oracle.final()
+        if violation is not None:
+            world.log("!", "oracle", str(violation))
+        return RunResult(seed=seed, config=config, violation=violation, trace=world.trace,
+                         injected=list(world.faults.injected), honesty=world.oracle.honesty(),
+                         operations=world.created,
+                         simulated_seconds=(world.clock.now() - T0).total_seconds())
+    finally:
+        for slot in world.workers:
+            if slot is not None:
+                slot.worker.close()
+        world.app.close()
+
+
+def _build(seed: int, config: SimConfig) -> _World:
+    rng = random.Random(seed)
+    faults = FaultPlan(rng=rng, disabled=config.disabled)
+    clock = FakeClock(T0)
+    SettlementFaults.reset()
+    app = SimApp(env=POPO, clock=clock)
+    provider = SimProvider(faults=faults, clock=clock)
+    store = MemoryStatusStore(clock=clock)
+    projection = StatusProjection(app=app, view=store.open_view())
+    world = _World(seed=seed, config=config, rng=rng, faults=faults, clock=clock, app=app, provider=provider,
+                   store=store, projection=projection, oracle=Oracle(app, provider))
+    world.workers = [_start_worker(world, i) for i in range(config.workers)]
+    return world
+
+
+def _start_worker(world: _World, index: int) -> _SimWorker:
+    world.generations[index] += 1
+    name = f"w{index}.{world.generations[index]}"
+    egress = SimulatedEgress(clock=world.clock, faults=world.faults, rng=world.rng, slots=EGRESS_SLOTS,
+                             lease_seconds=LEASE_SECONDS)
+    worker = Worker(app=world.app, view=world.store.open_view(), adapters={ADAPTER: world.provider},
+                    clock=world.clock, rng=random.Random(world.rng.getrandbits(64)), egress=egress,
+                    config=WorkerConfig(worker_id=name, lease_seconds=LEASE_SECONDS, egress_slots=EGRESS_SLOTS,
+                                        inline_egress=True),
+                    on_committed=world.projection.offer)
+    return _SimWorker(worker=worker, name=name)
+
+
+def _fault_phase(world: _World) -> Violation | None:
+    for step in range(world.config.steps):
+        _restart_due(world, step)
+        _step(world, step)
+        violation = world.oracle.check()
+        if violation is not None:
+            return violation
+    return None
+
+
+def _step(world: _World, step: int) -> None:
+    rng, now = world.rng, world.clock.now()
+    actors: list[tuple[str, int]] = [("clock", 2), ("projection", 2)]
+    if world.created < world.config.operations:
+        actors.append(("host", 2))
+    for index, slot in enumerate(world.workers):
+        if slot is not None and (slot.paused_until is None or slot.paused_until <= now):
+            actors.append((f"worker{index}", 4))
+    actor = rng.choices([a for a, _ in actors], weights=[w for _, w in actors])[0]
+    if actor == "clock":
+        seconds = LEASE_SECONDS + rng.uniform(0.5, 3) if rng.random() < 0.03 else min(rng.expovariate(3.0), 5.0)
+        world.clock.advance(seconds)
+        world.log(step, "clock", f"+{seconds:.3f}s")
+    elif actor == "projection":
+        applied = world.projection.run_once()
+        if applied:
+            world.log(step, "projection", f"applied {applied}")
+    elif actor == "host":
+        _create(world, step)
+    else:
+        _worker_step(world, step, int(actor.removeprefix("worker")))
+
+
+def _create(world: _World, step: int) -> None:
+    mode = world.rng.choice(MODES)
+    account, op_id = world.app.open_account(world.seed, world.created, mode)
+    world.created += 1
+    note = ""
+    if world.faults.chance(Fault.SETTLEMENT_RAISES, SETTLEMENT_FAULT_CHANCE):
+        times = world.rng.randint(1, 4)
+        SettlementFaults.remaining[account.id] = times
+        note = f"; its settlement raises {times}x"
+    world.log(step, "host", f"intent {_short(op_id)} {mode.value}{note}")
+
+
+def _worker_step(world: _World, step: int, index: int) -> None:
+    slot = world.workers[index]
+    assert slot is not None
+    now = world.clock.now()
+    if slot.paused_until is not None:  # a zombie wakes and carries on where it stopped
+        world.log(step, slot.name, "resumes after a pause")
+        slot.paused_until = None
+    elif not world.quiet and world.faults.chance(Fault.CRASH, CRASH_CHANCE):
+        lost = list(slot.worker.egress.in_flight)
+        slot.worker.close()
+        world.workers[index] = None
+        world.restarts[index] = now + timedelta(seconds=world.rng.uniform(0.5, 5.0))
+        world.log(step, slot.name, f"crashes before {STAGES[slot.stage]} with {len(lost)} calls in flight")
+        return
+    elif not world.quiet and world.faults.chance(Fault.PAUSE, PAUSE_CHANCE):
+        slot.paused_until = now + timedelta(seconds=LEASE_SECONDS + world.rng.uniform(1.0, 10.0))
+        world.log(step, slot.name, f"pauses before {STAGES[slot.stage]}")
+        return
+    injected = len(world.faults.injected)
+    counts = _run_stage(slot, now)
+    if counts.busy or len(world.faults.injected) != injected:
+        world.log(step, slot.name, f"{STAGES[slot.stage]}: {_counts(counts)}")
+    slot.stage = (slot.stage + 1) % len(STAGES)
+
+
+def _run_stage(slot: _SimWorker, now: datetime) -> Counts:
+    worker = slot.worker
+    service = {"egress": worker.egress, "outcomes": worker.outcomes, "settlement": worker.settlement,
+               "leases": worker.leases, "claims": worker.claims}[STAGES[slot.stage]]
+    return service.run_once(now)
+
+
+def _restart_due(world: _World, step: int | str) -> None:
+    now = world.clock.now()
+    for index, at in sorted(world.restarts.items()):
+        if at <= now:
+            del world.restarts[index]
+            world.workers[index] = _start_worker(world, index)
+            world.log(step, world.workers[index].name, "starts")  # type: ignore[union-attr]
+
+
+def _drain(world: _World) -> Violation | None:
+    world.quiet = world.faults.quiet = True
+    end = world.clock.now() + timedelta(seconds=DRAIN_LIMIT_SECONDS)
+    for round_number in range(DRAIN_ROUNDS):
+        _restart_due(world, "drain")
+        moved = world.projection.run_once() > 0
+        for index, slot in enumerate(world.workers):
+            if slot is None or (slot.paused_until is not None and slot.paused_until > world.clock.now()):
+                continue
+            for _ in STAGES:
+                if slot.paused_until is not None:
+                    world.log("drain", slot.name, "resumes after a pause")
+                    slot.paused_until = None
+                counts = _run_stage(slot, world.clock.now())
+                if counts.busy:
+                    moved = True
+                    world.log("drain", slot.name, f"{STAGES[slot.stage]}: {_counts(counts)}")
+                slot.stage = (slot.stage + 1) % len(STAGES)
+        violation = world.oracle.check()
+        if violation is not None:
+            return violation
+        if _all_ended(world) or world.clock.now() >= end:
+            return None
+        if not moved:
+            _jump(world, end)
+    return None
+
+
+def _all_ended(world: _World) -> bool:
+    return all(_ended(world.app.repository.get(op_id)) for op_id in world.oracle.ops)
+
+
+def _ended(op: Operation) -> bool:
+    return op.status.value == "settled" or op.attention is not None
+
+
+def _jump(world: _World, end: datetime) -> None:
+    """Nothing moved: move the clock to the next thing due (a call's answer, a retry, a lease's
+    or deadline's end, a paused or crashed worker's return), at least a millisecond on."""
+    now = world.clock.now()
+    times = [t for t in world.restarts.values()]
+    for slot in world.workers:
+        if slot is None:
+            continue
+        if slot.paused_until is not None:
+            times.append(slot.paused_until)
+        egress = slot.worker.egress
+        if isinstance(egress, SimulatedEgress) and (at := egress.next_event_at()) is not None:
+            times.append(at)
+    for op_id in world.oracle.ops:
+        op = world.app.repository.get(op_id)
+        if not _ended(op) and (at := due_at(op)) is not None:
+            times.append(at)
+    target = min([t for t in times if t > now], default=end)
+    world.clock.set(max(min(target, end), now + timedelta(milliseconds=1)))
+
+
+def _counts(counts: Counts) -> str:
+    return ", ".join(f"{name} {value}" for name, value in vars(counts).items() if value) or "nothing"
+
+
+def _short(op_id: UUID) -> str:
+    return op_id.hex[:8]
