@@ -131,35 +131,19 @@ class Oracle:
         return None
 
     def _outcome(self, event: Any, seen: _Seen, op_id: UUID) -> Violation | None:
-        # A read_only call has no effect, so whether it "applied" says nothing about the outcome.
-        truth = seen.mode is not DeliveryMode.READ_ONLY
-        applied = self.provider.applied[op_id] > 0
-        if isinstance(event, Operation.Succeeded):
-            seen.terminal = "succeeded"
-            if truth and not applied:
-                return Violation("outcome_matches_truth", op_id, "Succeeded, but the provider never applied it")
-        elif isinstance(event, Operation.Failed):
-            seen.terminal = "failed"
-            if truth and applied:
-                return Violation("outcome_matches_truth", op_id, "Failed, but the provider applied it")
-        elif isinstance(event, Operation.Ambiguous):
-            seen.possibly_applied_open = True
-        elif isinstance(event, Operation.RetryScheduled):
-            seen.possibly_applied_open = seen.possibly_applied_open or event.possibly_applied
-        elif isinstance(event, (Operation.BudgetExhausted, Operation.DeadlineExceeded)):
-            if event.ambiguous:  # waits for an operator, who may still retry
-                seen.possibly_applied_open = True
-            else:
-                seen.terminal = seen.terminal or type(event).__name__
-            if truth and not event.ambiguous and applied:
-                return Violation("outcome_matches_truth", op_id,
-                                 f"{type(event).__name__} says nothing applied, but the provider applied it")
-        elif isinstance(event, Operation.Cancelled):
-            seen.terminal = "cancelled"
-        elif isinstance(event, Operation.Resolved):
-            seen.possibly_applied_open = False
-        elif isinstance(event, Operation.Settled):
+        if isinstance(event, Operation.Settled):
             return self._settled(seen, op_id)
+        _follow(event, seen)
+        # A read_only call has no effect, so whether it "applied" says nothing about the outcome.
+        if seen.mode is DeliveryMode.READ_ONLY:
+            return None
+        applied = self.provider.applied[op_id] > 0
+        if isinstance(event, Operation.Succeeded) and not applied:
+            return Violation("outcome_matches_truth", op_id, "Succeeded, but the provider never applied it")
+        if applied and (isinstance(event, Operation.Failed) or (
+                isinstance(event, (Operation.BudgetExhausted, Operation.DeadlineExceeded)) and not event.ambiguous)):
+            return Violation("outcome_matches_truth", op_id,
+                             f"{type(event).__name__} says nothing applied, but the provider applied it")
         return None
 
     def _settled(self, seen: _Seen, op_id: UUID) -> Violation | None:
@@ -217,3 +201,20 @@ class Oracle:
             else:
                 row["other"] += 1
         return table
+
+
+def _follow(event: Any, seen: _Seen) -> None:
+    """Update what the oracle knows of an operation from one of its outcome events."""
+    if isinstance(event, (Operation.Succeeded, Operation.Failed, Operation.Cancelled)):
+        seen.terminal = type(event).__name__
+    elif isinstance(event, Operation.Ambiguous):
+        seen.possibly_applied_open = True
+    elif isinstance(event, Operation.RetryScheduled):
+        seen.possibly_applied_open = seen.possibly_applied_open or event.possibly_applied
+    elif isinstance(event, (Operation.BudgetExhausted, Operation.DeadlineExceeded)):
+        if event.ambiguous:  # waits for an operator, who may still retry
+            seen.possibly_applied_open = True
+        else:
+            seen.terminal = seen.terminal or type(event).__name__
+    elif isinstance(event, Operation.Resolved):
+        seen.possibly_applied_open = False

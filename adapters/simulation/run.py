@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
@@ -252,9 +253,10 @@ def _worker_step(world: _World, step: int, index: int) -> None:
 
 def _run_stage(slot: _SimWorker, now: datetime) -> Counts:
     worker = slot.worker
-    service = {"egress": worker.egress, "outcomes": worker.outcomes, "settlement": worker.settlement,
-               "leases": worker.leases, "claims": worker.claims}[STAGES[slot.stage]]
-    return service.run_once(now)
+    stages: dict[str, Callable[[datetime], Counts]] = {
+        "egress": worker.egress.run_once, "outcomes": worker.outcomes.run_once,
+        "settlement": worker.settlement.run_once, "leases": worker.leases.run_once, "claims": worker.claims.run_once}
+    return stages[STAGES[slot.stage]](now)
 
 
 def _restart_due(world: _World, step: int | str) -> None:
@@ -269,10 +271,10 @@ def _restart_due(world: _World, step: int | str) -> None:
 def _drain(world: _World) -> Violation | None:
     world.quiet = world.faults.quiet = True
     end = world.clock.now() + timedelta(seconds=DRAIN_LIMIT_SECONDS)
-    for round_number in range(DRAIN_ROUNDS):
+    for _ in range(DRAIN_ROUNDS):
         _restart_due(world, "drain")
         moved = world.projection.run_once() > 0
-        for index, slot in enumerate(world.workers):
+        for slot in world.workers:
             if slot is None or (slot.paused_until is not None and slot.paused_until > world.clock.now()):
                 continue
             for _ in STAGES:
@@ -316,7 +318,7 @@ def _jump(world: _World, end: datetime) -> None:
         if isinstance(egress, SimulatedEgress) and (at := egress.next_event_at()) is not None:
             times.append(at)
     for op_id in world.oracle.ops:
-        op = world.app.repository.get(op_id)
+        op: Operation = world.app.repository.get(op_id)
         if not _ended(op) and (at := due_at(op)) is not None:
             times.append(at)
     target = min([t for t in times if t > now], default=end)
