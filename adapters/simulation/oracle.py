@@ -80,6 +80,7 @@ class Oracle:
         self.provider = provider
         self.ops: dict[UUID, _Seen] = {}
         self._position = 0
+        self._provider_changes = 0
 
     def check(self) -> Violation | None:
         """Read the events committed since the last check; return the first violation, if any."""
@@ -158,6 +159,9 @@ class Oracle:
         return None
 
     def _provider_truth(self) -> Violation | None:
+        if self.provider.changes == self._provider_changes:
+            return None
+        self._provider_changes = self.provider.changes
         for op_id, times in self.provider.applied.items():
             seen = self.ops.get(op_id)
             if seen is not None and times > 1 and not rules_for(seen.mode).retries_possibly_applied:

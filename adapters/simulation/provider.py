@@ -41,6 +41,7 @@ class SimProvider:
         delivered: operation id -> deliveries that reached the provider.
         rejected: operations the provider refused for good.
         faults_by_operation: operation id -> the provider faults its deliveries met.
+        changes: effects applied so far, in all (a reader checks again only when it grew).
     """
 
     def __init__(self, *, faults: FaultPlan, clock: Clock) -> None:
@@ -50,6 +51,7 @@ class SimProvider:
         self.delivered: Counter[UUID] = Counter()
         self.rejected: set[UUID] = set()
         self.faults_by_operation: dict[UUID, list[Fault]] = {}
+        self.changes = 0
 
     def send(self, request: EgressRequest) -> Outcome:
         """Receive one delivery: apply it (or not) and answer as the network would."""
@@ -72,6 +74,7 @@ class SimProvider:
             return self._classify(HttpExchange(status_code=422, excerpt="rejected"))
         if not duplicate:
             self.applied[op_id] += 1
+            self.changes += 1
         if fault is Fault.RESPONSE_LOST:
             return self._classify(HttpExchange(failure=TransportFailure.TIMEOUT, sent=True, excerpt="read timeout"))
         if fault is Fault.APPLIED_5XX:

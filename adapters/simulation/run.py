@@ -43,9 +43,8 @@ from adapters.simulation.provider import SimProvider
 from executors.commit import Counts
 from executors.runtime import Worker, WorkerConfig
 from ledger.clock import FakeClock
-from ledger.decisions import due_at
-from ledger.operation import Operation
 from projections.memory_view import MemoryStatusStore
+from projections.rows import StatusRow
 from projections.status import StatusProjection
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -296,12 +295,22 @@ def _drain(world: _World) -> Violation | None:
     return None
 
 
+def _rows(world: _World) -> list[StatusRow]:
+    """Every operation's status row, the projection caught up first (cheaper than loading each
+    operation; the final check loads them)."""
+    while world.projection.run_once():
+        pass
+    view = world.projection.view
+    return [row for op_id in world.oracle.ops if (row := view.get(op_id)) is not None]
+
+
+def _ended(row: StatusRow) -> bool:
+    return row.status == "settled" or row.attention is not None
+
+
 def _all_ended(world: _World) -> bool:
-    return all(_ended(world.app.repository.get(op_id)) for op_id in world.oracle.ops)
-
-
-def _ended(op: Operation) -> bool:
-    return op.status.value == "settled" or op.attention is not None
+    rows = _rows(world)
+    return len(rows) == len(world.oracle.ops) and all(_ended(row) for row in rows)
 
 
 def _jump(world: _World, end: datetime) -> None:
@@ -317,10 +326,7 @@ def _jump(world: _World, end: datetime) -> None:
         egress = slot.worker.egress
         if isinstance(egress, SimulatedEgress) and (at := egress.next_event_at()) is not None:
             times.append(at)
-    for op_id in world.oracle.ops:
-        op: Operation = world.app.repository.get(op_id)
-        if not _ended(op) and (at := due_at(op)) is not None:
-            times.append(at)
+    times += [row.next_due_at for row in _rows(world) if not _ended(row) and row.next_due_at is not None]
     target = min([t for t in times if t > now], default=end)
     world.clock.set(max(min(target, end), now + timedelta(milliseconds=1)))
 
