@@ -31,9 +31,12 @@ from uuid import UUID
 from adapters.simulation.model import Account, SimApp
 from adapters.simulation.provider import SimProvider
 from ledger.declarations import DeliveryMode
-from ledger.modes import rules_for
 from ledger.operation import Operation
 
+REPEAT_FORBIDDEN = frozenset({DeliveryMode.NON_IDEMPOTENT, DeliveryMode.RECOVERABLE_REMOTE_ID, DeliveryMode.CALLBACK})
+"""Modes whose provider applies every delivery, so an attempt that may have applied must not be
+followed by another without an operator (DESIGN §5). Stated here, not read from ``ledger.modes``:
+the oracle must not share a bug with the code it checks."""
 LEASE_HOLDER_EVENTS = (Operation.LeaseRenewed, Operation.AttemptStarted, Operation.Succeeded, Operation.Failed,
                        Operation.Ambiguous, Operation.RetryScheduled, Operation.BudgetExhausted,
                        Operation.Accepted)
@@ -79,8 +82,10 @@ class Oracle:
         self.app = app
         self.provider = provider
         self.ops: dict[UUID, _Seen] = {}
+        self.lines: list[str] = []  # one per ledger event read; the run moves them to its trace
         self._position = 0
         self._provider_changes = 0
+        self._final: dict[UUID, Operation] | None = None
 
     def check(self) -> Violation | None:
         """Read the events committed since the last check; return the first violation, if any."""
@@ -99,6 +104,7 @@ class Oracle:
         return self._provider_truth()
 
     def _event(self, event: Any) -> Violation | None:
+        self.lines.append(f"{event.originator_id.hex[:8]} {type(event).__name__}{_facts(event)}")
         if isinstance(event, Operation.Intended):
             self.ops[event.originator_id] = _Seen(DeliveryMode(event.delivery_mode), event.max_attempts,
                                                   event.source_entity_id)
@@ -125,7 +131,7 @@ class Oracle:
         seen.attempts += 1
         if seen.attempts > seen.max_attempts:
             return Violation("attempt_budget", op_id, f"attempt {seen.attempts} of {seen.max_attempts}")
-        if seen.possibly_applied_open and not rules_for(seen.mode).retries_possibly_applied:
+        if seen.possibly_applied_open and seen.mode in REPEAT_FORBIDDEN:
             return Violation("ambiguous_not_retried", op_id,
                              f"{seen.mode.value}: another attempt after one that may have applied, "
                              "without Resolved")
@@ -159,25 +165,32 @@ class Oracle:
         return None
 
     def _provider_truth(self) -> Violation | None:
+        # Only an idempotent provider dedupes (and read_only has no effect): an effect applied
+        # twice anywhere is a duplicate charge, whatever the code's rules say.
         if self.provider.changes == self._provider_changes:
             return None
         self._provider_changes = self.provider.changes
         for op_id, times in self.provider.applied.items():
             seen = self.ops.get(op_id)
-            if seen is not None and times > 1 and not rules_for(seen.mode).retries_possibly_applied:
+            if seen is not None and times > 1 and seen.mode is not DeliveryMode.READ_ONLY:
                 return Violation("ambiguous_not_retried", op_id,
                                  f"{seen.mode.value}: the provider applied the effect {times} times")
         return None
 
     def final(self) -> Violation | None:
         """After the run's drain: every operation settled or on the attention queue."""
-        for op_id in self.ops:
-            op: Operation = self.app.repository.get(op_id)
+        for op_id, op in self._load_all().items():
             if op.status.value != "settled" and op.attention is None:
                 return Violation("everything_ends", op_id,
                                  f"left {op.status.value} ({op.execution.value}/{op.settlement.value}) "
                                  "and not on the attention queue")
         return None
+
+    def _load_all(self) -> dict[UUID, Operation]:
+        # Loaded once, after the run (the final check and the honesty table read the same).
+        if self._final is None or len(self._final) != len(self.ops):
+            self._final = {op_id: self.app.repository.get(op_id) for op_id in self.ops}
+        return self._final
 
     def honesty(self) -> dict[str, Counter[str]]:
         """Per delivery mode, how each operation ended against the truth:
@@ -189,8 +202,9 @@ class Oracle:
         - ``cancelled`` and ``other``.
         """
         table: dict[str, Counter[str]] = {}
+        loaded = self._load_all()
         for op_id, seen in self.ops.items():
-            op: Operation = self.app.repository.get(op_id)
+            op = loaded[op_id]
             applied = self.provider.applied[op_id] > 0
             row = table.setdefault(seen.mode.value, Counter())
             execution = op.execution.value
@@ -198,7 +212,7 @@ class Oracle:
                 row["strong"] += 1
             elif execution == "ambiguous":
                 row["weak_applied" if applied else "weak_not_applied"] += 1
-                if rules_for(seen.mode).after_lost_response.value == "look_up":
+                if seen.mode is DeliveryMode.RECOVERABLE_REMOTE_ID:
                     row["weak_lookup"] += 1
             elif execution == "cancelled":
                 row["cancelled"] += 1
@@ -222,3 +236,13 @@ def _follow(event: Any, seen: _Seen) -> None:
             seen.terminal = seen.terminal or type(event).__name__
     elif isinstance(event, Operation.Resolved):
         seen.possibly_applied_open = False
+
+
+FACTS = ("epoch", "worker_id", "attempt_number", "reason", "category", "status_code", "possibly_applied", "state",
+         "ambiguous", "resolution", "error")
+
+
+def _facts(event: Any) -> str:
+    """The event's facts worth a trace line, ``(name=value, ...)``."""
+    found = [f"{name}={getattr(event, name)}" for name in FACTS if getattr(event, name, None) not in (None, "")]
+    return f" ({', '.join(found)})" if found else ""

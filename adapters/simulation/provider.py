@@ -52,9 +52,19 @@ class SimProvider:
         self.rejected: set[UUID] = set()
         self.faults_by_operation: dict[UUID, list[Fault]] = {}
         self.changes = 0
+        self.lines: list[str] = []  # one per delivery or lookup; the run moves them to its trace
 
     def send(self, request: EgressRequest) -> Outcome:
         """Receive one delivery: apply it (or not) and answer as the network would."""
+        outcome = self._deliver(request)
+        op_id = request.operation_id
+        faults = self.faults_by_operation.get(op_id)
+        self.lines.append(f"{op_id.hex[:8]} attempt {request.attempt_number}, "
+                          f"{faults[-1].value if faults else 'ok'}, applied {self.applied[op_id]}x "
+                          f"-> {type(outcome).__name__}")
+        return outcome
+
+    def _deliver(self, request: EgressRequest) -> Outcome:
         op_id, mode = request.operation_id, request.delivery_mode
         fault = self.faults.pick(PROVIDER_FAULTS)
         if fault is not None:
@@ -84,6 +94,8 @@ class SimProvider:
     def lookup(self, request: EgressRequest) -> Outcome | None:
         """Answer "did you receive operation X?": right, unknown, or failing."""
         fault = self.faults.pick(LOOKUP_FAULTS)
+        self.lines.append(f"{request.operation_id.hex[:8]} lookup, {fault.value if fault else 'ok'}, "
+                          f"applied {self.applied[request.operation_id]}x")
         if fault is Fault.LOOKUP_FAILING:
             return classify_lookup(HttpExchange(failure=TransportFailure.CONNECT, sent=False))
         if fault is Fault.LOOKUP_UNKNOWN:

@@ -87,6 +87,15 @@ class RunResult:
     operations: int
     simulated_seconds: float
 
+    def focus(self) -> list[str]:
+        """The trace lines about the failing operation, and every crash, pause and start: the
+        story of the violation without the rest of the run."""
+        if self.violation is None or self.violation.operation_id is None:
+            return self.trace
+        short = self.violation.operation_id.hex[:8]
+        marks = (short, "crashes", "pauses", "resumes", " starts", "oracle")
+        return [line for line in self.trace if any(mark in line for mark in marks)]
+
     @property
     def faults(self) -> Counter[str]:
         """Faults injected, by kind."""
@@ -184,10 +193,20 @@ def _fault_phase(world: _World) -> Violation | None:
     for step in range(world.config.steps):
         _restart_due(world, step)
         _step(world, step)
-        violation = world.oracle.check()
+        violation = _check(world, step)
         if violation is not None:
             return violation
     return None
+
+
+def _check(world: _World, step: int | str) -> Violation | None:
+    """Run the oracle over what the step committed; its event lines go into the trace."""
+    violation = world.oracle.check()
+    for source, lines in (("  provider", world.provider.lines), ("  ledger", world.oracle.lines)):
+        for line in lines:
+            world.log(step, source, line)
+        lines.clear()
+    return violation
 
 
 def _step(world: _World, step: int) -> None:
@@ -285,7 +304,7 @@ def _drain(world: _World) -> Violation | None:
                     moved = True
                     world.log("drain", slot.name, f"{STAGES[slot.stage]}: {_counts(counts)}")
                 slot.stage = (slot.stage + 1) % len(STAGES)
-        violation = world.oracle.check()
+        violation = _check(world, "drain")
         if violation is not None:
             return violation
         if _all_ended(world) or world.clock.now() >= end:

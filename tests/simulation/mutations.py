@@ -1,0 +1,70 @@
+"""Three bugs planted on purpose, each behind a context manager, to prove the simulator finds
+them (issue 11 "Mutation check"). They patch product code for the duration of a test only; no
+shipped code path knows about them."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+from unittest import mock
+
+from eventsourcing.domain import Aggregate
+
+from executors import claim, settlement
+from ledger import modes
+from ledger.declarations import DeliveryMode
+from ledger.operation import Operation
+from ledger.settlement import SettlementOutcome
+
+
+@contextmanager
+def retry_ambiguous_non_idempotent() -> Iterator[None]:
+    """Bug 1: a non_idempotent attempt that may have applied is retried like an idempotent one."""
+    rules = dataclasses.replace(modes.RULES[DeliveryMode.NON_IDEMPOTENT],
+                                after_lost_response=modes.AfterLostResponse.RETRY, retries_possibly_applied=True)
+    with mock.patch.dict(modes.RULES, {DeliveryMode.NON_IDEMPOTENT: rules}):
+        yield
+
+
+@contextmanager
+def forget_crashed_attempt() -> Iterator[None]:
+    """Bug 2: recovery does not count the attempt a crashed worker left open."""
+    real = claim.decide_open_attempt
+
+    def forgetful(op: Operation, *args: Any, **kwargs: Any) -> Any:
+        op.attempts = max(0, op.attempts - 1)
+        return real(op, *args, **kwargs)
+
+    with mock.patch.object(claim, "decide_open_attempt", forgetful):
+        yield
+
+
+@contextmanager
+def settle_twice_on_duplicate() -> Iterator[None]:
+    """Bug 3: the outcome is applied to the entity again, as a duplicate delivery of it would."""
+    real = settlement.settle_change
+
+    def doubled(app: Any, now: datetime, entities: Any = None) -> Any:
+        change = real(app, now, entities)
+
+        def twice(op: Operation) -> Sequence[Aggregate]:
+            saved = change(op)
+            for entity in saved:
+                action = app.registry.get(op.integration_name, op.integration_version).settlement
+                getattr(entity, action.method)(SettlementOutcome.of(op))
+            return saved
+
+        return twice
+
+    with mock.patch.object(settlement, "settle_change", doubled):
+        yield
+
+
+MUTATIONS = {
+    "retry_ambiguous_non_idempotent": retry_ambiguous_non_idempotent,
+    "forget_crashed_attempt": forget_crashed_attempt,
+    "settle_twice_on_duplicate": settle_twice_on_duplicate,
+}
