@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench import cocommit, memory, projection, recovery, report, throughput
+from bench import cocommit, memory, projection, recovery, report, simulation, throughput
 from bench.harness import Options, Result, postgres_version
 
 SCENARIOS: dict[str, Callable[..., list[Result]]] = {
@@ -29,6 +29,7 @@ SCENARIOS: dict[str, Callable[..., list[Result]]] = {
     "projection": projection.run,
     "recovery": recovery.run,
     "memory": memory.run,
+    "simulation": simulation.run,
 }
 
 
