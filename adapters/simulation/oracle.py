@@ -30,6 +30,7 @@ from uuid import UUID
 
 from adapters.simulation.model import Account, SimApp
 from adapters.simulation.provider import SimProvider
+from ledger.decisions import due_at
 from ledger.declarations import DeliveryMode
 from ledger.operation import Operation
 
@@ -178,12 +179,14 @@ class Oracle:
         return None
 
     def final(self) -> Violation | None:
-        """After the run's drain: every operation settled or on the attention queue."""
+        """After the run's drain: every operation settled, or on the attention queue with nothing
+        left to do but an operator's decision."""
         for op_id, op in self._load_all().items():
-            if op.status.value != "settled" and op.attention is None:
-                return Violation("everything_ends", op_id,
-                                 f"left {op.status.value} ({op.execution.value}/{op.settlement.value}) "
-                                 "and not on the attention queue")
+            if op.status.value == "settled" or (op.attention is not None and due_at(op) is None):
+                continue
+            return Violation("everything_ends", op_id,
+                             f"left {op.status.value} ({op.execution.value}/{op.settlement.value}), attention "
+                             f"{op.attention}, next due {due_at(op)}")
         return None
 
     def _load_all(self) -> dict[UUID, Operation]:

@@ -56,19 +56,17 @@ class SimProvider:
 
     def send(self, request: EgressRequest) -> Outcome:
         """Receive one delivery: apply it (or not) and answer as the network would."""
-        outcome = self._deliver(request)
         op_id = request.operation_id
-        faults = self.faults_by_operation.get(op_id)
-        self.lines.append(f"{op_id.hex[:8]} attempt {request.attempt_number}, "
-                          f"{faults[-1].value if faults else 'ok'}, applied {self.applied[op_id]}x "
-                          f"-> {type(outcome).__name__}")
-        return outcome
-
-    def _deliver(self, request: EgressRequest) -> Outcome:
-        op_id, mode = request.operation_id, request.delivery_mode
         fault = self.faults.pick(PROVIDER_FAULTS)
         if fault is not None:
             self.faults_by_operation.setdefault(op_id, []).append(fault)
+        outcome = self._deliver(request, fault)
+        self.lines.append(f"{op_id.hex[:8]} attempt {request.attempt_number}, {fault.value if fault else 'ok'}, "
+                          f"applied {self.applied[op_id]}x -> {type(outcome).__name__}")
+        return outcome
+
+    def _deliver(self, request: EgressRequest, fault: Fault | None) -> Outcome:
+        op_id, mode = request.operation_id, request.delivery_mode
         if fault is Fault.REFUSED:
             return self._classify(HttpExchange(failure=TransportFailure.CONNECT, sent=False,
                                                excerpt="connection refused"))

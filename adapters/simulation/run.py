@@ -93,7 +93,7 @@ class RunResult:
         if self.violation is None or self.violation.operation_id is None:
             return self.trace
         short = self.violation.operation_id.hex[:8]
-        marks = (short, "crashes", "pauses", "resumes", " starts", "oracle")
+        marks = (short, "crashes", "pauses", "resumes", " starts", "past the lease", "oracle")
         return [line for line in self.trace if any(mark in line for mark in marks)]
 
     @property
@@ -219,9 +219,10 @@ def _step(world: _World, step: int) -> None:
             actors.append((f"worker{index}", 4))
     actor = rng.choices([a for a, _ in actors], weights=[w for _, w in actors])[0]
     if actor == "clock":
-        seconds = LEASE_SECONDS + rng.uniform(0.5, 3) if rng.random() < 0.03 else min(rng.expovariate(3.0), 5.0)
+        jump = rng.random() < 0.03  # every process stalls at once (a VM pause): leases lapse
+        seconds = LEASE_SECONDS + rng.uniform(0.5, 3) if jump else min(rng.expovariate(3.0), 5.0)
         world.clock.advance(seconds)
-        world.log(step, "clock", f"+{seconds:.3f}s")
+        world.log(step, "clock", f"+{seconds:.3f}s" + (" (past the lease)" if jump else ""))
     elif actor == "projection":
         applied = world.projection.run_once()
         if applied:
@@ -324,7 +325,9 @@ def _rows(world: _World) -> list[StatusRow]:
 
 
 def _ended(row: StatusRow) -> bool:
-    return row.status == "settled" or row.attention is not None
+    # On the attention queue with nothing scheduled: only an operator moves it now. An operation
+    # flagged for attention that still has work due (a lease that keeps expiring) goes on.
+    return row.status == "settled" or (row.attention is not None and row.next_due_at is None)
 
 
 def _all_ended(world: _World) -> bool:
