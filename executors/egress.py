@@ -211,6 +211,14 @@ class EgressService:
                 continue
             done.append((flight, item))
 
+    def put_back(self, taken: list[tuple[InFlight, Finished]]) -> None:
+        """Return results taken by :meth:`take_finished` that could not be recorded (the store
+        was unreachable): their calls count as in flight again (their leases are renewed) and
+        the next take returns them. An outcome in hand is never dropped for an outage."""
+        for flight, item in taken:
+            self.track(flight)
+            self._finished.put(item)
+
     def wait(self, seconds: float) -> bool:
         """Block up to ``seconds`` (monotonic) or until a call finishes, whichever is first.
 

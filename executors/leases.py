@@ -65,6 +65,13 @@ class LeaseService:
             expires = flight.op.lease_expires_at
             if flight.lost or expires is None or (expires - now).total_seconds() > threshold:
                 continue
+            if expires <= now:
+                # Too late to renew (the store was unreachable, or this process stalled). The
+                # call is not made if it has not been (egress checks the lease first); an outcome
+                # already in hand is still recorded unless another worker took over, which the
+                # epoch fence decides. Dropping it here would turn a delivered call into
+                # recovery's ambiguous worker_lost.
+                continue
             changes.append((flight.op, self._renew(flight.epoch, now)))
         if not changes:
             return counts

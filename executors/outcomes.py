@@ -122,8 +122,14 @@ class OutcomeService:
             return counts
         lookups: dict[UUID, InFlight] = {}
         flights = {flight.op.id: flight for flight, _ in finished}
-        result = self.committer.commit(
-            [(flight.op, self._change(flight, item, now, lookups)) for flight, item in finished], counts)
+        try:
+            result = self.committer.commit(
+                [(flight.op, self._change(flight, item, now, lookups)) for flight, item in finished], counts)
+        except BaseException:
+            # The store did not take the batch (an outage, or this process stopping): keep the
+            # outcomes in hand for the next cycle rather than let recovery call them lost.
+            self.egress.put_back(finished)
+            raise
         for op_id, reason in result.rejected.items():
             if op_id not in result.failed:
                 log.info("outcome rejected (fenced)", operation_id=str(op_id), reason=reason)

@@ -21,7 +21,7 @@ from datetime import datetime
 import structlog
 
 from executors.claim import DEFAULT_BATCH_SIZE, ClaimConfig, ClaimService
-from executors.commit import Committer, Counts
+from executors.commit import Committer, Counts, describe
 from executors.egress import DEFAULT_EGRESS_SLOTS, DEFAULT_PER_HOST_SLOTS, EgressConfig, EgressService
 from executors.leases import LeaseConfig, LeaseService
 from executors.outcomes import OutcomeService
@@ -32,6 +32,7 @@ from ledger.clock import Clock
 from ledger.config import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_INTERVAL_SECONDS
 from ledger.egress import Adapter
 from ledger.operation import Operation
+from ledger.outages import backoff_seconds, is_transient, refresh_connections
 from projections.status import StatusProjection
 from projections.view import StatusView
 
@@ -95,6 +96,8 @@ class Worker:
         self.config = config
         self.projection = projection
         self.stopping = threading.Event()
+        self._outage_since: float | None = None  # monotonic start of the outage being ridden out
+        self._outage_retries = 0
         rng = rng or random.Random()
         self.committer = Committer(app, on_committed=on_committed)
         self.egress = egress or EgressService(clock=clock, config=EgressConfig(
@@ -150,16 +153,54 @@ class Worker:
            decides them by delivery mode. ``close`` then stops the egress threads.
         """
         while not stop.is_set():
-            if not self.run_once().busy:
+            counts = self._cycle(stop)
+            if counts is not None and not counts.busy:
                 self._idle(stop)
         self.stopping.set()
         deadline = time.monotonic() + grace_seconds
         while self.egress.in_flight and time.monotonic() < deadline:
-            self.run_once()
+            self._cycle(None)
             self.egress.wait(min(STOP_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
         if self.egress.in_flight:
             log.warning("stopping with attempts in flight; recovery will decide them",
                         operations=[str(i) for i in self.egress.in_flight])
+
+    @property
+    def degraded(self) -> bool:
+        """True while the store is unreachable (an outage is being ridden out)."""
+        return self._outage_since is not None
+
+    def _cycle(self, stop: threading.Event | None) -> Counts | None:
+        """One :meth:`run_once`, riding out a store outage: a transient error
+        (``ledger.outages.is_transient``) is logged once per outage, then the cycle is retried
+        after a growing backoff (``ledger.outages.BACKOFF``); outcomes in hand are kept
+        (``EgressService.put_back``). Any other error propagates: retrying cannot fix it.
+
+        Returns:
+            The cycle's counts, or None when the store was unreachable.
+        """
+        try:
+            counts = self.run_once()
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            self._outage_retries += 1
+            refresh_connections(self.app, self.claims.view)
+            if self._outage_since is None:
+                self._outage_since = time.monotonic()
+                log.warning("store unreachable; retrying with backoff", error=describe(exc),
+                            in_flight=len(self.egress.in_flight))
+            wait = backoff_seconds(self._outage_retries)
+            if stop is not None:
+                stop.wait(wait)
+            else:
+                time.sleep(min(wait, STOP_POLL_SECONDS))
+            return None
+        if self._outage_since is not None:
+            log.warning("store reachable again", outage_seconds=round(time.monotonic() - self._outage_since, 3),
+                        retries=self._outage_retries)
+            self._outage_since, self._outage_retries = None, 0
+        return counts
 
     def _idle(self, stop: threading.Event) -> None:
         # Wait for the poll interval, a finished call or ``stop``, whichever comes first: a long

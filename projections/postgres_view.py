@@ -38,8 +38,10 @@ class PostgresStatusView(SqlStatusView):
         kwargs: dict[str, Any] = {}
         if database.schema:
             kwargs["options"] = f"-c search_path={database.schema}"
+        # check: a connection the server dropped while it sat in the pool (a restart, an admin's
+        # pg_terminate_backend) is replaced when taken, not handed to a query (issue 17).
         self._pool = ConnectionPool(database.conninfo(), min_size=1, max_size=max_size, kwargs=kwargs,
-                                    open=True)
+                                    check=ConnectionPool.check_connection, open=True)
 
     @contextmanager
     def _transaction(self) -> Iterator[Any]:

@@ -30,6 +30,7 @@ from ledger.application import LedgerApplication
 from ledger.codec import LEDGER_TOPIC_PREFIX
 from ledger.errors import CorruptRecordError, UnreadableEventError
 from ledger.operation import Operation
+from ledger.outages import backoff_seconds, is_transient, refresh_connections
 from projections.loading import load_aggregates, record_decoder, select_records
 from projections.rows import UNREADABLE_EVENT, AttentionMark, read_topics, row_from_operation
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError, StatusView
@@ -261,6 +262,7 @@ class StatusProjection:
         """Follow the log until ``stop`` is set (the loop only; the work is ``run_once``, and
         ``catch_up`` once a full batch shows a backlog: its pipeline pays for its threads only
         then)."""
+        outage = 0  # retries of the outage being ridden out
         while not stop.is_set():
             try:
                 applied = self.run_once()
@@ -268,10 +270,23 @@ class StatusProjection:
                     self.catch_up(stop)
                 elif not applied:
                     stop.wait(self.config.idle_seconds if self.is_leader() else self.config.lease_seconds / 3)
-            except Exception:
-                log.exception("status projection failed; retrying")
+            except Exception as exc:
                 self._cache.clear()
-                stop.wait(1.0)
+                if not is_transient(exc):
+                    log.exception("status projection failed; retrying")
+                    stop.wait(1.0)
+                    continue
+                # The store is unreachable: say so once per outage, replace dead connections,
+                # back off (issue 17).
+                refresh_connections(self.app, self.view)
+                outage += 1
+                if outage == 1:
+                    log.warning("status projection: store unreachable; retrying with backoff", error=str(exc))
+                stop.wait(backoff_seconds(outage))
+                continue
+            if outage:
+                log.warning("status projection: store reachable again", retries=outage)
+                outage = 0
 
     def _lead(self) -> bool:
         # Whether this process may write now; a process that stops leading drops what it holds.

@@ -1,0 +1,84 @@
+"""Store outages: which errors mean "the store is unreachable for now" and which mean "this
+cannot work", for every loop that talks to the database (the worker, the projection runner).
+
+A transient error (a lost or terminated connection, a server restarting, a pool with no free
+connection, SQLite busy) is ridden out: the caller backs off and tries again, logging once per
+outage. Anything else is permanent (a missing table, a permission refused, a corrupt file):
+retrying cannot fix it, so the process says so and stops.
+
+Source: DESIGN §7 ("workers survive restarts"); issue 17; docs/operations.md "Database outages".
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import psycopg
+import psycopg_pool
+from eventsourcing.persistence import InterfaceError, OperationalError
+from tenacity.wait import wait_exponential
+
+BACKOFF = wait_exponential(multiplier=0.1, min=0.1, max=5.0)
+"""Wait before retry N of an outage (tenacity): 0.1 s, 0.2 s, 0.4 s ... at most 5 s."""
+_SQLITE_TRANSIENT = ("locked", "busy")
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) says the store is unreachable for now.
+
+    Transient: psycopg's ``OperationalError`` and ``InterfaceError`` (connection lost or refused,
+    ``AdminShutdown``, a serialization failure), ``psycopg_pool.PoolTimeout``, SQLite "database is
+    locked/busy", and the ``eventsourcing`` library's ``OperationalError``/``InterfaceError`` that
+    wrap them. Not transient: a SQLite ``OperationalError`` about anything else (no such table, a
+    malformed file), and every other error.
+
+    Args:
+        exc: the error a database call raised.
+
+    Returns:
+        True when backing off and retrying may succeed.
+    """
+    for link in _chain(exc):
+        if isinstance(link, sqlite3.OperationalError):
+            return any(word in str(link).lower() for word in _SQLITE_TRANSIENT)
+        if isinstance(link, (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout)):
+            return True
+    return isinstance(exc, (OperationalError, InterfaceError))
+
+
+def backoff_seconds(retry_number: int) -> float:
+    """Seconds to wait before retry ``retry_number`` (1-based) of an outage (:data:`BACKOFF`)."""
+    # tenacity's wait strategies read only ``attempt_number`` of their retry state
+    return float(BACKOFF(SimpleNamespace(attempt_number=max(1, retry_number))))  # type: ignore[arg-type]
+
+
+def refresh_connections(*holders: object) -> None:
+    """After a transient error, test every idle pooled connection of ``holders`` and replace the
+    broken ones at once (``psycopg_pool.ConnectionPool.check``), so that a restart or an admin's
+    ``pg_terminate_backend`` costs one retry rather than one per dead connection.
+
+    Args:
+        holders: objects holding a pool: a ``LedgerApplication`` (its recorder's datastore pool),
+            a status view (its ``_pool``), or a pool; anything else is ignored (SQLite).
+    """
+    for holder in holders:
+        recorder = getattr(holder, "recorder", None)
+        datastore = getattr(recorder, "datastore", None)
+        for pool in (getattr(datastore, "pool", None), getattr(holder, "_pool", None), holder):
+            if isinstance(pool, psycopg_pool.ConnectionPool):
+                try:
+                    pool.check()
+                except Exception:  # the server is still away: the next retry checks again
+                    pass
+                break
