@@ -21,6 +21,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
@@ -89,6 +90,8 @@ class InFlight:
         policy: the retry policy the outcome is decided with.
         adapter: the adapter that makes the call.
         lost: the lease could not be renewed; the result, when it comes, is not recorded.
+        stale: ``op`` may hold changes a failed commit applied in memory only (the store was
+            unreachable); it is reloaded (:meth:`EgressService.refresh`) before it is used.
     """
 
     op: Operation
@@ -98,6 +101,7 @@ class InFlight:
     policy: RetryPolicy
     adapter: Adapter
     lost: bool = False
+    stale: bool = False
 
     @property
     def host(self) -> str | None:
@@ -216,8 +220,26 @@ class EgressService:
         was unreachable): their calls count as in flight again (their leases are renewed) and
         the next take returns them. An outcome in hand is never dropped for an outage."""
         for flight, item in taken:
+            flight.stale = True  # the failed commit may have applied the outcome in memory
             self.track(flight)
             self._finished.put(item)
+
+    def mark_stale(self) -> None:
+        """After a failed commit (an outage): every call's operation may hold changes applied
+        in memory but never stored, so each is reloaded before it is used again."""
+        for flight in self.in_flight.values():
+            flight.stale = True
+
+    def refresh(self, load: Callable[[list[UUID]], Mapping[UUID, Operation]]) -> None:
+        """Reload the operations of stale calls (one query, ``load``); raises what ``load``
+        raises (the store still away: they stay stale)."""
+        stale = [op_id for op_id, flight in self.in_flight.items() if flight.stale]
+        if not stale:
+            return
+        for op_id, op in load(stale).items():
+            flight = self.in_flight.get(op_id)
+            if flight is not None:
+                flight.op, flight.stale = op, False
 
     def wait(self, seconds: float) -> bool:
         """Block up to ``seconds`` (monotonic) or until a call finishes, whichever is first.

@@ -59,6 +59,7 @@ class LeaseService:
             :class:`Counts` (``renewed``, ``rejected``).
         """
         counts = Counts()
+        self.egress.refresh(self.committer.load)  # after an outage: drop changes never stored
         threshold = self.config.lease_seconds * self.config.renew_when_remaining
         changes: list[tuple[Operation, Change]] = []
         for flight in self.egress.in_flight.values():

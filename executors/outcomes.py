@@ -117,6 +117,7 @@ class OutcomeService:
             :class:`Counts` of what was committed.
         """
         counts = Counts()
+        self.egress.refresh(self.committer.load)  # after an outage: drop changes never stored
         finished = self.egress.take_finished()
         if not finished:
             return counts

@@ -185,6 +185,7 @@ class Worker:
             if not is_transient(exc):
                 raise
             self._outage_retries += 1
+            self.egress.mark_stale()  # a failed commit may have changed them in memory only
             refresh_connections(self.app, self.claims.view)
             if self._outage_since is None:
                 self._outage_since = time.monotonic()

@@ -1,0 +1,133 @@
+"""A worker rides out a store outage cycle by cycle (issue 17): the store refuses every write
+for a while, with outcomes already in hand; the worker keeps them, retries with backoff, and
+records them when the store is back, even when the outage outlasted the lease. Both backends;
+the worker runs in this process on a fake clock with inline egress."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from eventsourcing.persistence import OperationalError, ProgrammingError
+
+from adapters.fake import FakeAdapter
+from executors.runtime import Worker, WorkerConfig
+from ledger.clock import FakeClock
+from ledger.config import Database
+from ledger.outages import is_transient
+from migrations import migrate
+from projections.status import StatusProjection
+from projections.view import open_view
+from tests.apps import FakeApp
+
+LEASE_SECONDS = 10.0
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+
+
+@pytest.fixture
+def app(database: Database, clock: FakeClock) -> Iterator[FakeApp]:
+    migrate(database, FakeApp)
+    app = FakeApp(env=database.library_env(create_table=False), clock=clock)
+    yield app
+    app.close()
+
+
+class Outage:
+    """Makes ``app.save`` raise ``error`` while ``down`` is set."""
+
+    def __init__(self, app: FakeApp, error: Exception) -> None:
+        self.down = False
+        self.refused = 0
+        self._save = app.save
+        self._error = error
+        app.save = self.save  # type: ignore[method-assign]
+
+    def save(self, *objs: Any, **kwargs: Any) -> Any:
+        if self.down:
+            self.refused += 1
+            raise self._error
+        return self._save(*objs, **kwargs)
+
+
+def _worker(app: FakeApp, database: Database, clock: FakeClock) -> tuple[Worker, StatusProjection]:
+    view = open_view(database)
+    projection = StatusProjection(app=app, view=view)
+    worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=clock,
+                    config=WorkerConfig(worker_id="outage", lease_seconds=LEASE_SECONDS, inline_egress=True),
+                    rng=random.Random(1), projection=projection, on_committed=projection.offer)
+    return worker, projection
+
+
+@pytest.mark.parametrize("outage_seconds", [1.0, LEASE_SECONDS * 3], ids=["short", "longer-than-the-lease"])
+def test_outcomes_in_hand_are_recorded_after_the_outage(app: FakeApp, database: Database, clock: FakeClock,
+                                                       outage_seconds: float) -> None:
+    ids = [app.make(f"op-{i}") for i in range(10)]
+    worker, projection = _worker(app, database, clock)
+    stop = threading.Event()
+    outage = Outage(app, OperationalError("terminating connection due to administrator command"))
+    try:
+        projection.run_once()
+        worker.claims.run_once(clock.now())  # claimed, AttemptStarted committed, calls queued
+        worker.egress.run_once(clock.now())  # the provider answered: ten outcomes in hand
+        outage.down = True
+        for _ in range(4):
+            assert worker._cycle(stop) is None  # refused, kept, retried later; the worker goes on
+            clock.advance(outage_seconds / 4)
+        assert worker.degraded and outage.refused >= 4
+        assert len(worker.egress.in_flight) == 10  # still held (their leases are renewed when possible)
+        outage.down = False
+        for _ in range(5):
+            worker._cycle(stop)
+            clock.advance(0.1)
+        projection.run_once()
+        statuses = {projection.view.get(op_id).status for op_id in ids}
+        assert statuses == {"settled"}
+        assert all(app.get_operation(op_id).attempts == 1 for op_id in ids)
+        assert not worker.degraded
+    finally:
+        worker.close()
+        projection.view.close()
+
+
+def test_a_permanent_store_error_is_not_retried(app: FakeApp, database: Database, clock: FakeClock) -> None:
+    app.make("op")
+    worker, projection = _worker(app, database, clock)
+    Outage(app, ProgrammingError("relation does not exist")).down = True
+    try:
+        projection.run_once()
+        with pytest.raises(ProgrammingError):
+            for _ in range(3):
+                worker._cycle(threading.Event())
+    finally:
+        worker.close()
+        projection.view.close()
+
+
+@pytest.mark.parametrize(("error", "transient"), [
+    (OperationalError("server closed the connection unexpectedly"), True),
+    (ProgrammingError("relation does not exist"), False),
+    (ValueError("a bug"), False),
+])
+def test_which_errors_are_transient(error: Exception, transient: bool) -> None:
+    assert is_transient(error) is transient
+
+
+def test_sqlite_busy_is_transient_and_a_missing_table_is_not() -> None:
+    import sqlite3
+
+    for message, transient in (("database is locked", True), ("no such table: x", False)):
+        try:
+            try:
+                raise sqlite3.OperationalError(message)
+            except sqlite3.OperationalError as cause:
+                raise OperationalError(message) from cause
+        except OperationalError as exc:
+            assert is_transient(exc) is transient

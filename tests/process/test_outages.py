@@ -1,0 +1,113 @@
+"""Workers ride out lost database connections (issue 17): a real worker process on PostgreSQL
+whose every backend is terminated (``pg_terminate_backend``, as a DBA or a failover would) keeps
+running, logs the outage once, and settles what it had and what comes next, with no delivered
+call turned into operator work and no non-idempotent call sent twice (checked against the
+reference partner's log).
+
+Only this test's worker is touched: it connects under an ``application_name`` of its own
+(libpq's ``PGAPPNAME``), and only backends with that name are terminated.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from uuid import UUID
+
+import psycopg
+import pytest
+
+from adapters.partner import PartnerProcess
+from adapters.processes import WorkerProcess
+from ledger.config import Database
+from projections.view import open_view
+from tests.apps import ModesApp
+from tests.conftest import PG_URL, wait_until
+from tests.process.conftest import worker_env
+
+pytestmark = [pytest.mark.process, pytest.mark.postgres,
+              pytest.mark.parametrize("database_url", ["postgres"], indirect=True)]
+
+APP = "tests.apps:ModesApp"
+
+
+def _terminate(tag: str) -> int:
+    """Terminate every backend of the worker tagged ``tag``; returns how many."""
+    with psycopg.connect(PG_URL.split("?")[0], autocommit=True) as conn:
+        row = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                           "WHERE application_name = %s", (tag,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _start(workers: Callable[..., WorkerProcess], database_url: str, tag: str) -> WorkerProcess:
+    # 16 calls at once: the reference partner commits each request to SQLite before answering,
+    # and a few hundred at once push it past ModesApp's 0.5 s timeout (ambiguous for another reason).
+    worker = workers({**worker_env(database_url, app=APP, lease_seconds=5.0, OPLEDGER_EGRESS_PER_HOST="16"),
+                      "PGAPPNAME": tag})
+    wait_until(lambda: "worker started" in worker.log_path.read_text(), what="the worker to start")
+    return worker
+
+
+def _make(db: Database, specs: list[tuple[str, str]]) -> list[UUID]:
+    app = ModesApp(env=db.library_env(create_table=False))
+    try:
+        return [app.make(mode, target, n=n) for n, (mode, target) in enumerate(specs)]
+    finally:
+        app.close()
+
+
+def _settled(db: Database, expected: int) -> Callable[[], dict[str, int] | None]:
+    view = open_view(db)
+
+    def check() -> dict[str, int] | None:
+        counts = view.counts()
+        return counts if counts.get("settled", 0) + counts.get("ambiguous", 0) >= expected else None
+
+    return check
+
+
+def _why(db: Database) -> list[str]:
+    """The ambiguous operations' last events, for a failure message."""
+    app = ModesApp(env=db.library_env(create_table=False))
+    try:
+        found = []
+        for row in open_view(db).attention(20):
+            events = list(app.repository.event_store.get(row.operation_id))
+            found.append(" > ".join(f"{type(e).__name__}({getattr(e, 'reason', '')})" for e in events[-4:]))
+        return found
+    finally:
+        app.close()
+
+
+def test_an_idle_worker_loses_every_connection_and_picks_up_new_intents(
+        modes_db: Database, database_url: str, partner: PartnerProcess, workers) -> None:
+    tag = f"opledger-test-{uuid.uuid4().hex[:8]}"
+    worker = _start(workers, database_url, tag)
+    assert _terminate(tag) >= 2  # the recorder's pool, the status view's, the projection's
+    ids = _make(modes_db, [("idempotent", f"{partner.url}/ok")] * 20)
+    counts = wait_until(_settled(modes_db, len(ids)), timeout=15, what="20 intents written after the outage")
+    assert counts == {"settled": 20}
+    assert worker.alive(), "the worker exited"
+    log = worker.log_path.read_text()
+    assert log.count("store unreachable") <= 2  # once per outage (the worker's loop, the projection's)
+    assert "Traceback" not in log
+
+
+def test_a_drain_survives_two_terminations_without_ambiguity_or_duplicates(
+        modes_db: Database, database_url: str, partner: PartnerProcess, workers) -> None:
+    tag = f"opledger-test-{uuid.uuid4().hex[:8]}"
+    n = 1000
+    specs = [("idempotent" if i % 2 else "non_idempotent", f"{partner.url}/ok") for i in range(n)]
+    ids = _make(modes_db, specs)
+    worker = _start(workers, database_url, tag)
+    view = open_view(modes_db)
+    for fraction in (0.2, 0.6):
+        wait_until(lambda f=fraction: view.counts().get("settled", 0) >= n * f, timeout=120,
+                   what=f"{fraction:.0%} settled")
+        assert _terminate(tag) >= 1
+    counts = wait_until(_settled(modes_db, n), timeout=180, what="the drain to finish")
+    assert counts == {"settled": n}, f"a transient outage turned delivered calls into operator work: {_why(modes_db)}"
+    assert worker.alive()
+    for op_id, (mode, _) in zip(ids, specs):
+        if mode == "non_idempotent":
+            assert partner.log.received_count(str(op_id)) == 1, f"non-idempotent {op_id} was sent twice"
