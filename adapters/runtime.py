@@ -20,12 +20,13 @@ from dataclasses import dataclass
 import structlog
 from eventsourcing.utils import resolve_topic
 
+from executors.commit import describe
 from executors.runtime import Worker, WorkerConfig
 from ledger.application import LedgerApplication
 from ledger.clock import Clock, SystemClock
 from ledger.config import Settings
 from ledger.egress import Adapter
-from ledger.errors import ConfigurationError
+from ledger.errors import ConfigurationError, LedgerError, StoreError
 from ledger.persistence import check_store_identity
 from projections.history import check_readable_history
 from projections.status import StatusProjection
@@ -190,6 +191,12 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
         log.info("worker started", worker_id=worker.config.worker_id, backend=settings.database.backend)
         try:
             worker.run(stop, grace_seconds=settings.grace_seconds)
+        except LedgerError:
+            raise
+        except Exception as exc:
+            # Not an outage the worker rides out (ledger.outages): say what, once, and stop.
+            log.error("worker stopped: the store refused it for good", error=describe(exc))
+            raise StoreError(f"the worker stopped: {describe(exc)}") from None
         finally:
             worker.close()
             stop.set()

@@ -32,10 +32,20 @@ from executors.egress import EgressService, InFlight, target_host
 from executors.outcomes import apply_decision
 from executors.recovery import decide_open_attempt
 from executors.secrets import MissingSecretError, SecretResolver, resolve_payload
-from executors.settlement import SettlementService
+from executors.settlement import SettlementService, first_per_entity
 from ledger.application import LedgerApplication
 from ledger.config import DEFAULT_LEASE_SECONDS
-from ledger.decisions import Cancel, Claim, ExceedDeadline, Lookup, Reclaim, Settle, Wait, due_work, may_need_egress
+from ledger.decisions import (
+    Cancel,
+    Claim,
+    ExceedDeadline,
+    Lookup,
+    Reclaim,
+    Settle,
+    Wait,
+    due_work,
+    may_need_egress,
+)
 from ledger.declarations import RetryPolicy
 from ledger.egress import Adapter, EgressRequest
 from ledger.errors import ConfigurationError, UnknownIntegrationError
@@ -175,7 +185,7 @@ class ClaimService:
     def _decide_and_commit(self, rows: list[DueRow], now: datetime, counts: Counts) -> None:
         plan = _Plan()
         changes: list[tuple[Operation, Change]] = []
-        settling: dict[UUID, Operation] = {}  # by entity: one settlement per entity per batch
+        settling: list[Operation] = []
         capacity = self.egress.free_slots()
         by_host: Counter[str] = Counter()  # claims of this pass per target host
         for op in self._current(rows):
@@ -185,7 +195,7 @@ class ClaimService:
                 self._defer(op.id, now, "due_work", exc)
                 continue
             if isinstance(work, Settle):
-                settling.setdefault(op.source.entity_id, op)
+                settling.append(op)
             elif isinstance(work, ExceedDeadline):
                 changes.append((op, exceed_deadline_change(now)))
             elif isinstance(work, Cancel):
@@ -195,7 +205,7 @@ class ClaimService:
                 capacity -= 1
         if not changes and not settling:
             return
-        result = self.settlement.commit(list(settling.values()), now, counts, changes)
+        result = self.settlement.commit(first_per_entity(settling), now, counts, changes)
         for op_id, reason in plan.deferred.items():
             self.committer.report(op_id, "cannot_serve", f"{reason}; retried in {self.config.defer_seconds}s")
             self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)

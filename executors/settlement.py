@@ -22,7 +22,7 @@ from eventsourcing.domain import Aggregate
 
 from executors.commit import Change, CommitResult, Committer, Counts, describe
 from ledger.application import LedgerApplication
-from ledger.decisions import RetrySettlement, Settle, after_settlement_failure, due_work
+from ledger.decisions import RetrySettlement, Settle, after_settlement_failure, due_work, settlement_order
 from ledger.errors import LedgerError, UnknownIntegrationError
 from ledger.operation import Operation
 from ledger.settlement import SettlementOutcome
@@ -98,6 +98,16 @@ def load_entities(app: LedgerApplication, ops: Sequence[Operation]) -> dict[UUID
         return {}
 
 
+def first_per_entity(ops: Sequence[Operation]) -> list[Operation]:
+    """One operation per source entity, the one whose settlement goes first
+    (``ledger.decisions.settlement_order``): two settlements of one entity in one batch would
+    conflict on its version, and the order must not depend on which worker saw what first."""
+    chosen: dict[UUID, Operation] = {}
+    for op in sorted(ops, key=settlement_order):
+        chosen.setdefault(op.source.entity_id, op)
+    return list(chosen.values())
+
+
 class SettlementService:
     """Settles operations whose outcome was just recorded by this worker.
 
@@ -127,16 +137,14 @@ class SettlementService:
             :class:`Counts` of what was committed.
         """
         counts = Counts()
-        chosen: dict[UUID, Operation] = {}
-        for op_id, op in list(self._offered.items()):
-            if isinstance(due_work(op, now), Settle):
-                if op.source.entity_id in chosen:
-                    continue  # the entity's other settlement goes in the next batch
-                chosen[op.source.entity_id] = op
-            # Settled now, or nothing to settle yet: a later retry is found by the due-work pass.
-            del self._offered[op_id]
+        due = [op for op in self._offered.values() if isinstance(due_work(op, now), Settle)]
+        chosen = first_per_entity(due)
+        # Settled now, or nothing to settle yet (a later retry is found by the due-work pass);
+        # an entity's other due settlements stay offered for the next batch.
+        waiting = {op.id for op in due} - {op.id for op in chosen}
+        self._offered = {op_id: op for op_id, op in self._offered.items() if op_id in waiting}
         if chosen:
-            self.commit(list(chosen.values()), now, counts)
+            self.commit(chosen, now, counts)
         return counts
 
     def commit(self, ops: list[Operation], now: datetime, counts: Counts,

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from types import SimpleNamespace
 from typing import Protocol
+from uuid import UUID
 
 from tenacity.wait import wait_exponential
 
 from ledger.declarations import DeliveryMode, RetryPolicy
+from ledger.identity import Source
 from ledger.modes import AfterLostResponse, rules_for
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
 from ledger.status import ACTIVE_STATES, APPROVAL_REQUIRED, ExecutionState, SettlementState
@@ -316,6 +318,27 @@ def _retry_or_give_up(policy: RetryPolicy, attempts: int, now: datetime, rng: Ra
 
 
 # ---------------------------------------------------------------------------- settlement
+
+class SettlementSource(Protocol):
+    """The fields of an operation that :func:`settlement_order` reads."""
+
+    @property
+    def id(self) -> UUID: ...
+
+    @property
+    def source(self) -> Source: ...
+
+
+def settlement_order(op: SettlementSource) -> tuple[int, UUID]:
+    """Which of one entity's settlements goes first when several are due at once: the lowest
+    effect index (the order the transition intended its effects in), then the operation id.
+    Settlements of one entity are applied one per batch (they would conflict on its version),
+    so this fixes the order however many workers there are and however they crashed.
+
+    Source: issue 17 ("deterministic recovery"); docs/adr/0002-executor-services.md.
+    """
+    return op.source.effect_index, op.id
+
 
 @dataclass(frozen=True, slots=True)
 class RetrySettlement:

@@ -234,3 +234,12 @@ class PayloadError(LedgerError, ValueError):
         self.problems = problems
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"payload for integration {integration!r} is invalid:\n{lines}")
+
+
+class StoreError(LedgerError):
+    """The store refused this process for good (a missing table, a permission denied, a
+    corrupt file): retrying cannot fix it, unlike a lost connection, which workers ride out.
+
+    Fix: read the error; migrate the store (``opledger migrate``), grant the permission or
+    restore the file, then start again (docs/operations.md, "Database outages").
+    """

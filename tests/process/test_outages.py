@@ -111,3 +111,15 @@ def test_a_drain_survives_two_terminations_without_ambiguity_or_duplicates(
     for op_id, (mode, _) in zip(ids, specs):
         if mode == "non_idempotent":
             assert partner.log.received_count(str(op_id)) == 1, f"non-idempotent {op_id} was sent twice"
+
+
+def test_a_store_that_cannot_work_stops_the_worker_with_one_clear_line(
+        modes_db: Database, database_url: str, workers) -> None:
+    tag = f"opledger-test-{uuid.uuid4().hex[:8]}"
+    worker = _start(workers, database_url, tag)
+    with psycopg.connect(PG_URL.split("?")[0], autocommit=True) as conn:  # a DBA's mistake
+        conn.execute(f"DROP TABLE {modes_db.schema}.opledger_operation_status")
+    assert worker.process.wait(20) == 2
+    log = worker.log_path.read_text()
+    assert "worker stopped: the store refused it for good" in log and "opledger_operation_status" in log
+    assert "Traceback" not in log

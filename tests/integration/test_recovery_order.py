@@ -1,0 +1,134 @@
+"""Deterministic recovery (issue 17): a store whose worker crashed after recording outcomes and
+before settling them is recovered three times, by workers whose random sources differ; each
+entity's settlements apply in the same order every time, by effect index
+(``ledger.decisions.settlement_order``). Both backends."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar
+from uuid import UUID
+
+import pytest
+from eventsourcing.domain import Aggregate, event
+
+from adapters.fake import FakeAdapter
+from executors.runtime import Worker, WorkerConfig
+from ledger.application import LedgerApplication
+from ledger.clock import FakeClock
+from ledger.config import Database
+from ledger.declarations import DeliveryMode, Integration
+from ledger.settlement import SettlementOutcome
+from migrations import migrate
+from projections.status import StatusProjection
+from projections.view import open_view
+from tests.apps import declaration
+from tests.conftest import drop_schema, new_postgres_url, require_postgres
+
+ENTITIES = 5
+EFFECTS = 3
+
+
+class Ledgerbook(Aggregate):
+    """An entity whose settlement action records which operation it settled."""
+
+    @event("Opened")
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.settled: list[UUID] = []
+
+    def on_result(self, outcome: SettlementOutcome) -> None:
+        self._settled(outcome.operation_id)
+
+    @event("Settled")
+    def _settled(self, operation_id: UUID) -> None:
+        self.settled.append(operation_id)
+
+
+class ThreeEffectsApp(LedgerApplication):
+    """Each transition intends three operations (effects 0, 1, 2)."""
+
+    name = "threefx"
+    integrations: ClassVar[list[Integration]] = [declaration(
+        DeliveryMode.IDEMPOTENT, name="test.fx", adapter="fake",
+        settlement={"entity_type": f"{__name__}:Ledgerbook", "method": "on_result", "max_attempts": 3,
+                    "backoff_seconds": 1.0})]
+
+    def open_book(self, name: str) -> tuple[UUID, dict[UUID, int]]:
+        book = Ledgerbook(name=name)
+        ops = [self.intend(book, "test.fx", target="https://p.test/fx", payload={"n": i}, effect_index=i)
+               for i in range(EFFECTS)]
+        self.save(book, *ops)
+        return book.id, {op.id: i for i, op in enumerate(ops)}
+
+
+@pytest.fixture
+def fresh_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Database]]:
+    """Make fresh stores of the test's backend (one per recovery)."""
+    backend = request.node.callspec.params["backend"]
+    schemas: list[str] = []
+
+    def make() -> Database:
+        if backend == "sqlite":
+            return Database.parse(f"sqlite:///{tmp_path / f'store-{len(schemas)}' / 'opledger.db'}")
+        require_postgres()
+        url, schema = new_postgres_url()
+        schemas.append(schema)
+        return Database.parse(url)
+
+    if backend == "sqlite":
+        schemas.append("")  # counts the stores made
+    yield make
+    for schema in schemas:
+        if schema:
+            drop_schema(schema)
+
+
+def _worker(app: LedgerApplication, database: Database, clock: FakeClock, seed: int) -> tuple[Worker, Any]:
+    view = open_view(database)
+    projection = StatusProjection(app=app, view=view)
+    worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=clock,
+                    config=WorkerConfig(worker_id=f"w{seed}", lease_seconds=10, inline_egress=True),
+                    rng=random.Random(seed), projection=projection, on_committed=projection.offer)
+    return worker, projection
+
+
+def _crash_then_recover(database: Database, seed: int) -> list[list[int]]:
+    """Per entity, the effect indexes in the order their settlements applied."""
+    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+    migrate(database, ThreeEffectsApp)
+    app = ThreeEffectsApp(env=database.library_env(create_table=False), clock=clock)
+    try:
+        books = [app.open_book(f"book-{i}") for i in range(ENTITIES)]
+        first, projection = _worker(app, database, clock, seed)
+        projection.run_once()
+        first.claims.run_once(clock.now())
+        first.egress.run_once(clock.now())
+        first.outcomes.run_once(clock.now())  # outcomes recorded; the crash comes before settling
+        first.close()
+        projection.view.close()
+        clock.advance(1)
+        second, projection = _worker(app, database, clock, seed * 7919)
+        for _ in range(ENTITIES * EFFECTS):
+            second.run_once()
+            clock.advance(1)
+        second.close()
+        projection.view.close()
+        orders = []
+        for book_id, effects in books:
+            book: Ledgerbook = app.repository.get(book_id)
+            orders.append([effects[op_id] for op_id in book.settled])
+        return orders
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_crashed_store_recovers_to_the_same_settlement_order_every_time(
+        backend: str, fresh_store: Callable[[], Database]) -> None:
+    orders = [_crash_then_recover(fresh_store(), seed) for seed in (1, 2, 3)]
+    assert orders[0] == [list(range(EFFECTS))] * ENTITIES  # every entity: effect 0, then 1, then 2
+    assert orders[0] == orders[1] == orders[2]
