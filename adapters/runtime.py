@@ -29,6 +29,7 @@ from ledger.egress import Adapter
 from ledger.errors import ConfigurationError, LedgerError, StoreError
 from ledger.persistence import check_store_identity
 from projections.history import check_readable_history
+from projections.notify import Listener, status_channel
 from projections.status import StatusProjection
 from projections.view import StatusView, open_view
 
@@ -188,6 +189,14 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             projection=projection if leader is None else None,
             on_committed=projection.offer,
         )
+        if leader is not None:
+            # Wake-ups (issue 17): the projection when events are appended, this worker when
+            # status rows change; polling stays as the fallback.
+            events_channel = getattr(store.app.recorder, "channel_name", None)
+            wakeups = {status_channel(settings.database.schema): [worker.wake]}
+            if events_channel:
+                wakeups[events_channel] = [projection.wake]
+            Listener(settings.database.conninfo(), wakeups).start(stop)
         log.info("worker started", worker_id=worker.config.worker_id, backend=settings.database.backend)
         try:
             worker.run(stop, grace_seconds=settings.grace_seconds)

@@ -136,6 +136,8 @@ class EgressService:
         # Daemon threads, not concurrent.futures: a call that hangs must not hold the process
         # past its stop grace (the executor's threads are joined at interpreter exit).
         self._threads: list[threading.Thread] = []
+        self.wake = threading.Event()
+        """Set when a call finishes, or from outside to make the worker look now (:meth:`wait`)."""
         self._idle = 0  # threads waiting for a call; guarded by _lock
         self._waiting = 0  # calls queued and not yet taken by a thread; guarded by _lock
         self._lock = threading.Lock()
@@ -169,6 +171,7 @@ class EgressService:
     def finish(self, finished: Finished) -> None:
         """Hand back a call's result (for an egress that makes calls its own way)."""
         self._finished.put(finished)
+        self.wake.set()
 
     def _grow(self) -> None:
         # One more thread when more calls wait than threads are idle, up to ``slots``. Both
@@ -192,7 +195,7 @@ class EgressService:
                 except queue.Empty:
                     break
                 if flight is not None:
-                    self._finished.put(self.call(flight))
+                    self.finish(self.call(flight))
         return Counts()
 
     def take_finished(self) -> list[tuple[InFlight, Finished]]:
@@ -242,17 +245,15 @@ class EgressService:
                 flight.op, flight.stale = op, False
 
     def wait(self, seconds: float) -> bool:
-        """Block up to ``seconds`` (monotonic) or until a call finishes, whichever is first.
+        """Block up to ``seconds`` (monotonic) or until :attr:`wake` is set (a call finished, or
+        someone asked the worker to look now: a NOTIFY), whichever is first.
 
         Returns:
-            True when a call finished (its result waits for :meth:`take_finished`).
+            True when woken (a finished call's result waits for :meth:`take_finished`).
         """
-        try:
-            item = self._finished.get(timeout=seconds)
-        except queue.Empty:
-            return False
-        self._finished.put(item)  # taken by the next take_finished, in order with the others
-        return True
+        woken = self.wake.wait(seconds)
+        self.wake.clear()
+        return woken
 
     def close(self) -> None:
         """Stop the threads (calls under way finish on their own, unrecorded)."""
@@ -264,7 +265,7 @@ class EgressService:
             with self._lock:
                 self._idle -= 1
                 self._waiting -= 1
-            self._finished.put(self.call(flight))
+            self.finish(self.call(flight))
             with self._lock:
                 self._idle += 1
 

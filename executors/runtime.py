@@ -211,6 +211,10 @@ class Worker:
             if self.egress.wait(min(left, STOP_POLL_SECONDS)):
                 return
 
+    def wake(self) -> None:
+        """Make an idle worker look for work now (a NOTIFY said something changed); thread-safe."""
+        self.egress.wake.set()
+
     def close(self) -> None:
         """Stop the egress threads (calls under way finish on their own, unrecorded)."""
         self.egress.close()

@@ -19,6 +19,7 @@ from psycopg_pool import ConnectionPool
 from ledger.clock import Clock, ReferenceClock, SkewWarning
 from ledger.config import Database
 from ledger.errors import ConfigurationError
+from projections.notify import status_channel
 from projections.rows import COLUMNS, DueRow, StatusRow
 from projections.sql_view import SqlStatusView
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError
@@ -35,6 +36,8 @@ class PostgresStatusView(SqlStatusView):
         super().__init__()
         self._types: list[int] | None = None  # the status columns' type OIDs, read once
         self._clock: ReferenceClock | None = None  # set by lease_clock; fed by every due()
+        self.channel = status_channel(database.schema)
+        """The channel each write NOTIFYs (``projections.notify``)."""
         kwargs: dict[str, Any] = {}
         if database.schema:
             kwargs["options"] = f"-c search_path={database.schema}"
@@ -47,6 +50,10 @@ class PostgresStatusView(SqlStatusView):
     def _transaction(self) -> Iterator[Any]:
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             yield cur
+
+    def _notify(self, cur: Any) -> None:
+        # Delivered at commit; workers LISTEN (projections.notify) and look for due work at once.
+        cur.execute("SELECT pg_notify(%s, '')", (self.channel,))
 
     def _upsert(self, cur: Any, table: str, rows: list[StatusRow]) -> None:
         # Binary COPY into a staging table, then one INSERT ... ON CONFLICT: a quarter of the

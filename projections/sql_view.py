@@ -67,6 +67,12 @@ class SqlStatusView:
                             {"operation_id": self._id(operation_id), "attention": mark.reason, "detail": mark.detail})
             cur.execute(self.queries["upsert_tracking"],
                         {"projection": projection, "upstream": upstream, "notification_id": position})
+            if batch and table == MAIN_TABLE:
+                self._notify(cur)
+
+    def _notify(self, cur: Any) -> None:
+        """Tell listening workers that rows changed, in the write's transaction (PostgreSQL;
+        a single-owner backend has no one to tell)."""
 
     def due(self, now: datetime, limit: int) -> list[DueRow]:
         with self._transaction() as cur:

@@ -43,6 +43,8 @@ READ_CHUNK = 1000  # notifications per query (a batch takes several)
 DEFAULT_CACHE_SIZE = 10_000
 ID_MEMO_SIZE = 100_000  # operation ids kept parsed between batches (SQLite stores them as text)
 DEFAULT_IDLE_SECONDS = 0.1
+WAKE_CHECK_SECONDS = 0.1
+"""While idle, how often ``run`` checks its stop event, seconds (a wake-up ends the wait at once)."""
 DEFAULT_LEADER_LEASE_SECONDS = 3.0
 DEFAULT_RECHECK_SECONDS = 60.0
 RECHECK_LIMIT = 1000  # unreadable_event rows re-read per recheck
@@ -131,6 +133,7 @@ class StatusProjection:
         # worker thread may append while the projection thread takes (both atomic).
         self._offered: deque[Operation] = deque(maxlen=self.config.cache_size)
         self._following = True  # whether the last run_once found this process leading
+        self._wake = threading.Event()  # set by ``wake`` (a NOTIFY listener)
 
     def offer(self, ops: Iterable[Operation]) -> None:
         """Hand over operation states just committed by this process (a worker's commits), so
@@ -269,7 +272,7 @@ class StatusProjection:
                 if applied >= self.config.batch_size and not stop.is_set():
                     self.catch_up(stop)
                 elif not applied:
-                    stop.wait(self.config.idle_seconds if self.is_leader() else self.config.lease_seconds / 3)
+                    self._pause(stop, self.config.idle_seconds if self.is_leader() else self.config.lease_seconds / 3)
             except Exception as exc:
                 self._cache.clear()
                 if not is_transient(exc):
@@ -287,6 +290,18 @@ class StatusProjection:
             if outage:
                 log.warning("status projection: store reachable again", retries=outage)
                 outage = 0
+
+    def wake(self) -> None:
+        """Make an idle runner read the log now (a NOTIFY said events were appended); thread-safe."""
+        self._wake.set()
+
+    def _pause(self, stop: threading.Event, seconds: float) -> None:
+        # Wait ``seconds``, or until woken or stopped (stop is noticed within WAKE_CHECK_SECONDS).
+        deadline = time.monotonic() + seconds
+        while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            if self._wake.wait(min(left, WAKE_CHECK_SECONDS)):
+                self._wake.clear()
+                return
 
     def _lead(self) -> bool:
         # Whether this process may write now; a process that stops leading drops what it holds.

@@ -10,6 +10,7 @@ Only this test's worker is touched: it connects under an ``application_name`` of
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from uuid import UUID
@@ -123,3 +124,27 @@ def test_a_store_that_cannot_work_stops_the_worker_with_one_clear_line(
     log = worker.log_path.read_text()
     assert "worker stopped: the store refused it for good" in log and "opledger_operation_status" in log
     assert "Traceback" not in log
+
+
+def test_new_intents_are_picked_up_by_notification_not_by_the_poll(
+        modes_db: Database, database_url: str, partner: PartnerProcess, workers) -> None:
+    # A 5 s poll interval: a pickup well under it can only come from LISTEN/NOTIFY, also after
+    # the listener's own connection was terminated and came back.
+    tag = f"opledger-test-{uuid.uuid4().hex[:8]}"
+    env = {**worker_env(database_url, app=APP, lease_seconds=30.0, OPLEDGER_POLL_INTERVAL_SECONDS="5"),
+           "PGAPPNAME": tag}
+    worker = workers(env)
+    wait_until(lambda: "worker started" in worker.log_path.read_text(), what="the worker to start")
+    view = open_view(modes_db)
+    took = []
+    for round_number in range(6):
+        if round_number == 3:
+            assert _terminate(tag) >= 1
+            wait_until(lambda: "listener reconnected" in worker.log_path.read_text(), timeout=10,
+                       what="the listener to reconnect")
+        began = time.monotonic()
+        (op_id,) = _make(modes_db, [("idempotent", f"{partner.url}/ok")])
+        wait_until(lambda op_id=op_id: (row := view.get(op_id)) is not None and row.status == "settled",
+                   timeout=10, interval=0.01, what="the intent to settle")
+        took.append(time.monotonic() - began)
+    assert max(took) < 2.5, f"pickup took {took} s: the 5 s poll, not a notification"
