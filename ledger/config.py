@@ -25,6 +25,9 @@ DEFAULT_DATABASE_URL = "sqlite:///.opledger/opledger.db"
 DEFAULT_LEASE_SECONDS = 30.0
 DEFAULT_POLL_INTERVAL_SECONDS = 0.2
 SQLITE_LOCK_TIMEOUT_SECONDS = 30
+DEFAULT_POOL_SIZE = 10
+"""PostgreSQL connections a pool keeps (the library's recorder pool may add as many again)."""
+MAX_POOL_SIZE = 100
 MAX_WORKER_THREADS = 1024
 """Egress threads per worker process: past this, one process is better split into several."""
 DEFAULT_WORKER_THREADS = 256
@@ -49,6 +52,10 @@ class Database:
         path: the SQLite file (absolute), for sqlite.
         host, port, user, password, dbname: connection parameters, for postgres.
         schema: the PostgreSQL schema (``?schema=NAME``); None means the server default.
+        pool_size: PostgreSQL connections each pool of a process keeps (``?pool_size=N``, 1 to
+            ``MAX_POOL_SIZE``). A worker's store users are its loop and its projection thread,
+            one or two connections each at a time (egress threads hold none), so 3 never waits;
+            fewer waits for a connection (ridden out with backoff, never a crash).
     """
 
     backend: str
@@ -59,6 +66,7 @@ class Database:
     password: str = ""
     dbname: str = ""
     schema: str | None = None
+    pool_size: int = DEFAULT_POOL_SIZE
 
     @classmethod
     def parse(cls, url: str) -> Database:
@@ -79,10 +87,15 @@ class Database:
             if not dbname:
                 raise ConfigurationError(f"PostgreSQL URL must name a database, got {url!r}")
             query = parse_qs(parts.query, keep_blank_values=True)
-            unknown = sorted(set(query) - {"schema"})
+            unknown = sorted(set(query) - {"schema", "pool_size"})
             if unknown:
                 raise ConfigurationError(
-                    f"unknown PostgreSQL URL parameter(s) {unknown} in {url!r}; only 'schema' is read")
+                    f"unknown PostgreSQL URL parameter(s) {unknown} in {url!r}; "
+                    "only 'schema' and 'pool_size' are read")
+            pool_size = query.get("pool_size", [str(DEFAULT_POOL_SIZE)])[0]
+            if not pool_size.isdigit() or not 1 <= int(pool_size) <= MAX_POOL_SIZE:
+                raise ConfigurationError(
+                    f"pool_size must be a whole number from 1 to {MAX_POOL_SIZE}, got {pool_size!r}")
             schema = query.get("schema", [None])[0]
             if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
                 # Unquoted PostgreSQL identifiers fold to lower case and may not start with a
@@ -99,6 +112,7 @@ class Database:
                 password=unquote(parts.password or ""),
                 dbname=dbname,
                 schema=schema,
+                pool_size=int(pool_size),
             )
         raise ConfigurationError(
             f"unsupported database URL {url!r}: use sqlite:///path or postgresql://user@host/db"
@@ -112,7 +126,10 @@ class Database:
         auth = self.user + (f":{self.password}" if self.password else "")
         scheme = f"postgresql+{driver}" if driver else "postgresql"
         url = f"{scheme}://{auth}@{self.host}:{self.port}/{self.dbname}"
-        return url + (f"?schema={self.schema}" if self.schema else "")
+        query = [f"schema={self.schema}"] if self.schema else []
+        if self.pool_size != DEFAULT_POOL_SIZE and not driver:  # ours, not a driver parameter (yoyo)
+            query.append(f"pool_size={self.pool_size}")
+        return url + (f"?{'&'.join(query)}" if query else "")
 
     def conninfo(self) -> str:
         """Return a libpq connection string (postgres only)."""
@@ -155,8 +172,8 @@ class Database:
                 "POSTGRES_USER": self.user,
                 "POSTGRES_PASSWORD": self.password,
                 "POSTGRES_ENABLE_DB_FUNCTIONS": "n",
-                "POSTGRES_POOL_SIZE": "10",
-                "POSTGRES_MAX_OVERFLOW": "10",
+                "POSTGRES_POOL_SIZE": str(self.pool_size),
+                "POSTGRES_MAX_OVERFLOW": str(self.pool_size),
                 "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
             })
             if self.schema:

@@ -33,6 +33,7 @@ class PostgresStatusView(SqlStatusView):
     backend = "postgres"
 
     def __init__(self, database: Database, *, max_size: int = 4) -> None:
+        max_size = min(max_size, database.pool_size)
         super().__init__()
         self._types: list[int] | None = None  # the status columns' type OIDs, read once
         self._clock: ReferenceClock | None = None  # set by lease_clock; fed by every due()

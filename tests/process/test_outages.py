@@ -148,3 +148,26 @@ def test_new_intents_are_picked_up_by_notification_not_by_the_poll(
                    timeout=10, interval=0.01, what="the intent to settle")
         took.append(time.monotonic() - began)
     assert max(took) < 2.5, f"pickup took {took} s: the 5 s poll, not a notification"
+
+
+def test_a_worker_with_a_tiny_pool_and_many_egress_slots_waits_and_settles_everything(
+        database: Database, database_url: str, workers) -> None:
+    from migrations import migrate
+    from tests.apps import FakeApp
+
+    migrate(database, FakeApp)
+    app = FakeApp(env=database.library_env(create_table=False))
+    try:
+        ids = [app.make(f"op-{i}") for i in range(300)]
+    finally:
+        app.close()
+    # pool_size=1: the recorder's pool holds 1 connection (+1 overflow), the status view's 1;
+    # the loop, the projection thread and its catch-up helpers wait for them.
+    tiny = f"{database_url}&pool_size=1"
+    worker = workers(worker_env(tiny, app="tests.apps:FakeApp", lease_seconds=5.0, OPLEDGER_WORKER_THREADS="50"))
+    view = open_view(database)
+    counts = wait_until(lambda: (c := view.counts()).get("settled", 0) >= len(ids) and c, timeout=120,
+                        what="300 operations to settle through a tiny pool")
+    assert counts == {"settled": len(ids)}
+    assert worker.alive()
+    assert "Traceback" not in worker.log_path.read_text()

@@ -78,3 +78,17 @@ def test_schema_names_that_would_not_read_the_same_quoted_and_unquoted_are_refus
     with pytest.raises(ConfigurationError, match="schema must be lower-case"):
         Database.parse(f"postgresql://root@127.0.0.1/test?schema={schema}")
     assert Database.parse("postgresql://root@127.0.0.1/test?schema=_shop_2").schema == "_shop_2"
+
+
+@pytest.mark.parametrize("value", ["0", "101", "-1", "two", ""])
+def test_pool_sizes_out_of_range_are_refused(value: str) -> None:
+    with pytest.raises(ConfigurationError, match="pool_size must be a whole number from 1 to 100"):
+        Database.parse(f"postgresql://root@127.0.0.1/test?pool_size={value}")
+
+
+def test_a_pool_size_reaches_both_pools_and_round_trips() -> None:
+    database = Database.parse("postgresql://root@127.0.0.1/test?schema=s&pool_size=3")
+    env = database.library_env(create_table=False)
+    assert (database.pool_size, env["POSTGRES_POOL_SIZE"], env["POSTGRES_MAX_OVERFLOW"]) == (3, "3", "3")
+    assert Database.parse(database.url()) == database
+    assert "pool_size" not in database.url(driver="psycopg")  # not a driver parameter
