@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench import cocommit, memory, projection, recovery, report, simulation, throughput
+from bench import cocommit, memory, outages, projection, recovery, report, simulation, throughput
 from bench.harness import Options, Result, postgres_version
 
 SCENARIOS: dict[str, Callable[..., list[Result]]] = {
@@ -30,6 +30,7 @@ SCENARIOS: dict[str, Callable[..., list[Result]]] = {
     "recovery": recovery.run,
     "memory": memory.run,
     "simulation": simulation.run,
+    "outages": outages.run,
 }
 
 

@@ -27,7 +27,8 @@ def test_bench_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     document = json.loads(output.read_text())
     results = document["results"] if isinstance(document, dict) else document
     names = {r["name"].split(".")[0] for r in results}
-    assert {"cocommit", "drain", "e2e", "procrastinate", "projection", "recovery", "memory", "simulation"} <= names, names
+    assert {"cocommit", "drain", "e2e", "procrastinate", "projection", "recovery", "memory", "simulation",
+            "pickup"} <= names, names
     for result in results:
         assert FIELDS <= set(result), result
         assert result["median"] is not None and result["min"] <= result["median"] <= result["max"]
