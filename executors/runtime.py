@@ -184,13 +184,7 @@ class Worker:
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            self._outage_retries += 1
-            self.egress.mark_stale()  # a failed commit may have changed them in memory only
-            refresh_connections(self.app, self.claims.view)
-            if self._outage_since is None:
-                self._outage_since = time.monotonic()
-                log.warning("store unreachable; retrying with backoff", error=describe(exc),
-                            in_flight=len(self.egress.in_flight))
+            self.outage(exc)
             wait = backoff_seconds(self._outage_retries)
             if stop is not None:
                 stop.wait(wait)
@@ -202,6 +196,19 @@ class Worker:
                         retries=self._outage_retries)
             self._outage_since, self._outage_retries = None, 0
         return counts
+
+    def outage(self, exc: BaseException) -> None:
+        """Take note of a transient store error that cut a cycle short: the calls' operations
+        may hold changes a failed commit made in memory only (reloaded before use), dead pooled
+        connections are replaced, and the first error of an outage is logged. ``_cycle`` calls
+        it; so does the simulator, which runs the services one by one."""
+        self._outage_retries += 1
+        self.egress.mark_stale()
+        refresh_connections(self.app, self.claims.view)
+        if self._outage_since is None:
+            self._outage_since = time.monotonic()
+            log.warning("store unreachable; retrying with backoff", error=describe(exc),
+                        in_flight=len(self.egress.in_flight))
 
     def _idle(self, stop: threading.Event) -> None:
         # Wait for the poll interval, a finished call or ``stop``, whichever comes first: a long

@@ -40,6 +40,9 @@ class Fault(StrEnum):
     """A worker process dies between two of its steps; its calls in flight are lost."""
     PAUSE = "pause"
     """A worker stops for longer than its lease (a GC pause), then carries on: a zombie."""
+    STORE_DOWN = "store_down"
+    """The store refuses a worker's step (a lost connection): the step's commit fails and the
+    worker starts its cycle over, with the outcomes it holds kept."""
     SETTLEMENT_RAISES = "settlement_raises"
     """The host's settlement method raises (once or a few times)."""
 
@@ -60,6 +63,8 @@ CRASH_CHANCE = 0.004
 """Per worker step: the chance the worker dies right before it."""
 PAUSE_CHANCE = 0.002
 """Per worker step: the chance the worker pauses past its lease right before it."""
+STORE_DOWN_CHANCE = 0.01
+"""Per worker step: the chance the store refuses that step's writes."""
 SETTLEMENT_FAULT_CHANCE = 0.1
 """Per operation: the chance its entity's settlement method raises, one to four times."""
 

@@ -27,13 +27,17 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from uuid import UUID
+
+from eventsourcing.persistence import OperationalError
 
 from adapters.simulation.egress import SimulatedEgress
 from adapters.simulation.faults import (
     CRASH_CHANCE,
     PAUSE_CHANCE,
     SETTLEMENT_FAULT_CHANCE,
+    STORE_DOWN_CHANCE,
     Fault,
     FaultPlan,
 )
@@ -93,7 +97,7 @@ class RunResult:
         if self.violation is None or self.violation.operation_id is None:
             return self.trace
         short = self.violation.operation_id.hex[:8]
-        marks = (short, "crashes", "pauses", "resumes", " starts", "past the lease", "oracle")
+        marks = (short, "crashes", "pauses", "resumes", " starts", "past the lease", "store is down", "oracle")
         return [line for line in self.trace if any(mark in line for mark in marks)]
 
     @property
@@ -264,10 +268,35 @@ def _worker_step(world: _World, step: int, index: int) -> None:
         world.log(step, slot.name, f"pauses before {STAGES[slot.stage]}")
         return
     injected = len(world.faults.injected)
+    if not world.quiet and world.faults.chance(Fault.STORE_DOWN, STORE_DOWN_CHANCE):
+        _store_down_step(world, step, slot, now)
+        return
     counts = _run_stage(slot, now)
     if counts.busy or len(world.faults.injected) != injected:
         world.log(step, slot.name, f"{STAGES[slot.stage]}: {_counts(counts)}")
     slot.stage = (slot.stage + 1) % len(STAGES)
+
+
+def _store_down_step(world: _World, step: int, slot: _SimWorker, now: datetime) -> None:
+    """Run the worker's stage while the store refuses every write; the worker handles it as
+    ``Worker._cycle`` does (``Worker.outage``) and starts its cycle over."""
+    app = world.app
+    refusal = OperationalError("simulated: server closed the connection unexpectedly")
+
+    def refuse(*objs: Any, **kwargs: Any) -> Any:
+        raise refusal
+
+    app.save = refuse  # type: ignore[method-assign]
+    try:
+        _run_stage(slot, now)
+        note = "nothing to write"
+    except OperationalError as exc:
+        slot.worker.outage(exc)
+        note = "its commit failed; it starts its cycle over"
+    finally:
+        del app.save  # the class's method again
+    world.log(step, slot.name, f"{STAGES[slot.stage]}: the store is down, {note}")
+    slot.stage = 0
 
 
 def _run_stage(slot: _SimWorker, now: datetime) -> Counts:
