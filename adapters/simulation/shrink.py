@@ -2,7 +2,7 @@
 
 A run already stops at the first step that breaks an invariant, so its trace is the shortest
 prefix that fails. :func:`shrink` then removes faults one at a time (latest first): a fault
-whose removal still breaks the same invariant stays removed. What is left is written as a
+whose removal still breaks the same invariant, with fewer faults in all, stays removed. What is left is written as a
 reproducer (:func:`write_reproducer`) that ``opledger simulate --replay FILE`` runs again; a
 bug it found becomes a regression test by keeping that file or its seed.
 
@@ -45,7 +45,10 @@ def shrink(result: RunResult, *, max_runs: int = MAX_SHRINK_RUNS) -> RunResult:
             break
         max_runs -= 1
         trial = run_seed(result.seed, replace(result.config, disabled=frozenset(disabled | {number})))
-        if trial.violation is not None and trial.violation.invariant == result.violation.invariant:
+        # Removing one fault changes what the seed draws next, so a run can come back with more
+        # faults than before: only a failure with fewer faults is smaller.
+        if (trial.violation is not None and trial.violation.invariant == result.violation.invariant
+                and len(trial.injected) < len(best.injected)):
             disabled.add(number)
             best = trial
     return best
