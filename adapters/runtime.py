@@ -190,12 +190,12 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             on_committed=projection.offer,
         )
         if leader is not None:
-            # Wake-ups (issue 17): the projection when events are appended, this worker when
-            # status rows change; polling stays as the fallback.
+            # Wake-ups (issue 17): the projection and this worker when events are appended, this
+            # worker when status rows change; polling stays as the fallback.
             events_channel = getattr(store.app.recorder, "channel_name", None)
             wakeups = {status_channel(settings.database.schema): [worker.wake]}
-            if events_channel:
-                wakeups[events_channel] = [projection.wake]
+            if events_channel:  # a new intent: the worker can claim it from the log's tail at once
+                wakeups[events_channel] = [projection.wake, worker.wake]
             Listener(settings.database.conninfo(), wakeups).start(stop)
         log.info("worker started", worker_id=worker.config.worker_id, backend=settings.database.backend)
         try:

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate
@@ -52,7 +53,10 @@ from ledger.errors import ConfigurationError, UnknownIntegrationError
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState
+from ledger.topics import topics_of
+from projections.loading import select_records
 from projections.rows import DueRow
+from projections.status import PROJECTION_NAME
 from projections.view import StatusView
 
 DEFAULT_BATCH_SIZE = 200
@@ -119,6 +123,8 @@ class ClaimService:
         self.config = config
         self._deferred: dict[UUID, datetime] = {}
         self._waiting_for_host: dict[UUID, str] = {}  # op -> its target host, full when last seen
+        self._ids: dict[Any, UUID] = {}  # ``select_records``' memo of stored ids
+        self._tail_after = 0  # the last log position ``_log_tail`` read
 
     def run_once(self, now: datetime) -> Counts:
         """Read due rows, keep those worth loading now, reserve them against other workers of
@@ -130,13 +136,30 @@ class ClaimService:
         counts = Counts()
         # Read well past what this worker can claim and shuffle it: workers sharing a store then
         # take mostly different operations from the head of the list instead of colliding.
-        due = self.view.due(now, max(self.config.batch_size, DUE_READ_FACTOR * self.egress.free_slots()))
+        wanted = max(self.config.batch_size, DUE_READ_FACTOR * self.egress.free_slots())
+        due = self.view.due(now, wanted)
+        free = self.egress.free_slots()
+        if not self.view.in_process and len(due) < free:
+            due += self._log_tail(free - len(due), {row.operation_id for row in due})
         self.rng.shuffle(due)
         rows = self._actionable(due, now)
         # Held until after this cycle's commit: another worker of the store skips these rows.
         with self.view.reserve([row.operation_id for row in rows]) as reserved:
             self._decide_and_commit([row for row in rows if row.operation_id in reserved], now, counts)
         return counts
+
+    def _log_tail(self, limit: int, known: set[UUID]) -> list[DueRow]:
+        """Intents appended after what the status projection has applied: work the view cannot
+        show yet, because the projection lags or is changing hands (its leader died). Loading
+        them decides (``due_work``) and claiming them is fenced like any claim, so a fresh intent
+        need not wait for the projection (issue 17). Read only when the view leaves egress
+        slots free; each record once (an intent skipped here shows up in the view later)."""
+        after = max(self.view.position(PROJECTION_NAME, self.app.name), self._tail_after)
+        records = select_records(self.app, after, limit, topics_of([Operation.Intended]), self._ids)
+        if records:
+            self._tail_after = records[-1][0]
+        return [DueRow(op_id, version, E.PENDING.value, SettlementState.NONE.value, False)
+                for _, op_id, version, _, _ in records if op_id not in known]
 
     def _actionable(self, rows: Sequence[DueRow], now: datetime) -> list[DueRow]:
         """Due rows worth loading now: every settlement, deadline or cancellation, but no more

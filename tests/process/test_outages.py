@@ -215,3 +215,28 @@ def test_a_postgres_restart_mid_drain_loses_nothing_and_sends_nothing_twice(
     finally:
         app.close()
     assert sorted(view.list(limit=n), key=lambda row: row.operation_id) == live, "the projection drifted"
+
+
+def test_claims_do_not_wait_for_a_projection_leader_that_was_killed(
+        modes_db: Database, database_url: str, partner: PartnerProcess, workers) -> None:
+    # The projection's leader dies; its leadership lease holds the projection still for its TTL.
+    # The other worker claims a new intent from the log's tail meanwhile (it needs no status row).
+    import signal
+
+    started = [_start(workers, database_url, f"opledger-test-{uuid.uuid4().hex[:8]}") for _ in range(2)]
+    with psycopg.connect(PG_URL.split("?")[0], autocommit=True) as conn:
+        conn.execute(f"SET search_path = {modes_db.schema}")
+        holder = wait_until(lambda: conn.execute(
+            "SELECT holder FROM opledger_leases WHERE name LIKE 'projection.%'").fetchone(), what="a leader")[0]
+    pid = int(holder.split(":")[1])
+    leader = next(worker for worker in started if worker.process.pid == pid)
+    survivor = next(worker for worker in started if worker is not leader)
+    leader.process.send_signal(signal.SIGKILL)
+    leader.process.wait(10)
+    began = time.monotonic()
+    (op_id,) = _make(modes_db, [("idempotent", f"{partner.url}/ok")])
+    wait_until(lambda: partner.log.received_count(str(op_id)) >= 1, timeout=10, interval=0.01,
+               what="the surviving worker to send the new intent")
+    took = time.monotonic() - began
+    assert took < 1.0, f"the claim waited {took:.2f} s, as for the projection's leadership to change hands"
+    assert survivor.alive()
