@@ -14,6 +14,7 @@ time (``procrastinate_events``). Target: opledger's p99 at most 2x Procrastinate
 
 from __future__ import annotations
 
+import signal
 import statistics
 import threading
 import time
@@ -46,6 +47,8 @@ KILL_EVERY_SECONDS = 2.0
 PACE_SECONDS = 0.005
 """One intent (or job) every 5 ms: 200 a second."""
 TIMEOUT_SECONDS = 600.0
+POLL_MS = 50.0
+"""The bench workers' poll interval (``bench.harness.worker_env``), ms."""
 
 
 def _terminate(tag: str) -> int:
@@ -86,27 +89,40 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
     return cuts[49], cuts[98]
 
 
-def pickup(n: int, options: Options) -> list[float]:
-    """Seconds from each intent's ``Intended`` to its first ``AttemptStarted``, at 200/s."""
+def pickup(n: int, options: Options, *, kill_at: int | None = None) -> tuple[list[float], list[float]]:
+    """Seconds from each intent's ``Intended`` to its first ``AttemptStarted``, at 200/s.
+
+    With ``kill_at``, the first worker is SIGKILLed just before intent ``kill_at`` is written.
+
+    Returns:
+        The latencies of the operations the killed worker never claimed first, and of those it
+        did (empty without ``kill_at``).
+    """
     with fresh_store("postgres", options) as database:
         workers = start_workers(2, worker_env(database), options, "pickup")
         view = reader(database)
         try:
             wait_ready(workers)
             time.sleep(0.5)
+            killed = f":{workers[0].process.pid}:"
             with writer(database) as app:
                 ids, began = [], time.perf_counter()
                 for i in range(n):
+                    if i == kill_at:
+                        workers[0].process.send_signal(signal.SIGKILL)
                     ids.append(app.create_with_intent(i))
                     time.sleep(max(0.0, began + (i + 1) * PACE_SECONDS - time.perf_counter()))
                 wait_until(lambda: settled_count(view) >= n, timeout=TIMEOUT_SECONDS, what="pickup run",
-                           workers=workers)
-                latencies = []
+                           workers=workers[1:] if kill_at is not None else workers)
+                others: list[float] = []
+                theirs: list[float] = []
                 for op_id in ids:
                     events = list(app.repository.event_store.get(op_id))
+                    claimed = next(e for e in events if isinstance(e, Operation.Claimed))
                     started = next(e for e in events if isinstance(e, Operation.AttemptStarted))
-                    latencies.append((started.timestamp - events[0].timestamp).total_seconds())
-                return latencies
+                    latency = (started.timestamp - events[0].timestamp).total_seconds()
+                    (theirs if kill_at is not None and killed in claimed.worker_id else others).append(latency)
+                return others, theirs
         finally:
             stop_workers(workers)
             view.close()
@@ -145,17 +161,25 @@ def run(options: Options, log=print) -> list[Result]:
     broken: list[float] = []
     p50s: dict[str, list[float]] = {"opledger": [], "procrastinate": []}
     p99s: dict[str, list[float]] = {"opledger": [], "procrastinate": []}
+    after_kill: dict[str, list[float]] = {"others": [], "killed": []}
     for rep in range(options.repetitions):
         clean.append(drain(n, options, outages=False)[0])
         ops, kills = drain(n, options, outages=True)
         broken.append(ops)
         log(f"  outages rep {rep + 1}: clean {clean[-1]:8.1f} ops/s, with {kills} terminations {ops:8.1f} ops/s")
-        for name, measure in (("opledger", pickup), ("procrastinate", queue_pickup)):
-            p50, p99 = _percentiles(measure(paced, options))
+        for name, measure in (("opledger", lambda: pickup(paced, options)[0]),
+                              ("procrastinate", lambda: queue_pickup(paced, options))):
+            p50, p99 = _percentiles(measure())
             p50s[name].append(p50 * 1000)
             p99s[name].append(p99 * 1000)
             log(f"  outages rep {rep + 1}: pickup {name:<13} p50 {p50 * 1000:7.1f} ms  p99 {p99 * 1000:7.1f} ms")
+        others, theirs = pickup(paced, options, kill_at=paced // 2)
+        after_kill["others"].append(max(others) * 1000)
+        after_kill["killed"].append(max(theirs, default=0.0) * 1000)
+        log(f"  outages rep {rep + 1}: a worker SIGKILLed mid-run: longest pickup {after_kill['others'][-1]:7.1f} ms "
+            f"(its own operations: {after_kill['killed'][-1]:7.1f} ms)")
     clean_stats, broken_stats = Stats.of(clean), Stats.of(broken)
+    others_stats = Stats.of(after_kill["others"])
     ours, theirs = Stats.of(p99s["opledger"]), Stats.of(p99s["procrastinate"])
     return [
         Result(name="drain.clean", backend="postgres", workers=2, stats=clean_stats, unit="ops/s", n=n),
@@ -171,4 +195,11 @@ def run(options: Options, log=print) -> list[Result]:
         Result(name="procrastinate.pickup.p50", backend="postgres", workers=2, stats=Stats.of(p50s["procrastinate"]),
                unit="ms", n=paced, note="deferred -> started, 200/s"),
         Result(name="procrastinate.pickup.p99", backend="postgres", workers=2, stats=theirs, unit="ms", n=paced),
+        Result(name="pickup.after_kill.max", backend="postgres", workers=2, stats=others_stats, unit="ms", n=paced,
+               target=f"≤ one poll interval ({POLL_MS:.0f} ms) + 100 ms, for operations the killed worker never held",
+               met=others_stats.median <= POLL_MS + 100,
+               note="the longest pickup after one of two workers was SIGKILLed mid-run"),
+        Result(name="pickup.after_kill.killed_worker.max", backend="postgres", workers=2,
+               stats=Stats.of(after_kill["killed"]), unit="ms", n=paced,
+               note="the killed worker's own operations: they wait for its lease (30 s) to expire"),
     ]

@@ -124,7 +124,6 @@ class ClaimService:
         self._deferred: dict[UUID, datetime] = {}
         self._waiting_for_host: dict[UUID, str] = {}  # op -> its target host, full when last seen
         self._ids: dict[Any, UUID] = {}  # ``select_records``' memo of stored ids
-        self._tail_after = 0  # the last log position ``_log_tail`` read
 
     def run_once(self, now: datetime) -> Counts:
         """Read due rows, keep those worth loading now, reserve them against other workers of
@@ -151,13 +150,12 @@ class ClaimService:
     def _log_tail(self, limit: int, known: set[UUID]) -> list[DueRow]:
         """Intents appended after what the status projection has applied: work the view cannot
         show yet, because the projection lags or is changing hands (its leader died). Loading
-        them decides (``due_work``) and claiming them is fenced like any claim, so a fresh intent
-        need not wait for the projection (issue 17). Read only when the view leaves egress
-        slots free; each record once (an intent skipped here shows up in the view later)."""
-        after = max(self.view.position(PROJECTION_NAME, self.app.name), self._tail_after)
+        them decides (``due_work``; those this worker already handled are judged by what it
+        committed) and claiming them is fenced like any claim, so a fresh intent need not wait
+        for the projection (issue 17). Read only when the view leaves egress slots free, from
+        the view's position every time: an intent not yet due when first read is read again."""
+        after = self.view.position(PROJECTION_NAME, self.app.name)
         records = select_records(self.app, after, limit, topics_of([Operation.Intended]), self._ids)
-        if records:
-            self._tail_after = records[-1][0]
         return [DueRow(op_id, version, E.PENDING.value, SettlementState.NONE.value, False)
                 for _, op_id, version, _, _ in records if op_id not in known]
 
