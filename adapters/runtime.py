@@ -92,8 +92,9 @@ def open_store(settings: Settings, *, write: bool, clock: Clock | None = None) -
     """Open the configured store: ownership first, then the checks, then the application.
 
     On SQLite a writer takes the store's single-owner lock before anything reads the file (the
-    path checks before it only ``lstat``); then the file checks (a lost WAL, the header, and
-    for the owner ``PRAGMA quick_check``), then the identity, then the application and view.
+    path checks before it only ``lstat``); then the file checks (a lost WAL, the header,
+    ``PRAGMA quick_check``, for readers too: a read command on a damaged store fails with the
+    same error), then the identity, then the application and view.
     Readers take no lock and open the file read-only (DESIGN §8). A damaged SQLite file met
     while the store is in use (in the ``with`` body) is raised as the same one-line
     ``StoreDamagedError``.
@@ -119,7 +120,7 @@ def open_store(settings: Settings, *, write: bool, clock: Clock | None = None) -
             assert database.path is not None
             check_store_path(database.path)
             if database.path.exists():
-                check_store_files(database.path, thorough=write)
+                check_store_files(database.path, thorough=True)
         check_store_identity(database, app_class.name, store_id=settings.store_id)
         read_only = not write and sqlite
         try:
@@ -154,6 +155,28 @@ def _is_damage(database: Database, exc: BaseException) -> bool:
 def _translated(database: Database, exc: BaseException) -> StoreDamagedError:
     assert database.path is not None
     return damaged(database.path, str(exc.__cause__ or exc))
+
+
+class _StopOnDamage(StatusProjection):
+    """The SQLite owner's status projection: a damaged file met while running stops the worker
+    (``stop`` is set, the damage kept in ``damage`` and raised once the worker has stopped),
+    instead of a traceback logged every cycle by a worker that never exits."""
+
+    def __init__(self, *, app: LedgerApplication, view: StatusView, stop: threading.Event) -> None:
+        super().__init__(app=app, view=view)
+        self.stop = stop
+        self.damage: Exception | None = None
+
+    def run_once(self) -> int:
+        try:
+            return super().run_once()
+        except Exception as exc:
+            if not is_damage(exc):
+                raise
+            log.error("the store is damaged; stopping", error=str(exc))
+            self.damage = exc
+            self.stop.set()
+            return 0
 
 
 def build_adapters(settings: Settings, app: LedgerApplication, clock: Clock) -> dict[str, Adapter]:
@@ -215,7 +238,7 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             leader = threading.Thread(target=projection.run, args=(stop,), name="projection", daemon=True)
             leader.start()
         else:
-            projection = StatusProjection(app=store.app, view=store.view)
+            projection = _StopOnDamage(app=store.app, view=store.view, stop=stop)
         worker = Worker(
             app=store.app, view=store.view, adapters=adapters, clock=clock,
             config=WorkerConfig(worker_id=worker_id, lease_seconds=settings.lease_seconds,
@@ -233,4 +256,6 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             stop.set()
             if leader is not None:
                 leader.join(timeout=5)
+        if isinstance(projection, _StopOnDamage) and projection.damage is not None:
+            raise projection.damage  # open_store makes it the one-line StoreDamagedError
         log.info("worker stopped", worker_id=worker.config.worker_id)

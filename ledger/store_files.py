@@ -269,7 +269,8 @@ def integrity_problems(path: Path, *, quick: bool = True, limit: int = 20) -> li
             conn.close()
     except sqlite3.DatabaseError as exc:
         return [str(exc)]
-    found = [str(r[0]) for r in rows]
+    # One problem per line, without the per-database banner (the message is read on one line).
+    found = [line for r in rows for line in str(r[0]).splitlines() if not line.startswith("*** in database")]
     return [] if found == ["ok"] else found
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from adapters.cli import ops
+from adapters.cli import ops, store
 from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, console, settings
 
 app = typer.Typer(name="opledger", help="An event-sourced ledger of durable external operations.",
@@ -15,6 +15,7 @@ app.command("attention")(ops.attention)
 app.command("resolve")(ops.resolve)
 app.command("cancel")(ops.cancel)
 app.command("approve")(ops.approve)
+app.command("doctor")(store.doctor)
 
 
 AllowUnreadableOption = typer.Option(
