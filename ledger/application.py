@@ -20,6 +20,7 @@ from eventsourcing.domain import Aggregate, BaseAggregate
 from eventsourcing.persistence import Mapper, Recording
 from eventsourcing.utils import get_topic
 
+from ledger import failpoints
 from ledger.clock import Clock, SystemClock
 from ledger.config import Database, Settings
 from ledger.declarations import Integration, Registry
@@ -114,7 +115,13 @@ class LedgerApplication(Application):
             elif obj is not None:
                 others.append(obj)
         processing_event.collect_events(*others, **kwargs)
+        boundary = None
+        if failpoints.ARMED is not None:  # process tests only: SIGKILL at a commit boundary
+            boundary = failpoints.commit_boundary(type(e).__name__ for e in processing_event.events)
+            failpoints.reached(f"{boundary}:before")
         recordings = self._record(processing_event)
+        if boundary is not None:
+            failpoints.reached(f"{boundary}:after")
         self._take_snapshots(processing_event)
         self._notify(recordings)
         self.notify(processing_event.events)  # the library's deprecated hook, kept for subclasses

@@ -18,6 +18,7 @@ from typing import Any
 
 from yoyo import get_backend, read_migrations
 
+from ledger import failpoints
 from ledger.application import LedgerApplication
 from ledger.codec import CODEC_VERSION
 from ledger.config import Database
@@ -163,12 +164,14 @@ def migrate(database: Database, app_class: type[LedgerApplication], *,
         _check_owner(existing, app_name)
         check_newer_schema(existing, database)
         _create_library_tables(app_class, database, check)
+        failpoints.reached("migration")  # process tests: SIGKILL mid-migration (ledger.failpoints)
         backend = get_backend(database.url(driver="psycopg"))
         migrations = read_migrations(str(HERE / database.backend / "schema"))
         with backend.lock():
             pending = backend.to_apply(migrations)
             backend.apply_migrations(pending)
         applied = [m.id for m in pending]
+        failpoints.reached("migration")
         store_id = _record_identity(database, app_name)
         return MigrationReport(applied=applied, store_id=store_id, app_name=app_name)
     finally:
