@@ -167,9 +167,14 @@ def migrate(database: Database, app_class: type[LedgerApplication], *,
         failpoints.reached("migration")  # process tests: SIGKILL mid-migration (ledger.failpoints)
         backend = get_backend(database.url(driver="psycopg"))
         migrations = read_migrations(str(HERE / database.backend / "schema"))
-        with backend.lock():
-            pending = backend.to_apply(migrations)
-            backend.apply_migrations(pending)
+        try:
+            with backend.lock():
+                pending = backend.to_apply(migrations)
+                backend.apply_migrations(pending)
+        finally:
+            # yoyo keeps its connection open otherwise: an idle SQLite connection keeps the WAL
+            # index alive, and the store's file could then never be switched safely (import-json).
+            backend.connection.close()
         applied = [m.id for m in pending]
         failpoints.reached("migration")
         store_id = _record_identity(database, app_name)

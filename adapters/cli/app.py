@@ -16,6 +16,7 @@ app.command("resolve")(ops.resolve)
 app.command("cancel")(ops.cancel)
 app.command("approve")(ops.approve)
 app.command("doctor")(store.doctor)
+app.command("import-json")(store.import_json)
 
 
 AllowUnreadableOption = typer.Option(

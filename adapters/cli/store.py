@@ -1,15 +1,18 @@
-"""Store maintenance commands: ``doctor`` (and, with issue 16, ``import-json``)."""
+"""Store maintenance commands: ``doctor`` and ``import-json`` (issue 16)."""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, cell, console, print_json, settings
+from ledger.config import Settings
 
+_FileArgument = typer.Argument(..., help="the legacy export (format jobstore-export/1, docs/operations.md)")
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
 
@@ -41,3 +44,40 @@ def doctor(
         console.print(table)
         console.print("healthy" if report.ok else "[bold red]problems found[/]")
     raise typer.Exit(0 if report.ok else 1)
+
+
+def _project(config: Settings) -> None:
+    """Bring the status view up to date with the imported jobs (this process owns the store)."""
+    from adapters.runtime import open_store
+    from projections.status import StatusProjection
+
+    with open_store(config, write=True) as store:
+        StatusProjection(app=store.app, view=store.view).catch_up()
+
+
+def import_json(
+    file: Path = _FileArgument,
+    database_url: str = DatabaseOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """Import a legacy JSON job store, once: validate, back up, import into a copy, verify, switch.
+
+    Stop the worker first (the import owns the store). Importing the same file again does nothing."""
+    from adapters.runtime import load_app_class
+    from ledger.clock import SystemClock
+    from migrations.legacy_import import import_json as run_import
+
+    config = settings(database_url)
+    with UserErrors():
+        report = run_import(config.database, load_app_class(config.app), file, now=SystemClock().now(),
+                            store_id=config.store_id)
+        if config.database.backend == "sqlite":  # also after an import killed between switch and view
+            _project(config)
+    if json_output:
+        print_json({"imported": report.imported, "skipped": report.skipped, "already_imported": report.already,
+                    "backup": str(report.backup) if report.backup else None, "file_sha256": report.file_sha256})
+    elif report.already:
+        console.print(f"{file} (sha256 {report.file_sha256[:12]}) was imported before: nothing to do")
+    else:
+        backup = f"; the store before the import is kept at {report.backup}" if report.backup else ""
+        console.print(f"imported {report.imported} job(s) from {file} ({report.skipped} already present){backup}")
