@@ -311,3 +311,40 @@ def check_store_files(path: Path, *, thorough: bool) -> None:
         problem = "; ".join(found) if found else None
     if problem is not None:
         raise damaged(path, problem)
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory (a new or renamed file's directory entry is durable only once
+    its directory is fsynced)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def copy_store(source: Path, dest: Path, *, replace: bool = True) -> None:
+    """Copy a store with SQLite's online backup (consistent while a worker writes) into a new
+    file ``dest`` (``0600``), then fsync it and its directory.
+
+    Args:
+        source: the store file.
+        dest: the copy; with ``replace``, an earlier file there (and its WAL and index) is removed
+            first, else an existing ``dest`` is refused.
+
+    Raises:
+        FileExistsError: ``dest`` exists and not ``replace``.
+        sqlite3.Error: the source cannot be read.
+    """
+    if replace:
+        for stale in (dest, companion(dest, "-wal"), companion(dest, "-shm")):
+            stale.unlink(missing_ok=True)
+    os.close(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, STORE_FILE_MODE))
+    src, out = sqlite3.connect(f"file:{source}?mode=ro", uri=True), sqlite3.connect(dest)
+    try:
+        src.backup(out)
+    finally:
+        out.close()
+        src.close()
+    fsync_path(dest)
+    fsync_path(dest.parent)

@@ -51,7 +51,15 @@ from ledger.errors import LedgerError, StoreDamagedError
 from ledger.identity import Source, operation_id
 from ledger.persistence import StoreLock
 from ledger.settlement import SettlementOutcome
-from ledger.store_files import STORE_FILE_MODE, check_store_files, companion, damaged, integrity_problems
+from ledger.store_files import (
+    STORE_FILE_MODE,
+    check_store_files,
+    companion,
+    copy_store,
+    damaged,
+    fsync_path,
+    integrity_problems,
+)
 from ledger.store_identity import STORE_TABLE, check_store_identity
 from migrations.legacy_format import LegacyExport, LegacyImportError, LegacyJob, read_export
 
@@ -169,31 +177,6 @@ def _write(app: LedgerApplication, jobs: Sequence[LegacyJob], now: datetime) -> 
     return imported, skipped
 
 
-def fsync_path(path: Path) -> None:
-    """fsync a file or directory (a directory's entry for a new or renamed file is durable only
-    after its directory is fsynced)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sqlite_copy(source: Path, dest: Path) -> None:
-    """Copy a live store with SQLite's online backup into ``dest`` (0600), fsynced."""
-    for stale in (dest, companion(dest, "-wal"), companion(dest, "-shm")):
-        stale.unlink(missing_ok=True)
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, STORE_FILE_MODE)
-    os.close(fd)
-    src, out = sqlite3.connect(source), sqlite3.connect(dest)
-    try:
-        src.backup(out)
-    finally:
-        out.close()
-        src.close()
-    fsync_path(dest)
-
-
 def import_json(database: Database, app_class: type[LedgerApplication], path: Path, *, now: datetime,
                 store_id: str | None = None) -> ImportReport:
     """Import the legacy export at ``path`` into the store (see the module docstring).
@@ -232,14 +215,14 @@ def import_json(database: Database, app_class: type[LedgerApplication], path: Pa
         failpoints.reached("import")
         tag = digest[:12]
         backup = store.with_name(f"{store.name}.pre-import-{tag}")
-        _sqlite_copy(store, backup)
+        copy_store(store, backup)
         shutil.copyfile(path, store.with_name(f"{store.name}.import-{tag}.json"))
         os.chmod(store.with_name(f"{store.name}.import-{tag}.json"), STORE_FILE_MODE)
         fsync_path(store.with_name(f"{store.name}.import-{tag}.json"))
         fsync_path(store.parent)
         failpoints.reached("import")
         scratch = store.with_name(f"{store.name}.import-{tag}.tmp")
-        _sqlite_copy(store, scratch)
+        copy_store(store, scratch)
         imported, skipped = _fill(Database.parse(f"sqlite:///{scratch}"), app_class, export, now, marker)
         failpoints.reached("import")
         _verify(scratch, app_class, export)

@@ -17,6 +17,7 @@ app.command("cancel")(ops.cancel)
 app.command("approve")(ops.approve)
 app.command("doctor")(store.doctor)
 app.command("import-json")(store.import_json)
+app.command("backup")(store.backup)
 
 
 AllowUnreadableOption = typer.Option(

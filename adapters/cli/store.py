@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, cell, console, print_json, settings
-from ledger.config import Settings
+from ledger.config import Database, Settings
 
 _FileArgument = typer.Argument(..., help="the legacy export (format jobstore-export/1, docs/operations.md)")
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
@@ -44,6 +44,46 @@ def doctor(
         console.print(table)
         console.print("healthy" if report.ok else "[bold red]problems found[/]")
     raise typer.Exit(0 if report.ok else 1)
+
+
+_DestArgument = typer.Argument(..., help="the new backup file (refused if it exists)")
+
+
+def backup(dest: Path = _DestArgument, database_url: str = DatabaseOption, json_output: bool = JsonOption) -> None:
+    """Back up a SQLite store while it runs: SQLite's online backup into a new 0600 file, fsynced
+    with its directory, then checked (quick_check and identity)."""
+    from adapters.runtime import load_app_class
+    from ledger.errors import ConfigurationError
+    from ledger.store_files import check_store_files, check_store_path, companion, copy_store
+    from ledger.store_identity import check_store_identity
+
+    config = settings(database_url)
+    database = config.database
+    with UserErrors():
+        if database.backend != "sqlite" or database.path is None:
+            raise ConfigurationError("opledger backup copies a SQLite store; back up PostgreSQL with pg_dump")
+        app_class = load_app_class(config.app)
+        check_store_path(database.path)
+        check_store_files(database.path, thorough=True)
+        identity = check_store_identity(database, app_class.name, store_id=config.store_id)
+        dest = dest.absolute()
+        try:
+            copy_store(database.path, dest, replace=False)
+        except FileExistsError:
+            raise ConfigurationError(f"{dest} exists; give a new file name") from None
+        except OSError as exc:
+            raise ConfigurationError(f"cannot write the backup {dest}: {exc.strerror or exc}") from None
+        check_store_files(dest, thorough=True)
+        check_store_identity(Database.parse(f"sqlite:///{dest}"), app_class.name, store_id=identity["store_id"])
+        # The checks' read-only connections leave an empty WAL and its index: one file is the backup.
+        wal = companion(dest, "-wal")
+        if not wal.exists() or wal.stat().st_size == 0:
+            wal.unlink(missing_ok=True)
+            companion(dest, "-shm").unlink(missing_ok=True)
+    if json_output:
+        print_json({"backup": str(dest), "store_id": identity["store_id"], "bytes": dest.stat().st_size})
+    else:
+        console.print(f"backed up store {identity['store_id']} to {dest} ({dest.stat().st_size} bytes, checked)")
 
 
 def _project(config: Settings) -> None:

@@ -222,3 +222,61 @@ def test_doctor_on_postgres_checks_identity_log_and_view(migrated: Database) -> 
     code, report = _doctor(migrated)
     assert code == 0, report
     assert {c["name"] for c in report["checks"]} == {"identity", "records", "log", "tracking", "drift"}
+
+
+def test_damage_met_while_running_stops_the_worker_with_the_one_error(tmp_path: Path, monkeypatch) -> None:
+    import threading
+
+    from adapters.runtime import run_worker
+    from tests.conftest import SECRET
+
+    database = _store(tmp_path)
+
+    def damaged_page(self: StatusProjection) -> int:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(StatusProjection, "run_once", damaged_page)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_worker(Settings(database_url=database.url(), app=APP, webhook_secret=SECRET),
+                       stop=threading.Event())
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the worker kept running on a damaged store"
+    assert len(raised) == 1 and isinstance(raised[0], StoreDamagedError), raised
+    assert "malformed" in str(raised[0])
+
+
+def test_backup_then_restore_as_the_runbook_says(tmp_path: Path) -> None:
+    import shutil
+
+    database = _store(tmp_path)
+    assert database.path is not None
+    dest = tmp_path / "backups" / "opledger-1.db"
+    dest.parent.mkdir(mode=0o700)
+    done = cli(database, "backup", str(dest))
+    assert done.returncode == 0 and "checked" in done.stdout, done.stderr
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["opledger-1.db"]
+    assert (dest.stat().st_mode & 0o777) == 0o600
+    again = cli(database, "backup", str(dest))
+    assert again.returncode == 2 and "exists" in again.stderr
+    _flip_page_type(database.path, "stored_events")
+    assert _doctor(database)[0] == 1
+    damaged_dir = tmp_path / "damaged"
+    damaged_dir.mkdir(mode=0o700)
+    for suffix in ("", "-wal", "-shm"):  # the runbook's restore: move the damaged store aside, WAL and index too
+        part = Path(f"{database.path}{suffix}")
+        if part.exists():
+            part.rename(damaged_dir / part.name)
+    shutil.copyfile(dest, database.path)
+    database.path.chmod(0o600)
+    code, report = _doctor(database)
+    assert code == 0, report
+    listed = cli(database, "ops", "list", "--json")
+    assert listed.returncode == 0 and len(json.loads(listed.stdout)) == 6
