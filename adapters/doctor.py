@@ -82,6 +82,8 @@ def run_doctor(settings: Settings, *, quick: bool = False) -> DoctorReport:
 
     Raises:
         ConfigurationError: ``OPLEDGER_APP`` does not name a ledger application.
+
+    Source: issue 16 item 4.
     """
     from adapters.runtime import load_app_class
 

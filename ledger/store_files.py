@@ -80,6 +80,8 @@ def path_findings(path: Path) -> list[Finding]:
     Returns:
         One finding for the directory, one for the store file and one per companion present;
         ``fail`` for what opledger refuses, ``warn`` for modes looser than ``0600``/``0700``.
+
+    Source: issue 16 item 3.
     """
     findings = [_directory_finding(path.parent)]
     for name, file in [("store file", path)] + [(f"{s} file", companion(path, s)) for s in COMPANIONS]:
@@ -142,6 +144,8 @@ def check_store_path(path: Path) -> None:
 
     Raises:
         StorePathError: each problem found, in one message.
+
+    Source: DESIGN §8; issue 16 item 3.
     """
     failed = [f.detail for f in path_findings(path) if f.status == "fail"]
     if failed:
@@ -199,6 +203,8 @@ def lost_wal(path: Path) -> str | None:
 
     Returns:
         A description of the problem, or None.
+
+    Source: SQLite's WAL format (sqlite.org/walformat.html, the wal-index header); issue 16 item 4.
     """
     shm, wal = companion(path, "-shm"), companion(path, "-wal")
     if wal.exists() or not shm.exists():
@@ -304,6 +310,8 @@ def check_store_files(path: Path, *, thorough: bool) -> None:
 
     Raises:
         StoreDamagedError: naming the file and the problem.
+
+    Source: issue 16 item 4.
     """
     problem = lost_wal(path) or header_problem(path)
     if problem is None and thorough and path.exists() and path.stat().st_size:
@@ -335,6 +343,8 @@ def copy_store(source: Path, dest: Path, *, replace: bool = True) -> None:
     Raises:
         FileExistsError: ``dest`` exists and not ``replace``.
         sqlite3.Error: the source cannot be read.
+
+    Source: SQLite's online backup API (sqlite.org/backup.html); issue 16 items 4 and 5.
     """
     if replace:
         for stale in (dest, companion(dest, "-wal"), companion(dest, "-shm")):

@@ -121,6 +121,8 @@ def read_export(path: Path) -> tuple[LegacyExport, str]:
     Raises:
         LegacyImportError: unreadable, not this format, a count or digest mismatch, duplicate
             ids, or a job that breaks the format; every problem is listed.
+
+    Source: issue 16 item 5; docs/operations.md ("Importing a legacy JSON job store").
     """
     try:
         data = path.read_bytes()

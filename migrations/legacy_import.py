@@ -195,6 +195,8 @@ def import_json(database: Database, app_class: type[LedgerApplication], path: Pa
         LegacyImportError: the file fails validation (nothing written).
         StoreLockedError: another process owns the SQLite store (stop the worker first).
         StoreDamagedError, StoreIdentityError, StorePathError: the store is not fit to import into.
+
+    Source: issue 16 item 5.
     """
     export, digest = read_export(path)
     marker = f"import:{digest}"
