@@ -33,7 +33,17 @@ from uuid import UUID
 from ledger.codec import LEDGER_TOPIC_PREFIX
 from ledger.config import Settings
 from ledger.errors import CorruptRecordError, LedgerError
-from ledger.store_files import Finding, companion, header_problem, integrity_problems, lost_wal, path_findings
+from ledger.store_files import (
+    Finding,
+    companion,
+    damaged,
+    header_problem,
+    integrity_problems,
+    is_damage,
+    lost_wal,
+    path_findings,
+    unopenable,
+)
 from ledger.store_identity import check_store_identity
 from projections.memory_view import MemoryStatusStore
 from projections.rows import StatusRow
@@ -126,7 +136,8 @@ def _files_sound(report: DoctorReport, path: Any, *, quick: bool) -> bool:
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
-        mode = f"unreadable ({exc})"
+        report.add("open", "fail", str(unopenable(path, exc) if not is_damage(exc) else damaged(path, str(exc))))
+        return False
     report.add("journal_mode", "ok" if mode == "wal" else "fail",
                "wal" if mode == "wal" else f"{mode}; opledger stores use WAL (run `opledger migrate`)")
     found = integrity_problems(path, quick=quick)

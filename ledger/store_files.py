@@ -265,6 +265,9 @@ def integrity_problems(path: Path, *, quick: bool = True, limit: int = 20) -> li
 
     Returns:
         SQLite's problem lines; empty when the check says ``ok``.
+
+    Raises:
+        StorePathError: the file cannot be opened at all (not damage: see ``unopenable``).
     """
     pragma = "quick_check" if quick else "integrity_check"
     try:
@@ -274,7 +277,9 @@ def integrity_problems(path: Path, *, quick: bool = True, limit: int = 20) -> li
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
-        return [str(exc)]
+        if is_damage(exc):
+            return [str(exc)]
+        raise unopenable(path, exc) from None
     # One problem per line, without the per-database banner (the message is read on one line).
     found = [line for r in rows for line in str(r[0]).splitlines() if not line.startswith("*** in database")]
     return [] if found == ["ok"] else found
@@ -295,6 +300,17 @@ def is_damage(exc: BaseException) -> bool:
                 return True
         current = current.__cause__ or current.__context__
     return False
+
+
+def unopenable(path: Path, exc: BaseException) -> StorePathError:
+    """The error for a store SQLite cannot open (not damage), with the likely cause: a reader in a
+    directory it may not write to cannot create the WAL index SQLite needs to read a WAL store."""
+    hint = ""
+    if not os.access(path.parent, os.W_OK) and not companion(path, "-shm").exists():
+        hint = (f"; its directory is read-only for this user, and SQLite must create {companion(path, '-shm')} "
+                "to read a store in WAL mode: make the directory writable for this user, or read a copy "
+                "(`opledger backup`, run where it is writable)")
+    return StorePathError(f"cannot open the store {path}: {exc}{hint}")
 
 
 def damaged(path: Path, problem: str) -> StoreDamagedError:

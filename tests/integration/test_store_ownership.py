@@ -223,3 +223,30 @@ def test_a_directory_of_another_user_is_refused(tmp_path: Path, monkeypatch) -> 
     with pytest.raises(StorePathError, match="is owned by uid .*not this user"):
         with open_store(_settings(database), write=False):
             pass
+
+
+def _read_only_mount_works() -> bool:
+    import shutil
+
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _read_only_mount_works(), reason="needs `unshare -rm` (user and mount namespaces)")
+def test_a_read_only_directory_gives_clear_errors_not_damage(tmp_path: Path) -> None:
+    database = _sqlite(tmp_path)
+    assert database.path is not None
+    directory = database.path.parent
+    cli = f"{sys.executable} -m adapters.cli"
+    script = (f"mount --bind {directory} {directory} && mount -o remount,bind,ro {directory} && "
+              f"{{ {cli} worker; echo worker=$?; {cli} ops list; echo list=$?; {cli} doctor --json; echo doctor=$?; }}")
+    env = {**os.environ, "OPLEDGER_DATABASE_URL": database.url(), "OPLEDGER_APP": APP,
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "COLUMNS": "300",
+           "OPLEDGER_WEBHOOK_SECRET": "whsec_" + "eHh4eHh4eHh4eHh4eHh4eHh4eHh4eHh4eHh4eHh4eHg="}
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert "worker=2" in done.stdout and "list=2" in done.stdout and "doctor=1" in done.stdout, done
+    assert "cannot create the store's lock file" in done.stderr and "Read-only file system" in done.stderr
+    assert "its directory is read-only for this user" in done.stderr
+    assert "damaged" not in done.stderr and "Traceback" not in done.stderr
