@@ -92,9 +92,10 @@ def open_store(settings: Settings, *, write: bool, clock: Clock | None = None) -
     """Open the configured store: ownership first, then the checks, then the application.
 
     On SQLite a writer takes the store's single-owner lock before anything reads the file (the
-    path checks before it only ``lstat``); then the file checks (a lost WAL, the header,
-    ``PRAGMA quick_check``, for readers too: a read command on a damaged store fails with the
-    same error), then the identity, then the application and view.
+    path checks before it only ``lstat``); then the file checks (a lost WAL, the header, and
+    unless ``OPLEDGER_OPEN_CHECK=header`` ``PRAGMA quick_check``, for readers too: a read
+    command on a damaged store fails with the same error), then the identity, then the
+    application and view.
     Readers take no lock and open the file read-only (DESIGN §8). A damaged SQLite file met
     while the store is in use (in the ``with`` body) is raised as the same one-line
     ``StoreDamagedError``.
@@ -120,7 +121,7 @@ def open_store(settings: Settings, *, write: bool, clock: Clock | None = None) -
             assert database.path is not None
             check_store_path(database.path)
             if database.path.exists():
-                check_store_files(database.path, thorough=True)
+                check_store_files(database.path, thorough=settings.open_check == "quick")
         check_store_identity(database, app_class.name, store_id=settings.store_id)
         read_only = not write and sqlite
         try:

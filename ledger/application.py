@@ -94,7 +94,7 @@ class LedgerApplication(Application):
         database = settings.database
         with _owner_lock(database):
             if database.backend == "sqlite" and database.path is not None:
-                check_store_files(database.path, thorough=True)
+                check_store_files(database.path, thorough=settings.open_check == "quick")
             check_store_identity(database, cls.name, store_id=settings.store_id)
         return database.library_env(create_table=False)
 

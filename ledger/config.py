@@ -195,6 +195,11 @@ class Settings(BaseSettings):
             as ``unreadable_event``); off by default, so a version mismatch stops the start.
         store_id: pin the store: every open refuses a store whose recorded id (printed by
             ``opledger migrate`` and ``opledger doctor``) differs. None accepts any store id.
+        open_check: SQLite: what every open checks of the file: ``quick`` (a lost WAL, the
+            header and length, and ``PRAGMA quick_check``, which reads the whole file) or
+            ``header`` (the first two only: for stores large enough that reading them at every
+            command is too slow; damage is then found when a read meets it, or by ``doctor``).
+            ``migrate``, ``backup`` and ``import-json`` always run ``quick_check``.
     """
 
     # allow_inf_nan=False: OPLEDGER_LEASE_SECONDS=inf or nan is refused at start, not discovered
@@ -214,6 +219,7 @@ class Settings(BaseSettings):
     log_format: str = Field(default="console", pattern=r"^(json|console)$")
     allow_unreadable_events: bool = False
     store_id: str | None = None
+    open_check: str = Field(default="quick", pattern=r"^(quick|header)$")
 
     @field_validator("database_url")
     @classmethod

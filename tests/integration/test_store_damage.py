@@ -54,9 +54,10 @@ def _flip_page_type(path: Path, table: str) -> None:
         f.write(b"\x7f")
 
 
-def cli(database: Database, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def cli(database: Database, *args: str, timeout: float = 60,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OPLEDGER_DATABASE_URL": database.url(), "OPLEDGER_APP": APP,
-           "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+           "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
     return subprocess.run([sys.executable, "-m", "adapters.cli", *args], env=env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -94,6 +95,10 @@ def test_a_flipped_byte_is_refused_everywhere_with_one_line(tmp_path: Path) -> N
         assert done.returncode == 2, (args, done.stderr)
         assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, (args, done.stderr)
         assert f"the store {database.path} is damaged" in done.stderr and "opledger doctor" in done.stderr
+    # Without quick_check at open, the read that meets the damaged page gives the same one line.
+    done = cli(database, "ops", "list", env={"OPLEDGER_OPEN_CHECK": "header"})
+    assert done.returncode == 2 and "is damaged" in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_a_read_that_meets_damage_raises_the_store_error(tmp_path: Path) -> None:
