@@ -50,8 +50,9 @@ _DestArgument = typer.Argument(..., help="the new backup file (refused if it exi
 
 
 def backup(dest: Path = _DestArgument, database_url: str = DatabaseOption, json_output: bool = JsonOption) -> None:
-    """Back up a SQLite store while it runs: SQLite's online backup into a new 0600 file, fsynced
-    with its directory, then checked (quick_check and identity)."""
+    """Back up a running SQLite store into a new file: online backup, 0600, fsynced, checked.
+
+    The copy is checked with quick_check and its identity, and left as one file; FILE must not exist."""
     from adapters.runtime import load_app_class
     from ledger.errors import ConfigurationError
     from ledger.store_files import check_store_files, check_store_path, companion, copy_store
