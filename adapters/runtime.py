@@ -24,10 +24,12 @@ from executors.commit import describe
 from executors.runtime import Worker, WorkerConfig
 from ledger.application import LedgerApplication
 from ledger.clock import Clock, SystemClock
-from ledger.config import Settings
+from ledger.config import Database, Settings
 from ledger.egress import Adapter
-from ledger.errors import ConfigurationError, LedgerError, StoreError
-from ledger.persistence import check_store_identity
+from ledger.errors import ConfigurationError, LedgerError, StoreDamagedError, StoreError
+from ledger.persistence import StoreLock
+from ledger.store_files import check_store_files, check_store_path, damaged, is_damage
+from ledger.store_identity import check_store_identity
 from projections.history import check_readable_history
 from projections.notify import Listener, status_channel
 from projections.status import StatusProjection
@@ -89,35 +91,95 @@ class Store:
 
 @contextmanager
 def open_store(settings: Settings, *, write: bool, clock: Clock | None = None) -> Iterator[Store]:
-    """Open the configured store.
+    """Open the configured store: ownership first, then the checks, then the application.
+
+    On SQLite a writer takes the store's single-owner lock before anything reads the file (the
+    path checks before it only ``lstat``); then the file checks (a lost WAL, the header, and
+    unless ``OPLEDGER_OPEN_CHECK=header`` ``PRAGMA quick_check``, for readers too: a read
+    command on a damaged store fails with the same error), then the identity, then the
+    application and view.
+    Readers take no lock and open the file read-only (DESIGN §8). A damaged SQLite file met
+    while the store is in use (in the ``with`` body) is raised as the same one-line
+    ``StoreDamagedError``.
 
     Args:
         settings: the settings.
-        write: take part in writes. On SQLite this takes the single-writer lock; readers open
-            the file read-only (DESIGN §8).
+        write: take part in writes (on SQLite: own the store).
         clock: injected clock for the application.
 
     Raises:
-        ConfigurationError: not migrated, schema or owner mismatch, bad OPLEDGER_APP.
+        ConfigurationError: not migrated, bad OPLEDGER_APP.
+        StoreIdentityError: the store's identity differs (``ledger.store_identity``).
+        StorePathError: an unsafe SQLite path or permissions.
+        StoreDamagedError: the SQLite file is damaged.
         StoreLockedError: another process owns the SQLite store.
     """
     database = settings.database
     app_class = load_app_class(settings.app)
-    check_store_identity(database, app_class.name)
-    # A writable SQLite application takes the store's lock itself (StoreLockedError if another
-    # process owns it); readers open the file read-only.
-    read_only = not write and database.backend == "sqlite"
-    app = app_class(env=database.library_env(create_table=False, read_only=read_only), clock=clock)
+    sqlite = database.backend == "sqlite"
+    lock = StoreLock(database.path).acquire() if sqlite and write and database.path is not None else None
     try:
-        view = open_view(database, read_only=read_only)
-    except BaseException:
-        app.close()
-        raise
-    store = Store(settings=settings, app=app, view=view, owner=write and database.backend == "sqlite")
-    try:
-        yield store
+        if sqlite:
+            assert database.path is not None
+            check_store_path(database.path)
+            if database.path.exists():
+                check_store_files(database.path, thorough=settings.open_check == "quick")
+        check_store_identity(database, app_class.name, store_id=settings.store_id)
+        read_only = not write and sqlite
+        try:
+            app = app_class(env=database.library_env(create_table=False, read_only=read_only), clock=clock)
+        except Exception as exc:
+            if _is_damage(database, exc):
+                raise _translated(database, exc) from None
+            raise
+        try:
+            view = open_view(database, read_only=read_only)
+        except BaseException:
+            app.close()
+            raise
+        store = Store(settings=settings, app=app, view=view, owner=write and sqlite)
+        try:
+            yield store
+        except Exception as exc:
+            if _is_damage(database, exc):
+                raise _translated(database, exc) from None
+            raise
+        finally:
+            store.close()
     finally:
-        store.close()
+        if lock is not None:
+            lock.release()
+
+
+def _is_damage(database: Database, exc: BaseException) -> bool:
+    return database.backend == "sqlite" and is_damage(exc)
+
+
+def _translated(database: Database, exc: BaseException) -> StoreDamagedError:
+    assert database.path is not None
+    return damaged(database.path, str(exc.__cause__ or exc))
+
+
+class _StopOnDamage(StatusProjection):
+    """The SQLite owner's status projection: a damaged file met while running stops the worker
+    (``stop`` is set, the damage kept in ``damage`` and raised once the worker has stopped),
+    instead of a traceback logged every cycle by a worker that never exits."""
+
+    def __init__(self, *, app: LedgerApplication, view: StatusView, stop: threading.Event) -> None:
+        super().__init__(app=app, view=view)
+        self.stop = stop
+        self.damage: Exception | None = None
+
+    def run_once(self) -> int:
+        try:
+            return super().run_once()
+        except Exception as exc:
+            if not is_damage(exc):
+                raise
+            log.error("the store is damaged; stopping", error=str(exc))
+            self.damage = exc
+            self.stop.set()
+            return 0
 
 
 def build_adapters(settings: Settings, app: LedgerApplication, clock: Clock) -> dict[str, Adapter]:
@@ -179,7 +241,7 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             leader = threading.Thread(target=projection.run, args=(stop,), name="projection", daemon=True)
             leader.start()
         else:
-            projection = StatusProjection(app=store.app, view=store.view)
+            projection = _StopOnDamage(app=store.app, view=store.view, stop=stop)
         worker = Worker(
             app=store.app, view=store.view, adapters=adapters, clock=clock,
             config=WorkerConfig(worker_id=worker_id, lease_seconds=settings.lease_seconds,
@@ -203,6 +265,8 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
         except LedgerError:
             raise
         except Exception as exc:
+            if _is_damage(settings.database, exc):
+                raise  # open_store makes it the one-line StoreDamagedError
             # Not an outage the worker rides out (ledger.outages): say what, once, and stop.
             log.error("worker stopped: the store refused it for good", error=describe(exc))
             raise StoreError(f"the worker stopped: {describe(exc)}") from None
@@ -211,4 +275,6 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             stop.set()
             if leader is not None:
                 leader.join(timeout=5)
+        if isinstance(projection, _StopOnDamage) and projection.damage is not None:
+            raise projection.damage  # open_store makes it the one-line StoreDamagedError
         log.info("worker stopped", worker_id=worker.config.worker_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any, ClassVar
 from uuid import UUID
@@ -19,13 +20,16 @@ from eventsourcing.domain import Aggregate, BaseAggregate
 from eventsourcing.persistence import Mapper, Recording
 from eventsourcing.utils import get_topic
 
+from ledger import failpoints
 from ledger.clock import Clock, SystemClock
-from ledger.config import Settings
+from ledger.config import Database, Settings
 from ledger.declarations import Integration, Registry
 from ledger.errors import IntentConflictError, InvalidArgumentError, OperationNotFoundError
 from ledger.identity import Source, fingerprint, operation_id
 from ledger.operation import Operation
-from ledger.persistence import check_store_identity
+from ledger.persistence import StoreLock
+from ledger.store_files import check_store_files
+from ledger.store_identity import check_store_identity
 
 
 class LedgerApplication(Application):
@@ -62,7 +66,11 @@ class LedgerApplication(Application):
             self.registry.declare(declaration)
         self.clock: Clock = clock or SystemClock()
         if env is None and "PERSISTENCE_MODULE" not in os.environ and "PERSISTENCE_MODULE" not in type(self).env:
-            env = self.store_env()
+            settings = Settings()
+            # Own the store (SQLite) from before the checks read it until the factory holds its share.
+            with _owner_lock(settings.database):
+                super().__init__(env=self.store_env(settings))
+            return
         super().__init__(env=dict(env) if env is not None else None)
 
     @classmethod
@@ -72,11 +80,22 @@ class LedgerApplication(Application):
         Used when the application is constructed without ``env``, so that ``Shop()`` writes to
         the configured store rather than the library's in-memory default.
 
+        On SQLite the store's lock is taken before anything reads it (and released again: the
+        application's factory takes its own share); the file checks include ``PRAGMA
+        quick_check``.
+
         Raises:
             ConfigurationError: the store is not migrated for this application.
+            StoreIdentityError: its identity differs (``OPLEDGER_STORE_ID`` included).
+            StoreLockedError: another process owns the SQLite store.
+            StorePathError, StoreDamagedError: an unsafe path; a damaged file.
         """
-        database = (settings or Settings()).database
-        check_store_identity(database, cls.name)
+        settings = settings or Settings()
+        database = settings.database
+        with _owner_lock(database):
+            if database.backend == "sqlite" and database.path is not None:
+                check_store_files(database.path, thorough=settings.open_check == "quick")
+            check_store_identity(database, cls.name, store_id=settings.store_id)
         return database.library_env(create_table=False)
 
     def save(self, *objs: Any, **kwargs: Any) -> list[Recording[Any]]:
@@ -96,7 +115,13 @@ class LedgerApplication(Application):
             elif obj is not None:
                 others.append(obj)
         processing_event.collect_events(*others, **kwargs)
+        boundary = None
+        if failpoints.ARMED is not None:  # process tests only: SIGKILL at a commit boundary
+            boundary = failpoints.commit_boundary(type(e).__name__ for e in processing_event.events)
+            failpoints.reached(f"{boundary}:before")
         recordings = self._record(processing_event)
+        if boundary is not None:
+            failpoints.reached(f"{boundary}:after")
         self._take_snapshots(processing_event)
         self._notify(recordings)
         self.notify(processing_event.events)  # the library's deprecated hook, kept for subclasses
@@ -203,3 +228,10 @@ class LedgerApplication(Application):
         if not isinstance(aggregate, Operation):
             raise OperationNotFoundError(f"{op_id} is a {type(aggregate).__name__}, not an operation")
         return aggregate
+
+
+def _owner_lock(database: Database) -> AbstractContextManager[object]:
+    """The store's single-owner lock for a SQLite store (nothing for PostgreSQL)."""
+    if database.backend == "sqlite" and database.path is not None:
+        return StoreLock(database.path)
+    return nullcontext()

@@ -64,12 +64,21 @@ from eventsourcing.utils import TopicError, get_topic, resolve_topic
 from ledger.errors import CorruptRecordError, UnreadableEventError
 
 __all__ = [
+    "CODEC_VERSION",
     "LEDGER_TOPIC_PREFIX",
     "LedgerEvent",
     "LedgerMapper",
     "event_struct",
     "is_ledger_event_class",
 ]
+
+CODEC_VERSION = 1
+"""The ledger codec's storage format (JSON by msgspec, strict; class versions upcast per class).
+
+Recorded in the store's identity by ``opledger migrate`` and compared on every open
+(``ledger.store_identity``): code whose codec differs refuses the store instead of writing
+records the other cannot read. Raise it only for a change no upcaster can bridge.
+Source: DESIGN §6, §8; issue 16 item 2."""
 
 LEDGER_TOPIC_PREFIX = "ledger."
 """An unresolvable stored topic with this prefix is a corrupt ledger record, not a host event."""

@@ -9,6 +9,7 @@ item 8; issue 10 item 3.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,7 +82,9 @@ class Database:
             if not raw.startswith("/") or raw == "/":
                 raise ConfigurationError(f"SQLite URL must look like sqlite:///path/to/file.db, got {url!r}")
             # sqlite:///rel/file.db is relative to the working directory; sqlite:////abs/file.db absolute.
-            return cls(backend="sqlite", path=Path(raw[1:]).resolve())
+            # Made absolute without resolving symlinks, so the store's checks can refuse one
+            # (ledger.store_files).
+            return cls(backend="sqlite", path=Path(os.path.abspath(raw[1:])))
         if parts.scheme in ("postgresql", "postgres", "postgresql+psycopg"):
             dbname = parts.path.lstrip("/")
             if not dbname:
@@ -207,6 +210,13 @@ class Settings(BaseSettings):
         allow_unreadable_events: start ``migrate`` and workers even when the store holds ledger
             event topics this code cannot resolve (their operations wait on the attention queue
             as ``unreadable_event``); off by default, so a version mismatch stops the start.
+        store_id: pin the store: every open refuses a store whose recorded id (printed by
+            ``opledger migrate`` and ``opledger doctor``) differs. None accepts any store id.
+        open_check: SQLite: what every open checks of the file: ``quick`` (a lost WAL, the
+            header and length, and ``PRAGMA quick_check``, which reads the whole file) or
+            ``header`` (the first two only: for stores large enough that reading them at every
+            command is too slow; damage is then found when a read meets it, or by ``doctor``).
+            ``migrate``, ``backup`` and ``import-json`` always run ``quick_check``.
     """
 
     # allow_inf_nan=False: OPLEDGER_LEASE_SECONDS=inf or nan is refused at start, not discovered
@@ -225,6 +235,8 @@ class Settings(BaseSettings):
     webhook_secret: SecretStr | None = None
     log_format: str = Field(default="console", pattern=r"^(json|console)$")
     allow_unreadable_events: bool = False
+    store_id: str | None = None
+    open_check: str = Field(default="quick", pattern=r"^(quick|header)$")
 
     @field_validator("database_url")
     @classmethod

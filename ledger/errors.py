@@ -204,6 +204,47 @@ class UnreadableHistoryError(ConfigurationError):
         )
 
 
+class StoreIdentityError(ConfigurationError):
+    """The store's recorded identity differs from what this process expects (DESIGN §8).
+
+    The identity (store id, owner application, backend, schema version, ledger codec version) is
+    written once by ``opledger migrate`` and compared on every open. ``differences`` maps each
+    differing key to ``(stored, expected)``. Fix: as the message says; usually the database URL
+    points at another store (a restored copy, another environment), ``OPLEDGER_APP`` names
+    another application, or the code is older or newer than the store.
+
+    Source: DESIGN §8; issue 16 item 2.
+    """
+
+    def __init__(self, store: str, differences: dict[str, tuple[str | None, str]], reasons: list[str]) -> None:
+        self.store = store
+        self.differences = dict(differences)
+        super().__init__(f"the store {store} does not match this process: " + "; ".join(reasons))
+
+
+class StorePathError(ConfigurationError):
+    """The embedded store's path or permissions are unsafe, so opledger refuses to touch it.
+
+    Refused: a store file or directory that is a symlink, a directory anyone may write to, a
+    directory or file owned by another user. Fix: as the message says (move the store to a
+    directory of its own, ``chmod 700`` it, or run as the user who owns it).
+
+    Source: DESIGN §8; issue 16 item 3.
+    """
+
+
+class StoreDamagedError(LedgerError):
+    """The embedded SQLite store's file is damaged (a corrupt page, a truncated file, a lost WAL).
+
+    Raised once, at open or at the first read that meets the damage, naming the file; no worker
+    keeps running on a damaged store. Fix: run ``opledger doctor`` to see what is wrong, stop
+    every process using the store, and restore it from the backup (docs/operations.md,
+    "Restore").
+
+    Source: issue 16 item 4.
+    """
+
+
 class StoreLockedError(LedgerError):
     """Another process owns the embedded SQLite store for writing (DESIGN §8).
 

@@ -3,15 +3,15 @@ store identity check. Source: DESIGN §8.
 
 The ``eventsourcing`` library's recorders do all event storage. This module only adds what the
 embedded default needs to be safe: ``synchronous=FULL`` and WAL verified on every connection, an
-exclusive lock file so one process owns a SQLite store for writing, and a refusal to open a store
-whose recorded schema version or owner application differs from what the code expects.
+exclusive lock file (``0600``, taken before anything reads the store) so one process owns a SQLite
+store for writing. The store identity check lives in ``ledger.store_identity``, the path,
+permission and damage checks in ``ledger.store_files``.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,13 +23,21 @@ from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool, SQLiteF
 from eventsourcing.utils import retry
 from psycopg.sql import SQL, Identifier
 
-from ledger.config import Database
 from ledger.errors import ConfigurationError, StoreLockedError
+from ledger.store_files import STORE_FILE_MODE, check_store_path, prepare_store_directory, tighten_modes
+from ledger.store_identity import (  # re-exported: their home before issue 16
+    SCHEMA_VERSION,
+    STORE_TABLE,
+    check_newer_schema,
+    check_store_identity,
+    read_store_identity,
+)
 
-SCHEMA_VERSION = 4
-"""The read-model schema version this code expects; ``opledger migrate`` records it."""
+__all__ = [
+    "SCHEMA_VERSION", "STORE_TABLE", "LedgerPostgresApplicationRecorder", "LedgerSQLiteFactory", "StoreLock",
+    "check_newer_schema", "check_store_identity", "read_store_identity",
+]
 
-STORE_TABLE = "opledger_store"
 SQLITE_SYNCHRONOUS_FULL = 2  # the value PRAGMA synchronous reads back for FULL
 
 
@@ -172,11 +180,13 @@ class StoreLock:
         return self
 
     def _lock_file(self) -> int:
-        if self.store.is_dir():  # refuse before leaving a lock file beside it
+        # Only lstat/stat before the lock: nothing reads the store until this process owns it.
+        if self.store.is_dir() and not self.store.is_symlink():  # refuse before leaving a lock file beside it
             raise ConfigurationError(f"{self.store} is a directory, not an SQLite store file")
+        check_store_path(self.store)
+        prepare_store_directory(self.store)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, STORE_FILE_MODE)
         except OSError as exc:
             raise ConfigurationError(
                 f"cannot create the store's lock file {self.path}: {exc.strerror or exc}") from None
@@ -194,6 +204,7 @@ class StoreLock:
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
+        tighten_modes(self.store)  # the lock file and store files of older versions were 0644
         return fd
 
     def release(self) -> None:
@@ -215,93 +226,3 @@ class StoreLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-def read_store_identity(database: Database, *, missing_ok: bool = False) -> dict[str, str]:
-    """Return the ``opledger_store`` key/value rows (``schema_version``, ``store_id``, ``app_name``).
-
-    Args:
-        database: the store.
-        missing_ok: return ``{}`` for a store never migrated instead of raising.
-
-    Raises:
-        ConfigurationError: the store has not been migrated (no identity table or no file),
-            unless ``missing_ok``; or it cannot be read.
-    """
-    hint = "run `opledger migrate` first"
-    if database.backend == "sqlite":
-        assert database.path is not None
-        if not database.path.exists():
-            if missing_ok:
-                return {}
-            raise ConfigurationError(f"no store at {database.path}; {hint}")
-        if database.path.is_dir():
-            raise ConfigurationError(f"{database.path} is a directory, not an SQLite store file")
-        try:
-            conn = sqlite3.connect(f"file:{database.path}?mode=ro", uri=True)
-            try:
-                rows = conn.execute(f"SELECT key, value FROM {STORE_TABLE}").fetchall()
-            finally:
-                conn.close()
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                if missing_ok:
-                    return {}
-                raise ConfigurationError(f"the store at {database.path} is not migrated; {hint}") from None
-            raise ConfigurationError(f"{database.path} cannot be opened as a store: {exc}") from None
-        except sqlite3.DatabaseError as exc:
-            raise ConfigurationError(f"{database.path} is not an opledger store: {exc}") from None
-    else:
-        import psycopg
-
-        table = f'"{database.schema}".{STORE_TABLE}' if database.schema else STORE_TABLE
-        try:
-            with psycopg.connect(database.conninfo(), connect_timeout=10) as pg:
-                rows = pg.execute(f"SELECT key, value FROM {table}").fetchall()
-        except psycopg.errors.UndefinedTable:
-            if missing_ok:
-                return {}
-            raise ConfigurationError(f"the PostgreSQL store is not migrated; {hint}") from None
-        except psycopg.OperationalError as exc:
-            raise ConfigurationError(f"cannot reach PostgreSQL at {database.host}:{database.port}: {exc}") from None
-    return {str(k): str(v) for k, v in rows}
-
-
-def check_newer_schema(identity: dict[str, str]) -> None:
-    """Refuse a store migrated by a newer opledger (schema version above ``SCHEMA_VERSION``).
-
-    Args:
-        identity: the store's identity rows (``read_store_identity``).
-
-    Raises:
-        ConfigurationError: the store's schema version is newer than this code's.
-    """
-    version = identity.get("schema_version", "")
-    if version.isdigit() and int(version) > SCHEMA_VERSION:
-        raise ConfigurationError(
-            f"the store has schema version {version}, newer than this code's {SCHEMA_VERSION}; upgrade opledger")
-
-
-def check_store_identity(database: Database, app_name: str) -> dict[str, str]:
-    """Refuse a mismatched reopen: the store must be migrated to ``SCHEMA_VERSION`` and owned by
-    the application named ``app_name``.
-
-    Returns:
-        The identity rows.
-
-    Raises:
-        ConfigurationError: not migrated, another schema version, or another application's store.
-    """
-    identity = read_store_identity(database)
-    check_newer_schema(identity)
-    version = identity.get("schema_version")
-    if version != str(SCHEMA_VERSION):
-        raise ConfigurationError(
-            f"the store has schema version {version}, this code expects {SCHEMA_VERSION}; run `opledger migrate`"
-        )
-    owner = identity.get("app_name")
-    if owner != app_name:
-        raise ConfigurationError(
-            f"the store belongs to application {owner!r}, not {app_name!r}; check OPLEDGER_APP and the database URL"
-        )
-    return identity

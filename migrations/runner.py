@@ -2,7 +2,9 @@
 
 Runs the ``eventsourcing`` library's table creation for the host application's recorders, then
 applies this project's numbered read-model migrations with yoyo-migrations, then records the
-store identity (store id, owner application) that ``ledger.persistence`` checks on every open.
+store identity (store id, owner application, backend, codec and schema versions) that
+``ledger.store_identity`` checks on every open. On SQLite the store's lock is taken first, before
+anything reads the file.
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ from typing import Any
 
 from yoyo import get_backend, read_migrations
 
+from ledger import failpoints
 from ledger.application import LedgerApplication
+from ledger.codec import CODEC_VERSION
 from ledger.config import Database
 from ledger.errors import ConfigurationError
-from ledger.persistence import SCHEMA_VERSION, STORE_TABLE, StoreLock, check_newer_schema, read_store_identity
+from ledger.persistence import StoreLock
+from ledger.store_files import check_store_files, create_store_file
+from ledger.store_identity import SCHEMA_VERSION, STORE_TABLE, check_newer_schema, read_store_identity
 
 HERE = Path(__file__).parent
 
@@ -42,8 +48,11 @@ class MigrationReport:
 def _ensure_container(database: Database) -> None:
     if database.backend == "sqlite":
         assert database.path is not None
+        # Under the lock, which checked the path and made the directory 0700: the file 0600
+        # first (SQLite gives its WAL and index the same mode), then a damaged one is refused.
+        create_store_file(database.path)
+        check_store_files(database.path, thorough=True)
         try:
-            database.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(database.path)
             try:
                 mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -94,6 +103,7 @@ def _record_identity(database: Database, app_name: str) -> str:
                 conn.execute(f"INSERT OR IGNORE INTO {STORE_TABLE} VALUES ('store_id', ?)", (new_id,))
                 conn.execute(f"INSERT OR IGNORE INTO {STORE_TABLE} VALUES ('app_name', ?)", (app_name,))
                 conn.execute(f"INSERT OR IGNORE INTO {STORE_TABLE} VALUES ('backend', 'sqlite')")
+                conn.execute(f"INSERT OR IGNORE INTO {STORE_TABLE} VALUES ('codec_version', ?)", (str(CODEC_VERSION),))
                 # The code's version, whatever the migration files wrote: migrate is the repair.
                 conn.execute(f"INSERT OR REPLACE INTO {STORE_TABLE} VALUES ('schema_version', ?)",
                              (str(SCHEMA_VERSION),))
@@ -106,7 +116,8 @@ def _record_identity(database: Database, app_name: str) -> str:
     with psycopg.connect(database.conninfo()) as pg:
         rows = dict(pg.execute(f"SELECT key, value FROM {table}").fetchall())
         _check_owner(rows, app_name)
-        for key, value in (("store_id", new_id), ("app_name", app_name), ("backend", "postgres")):
+        for key, value in (("store_id", new_id), ("app_name", app_name), ("backend", "postgres"),
+                           ("codec_version", str(CODEC_VERSION))):
             pg.execute(f"INSERT INTO {table} VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", (key, value))
         pg.execute(f"INSERT INTO {table} VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE "
                      "SET value = EXCLUDED.value", (str(SCHEMA_VERSION),))
@@ -151,14 +162,21 @@ def migrate(database: Database, app_class: type[LedgerApplication], *,
         # Refuse before creating anything: another application's store, or a newer schema.
         existing = read_store_identity(database, missing_ok=True)
         _check_owner(existing, app_name)
-        check_newer_schema(existing)
+        check_newer_schema(existing, database)
         _create_library_tables(app_class, database, check)
+        failpoints.reached("migration")  # process tests: SIGKILL mid-migration (ledger.failpoints)
         backend = get_backend(database.url(driver="psycopg"))
         migrations = read_migrations(str(HERE / database.backend / "schema"))
-        with backend.lock():
-            pending = backend.to_apply(migrations)
-            backend.apply_migrations(pending)
+        try:
+            with backend.lock():
+                pending = backend.to_apply(migrations)
+                backend.apply_migrations(pending)
+        finally:
+            # yoyo keeps its connection open otherwise: an idle SQLite connection keeps the WAL
+            # index alive, and the store's file could then never be switched safely (import-json).
+            backend.connection.close()
         applied = [m.id for m in pending]
+        failpoints.reached("migration")
         store_id = _record_identity(database, app_name)
         return MigrationReport(applied=applied, store_id=store_id, app_name=app_name)
     finally:

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from ledger import failpoints
 from ledger.clock import Clock
 from migrations.queries import load_queries
 from projections.rows import AttentionMark, DueRow, StatusRow
@@ -62,6 +63,7 @@ class SqlStatusView:
                 self._check_lease(cur, lease)
             if batch:
                 self._upsert(cur, table, batch)
+            failpoints.reached("projection")  # process tests: SIGKILL mid-batch (ledger.failpoints)
             for operation_id, mark in (marks or {}).items():
                 cur.execute(self.queries["mark_attention"].replace("opledger_operation_status", table),
                             {"operation_id": self._id(operation_id), "attention": mark.reason, "detail": mark.detail})

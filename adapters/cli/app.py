@@ -97,6 +97,18 @@ def demo(
     raise typer.Exit(code)
 
 
+def _store_commands() -> None:
+    # Registered here, apart from the commands above (issue 16): doctor, backup, import-json.
+    from adapters.cli import store
+
+    app.command("doctor")(store.doctor)
+    app.command("backup")(store.backup)
+    app.command("import-json")(store.import_json)
+
+
+_store_commands()
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -102,7 +102,7 @@ def test_migrate_refuses_another_applications_store_before_creating_its_tables(m
 def test_a_lock_file_that_cannot_be_created_is_a_clear_error(tmp_path) -> None:
     blocker = tmp_path / "afile"
     blocker.write_text("not a directory")
-    with pytest.raises(ConfigurationError, match="cannot create the store's lock file"):
+    with pytest.raises(ConfigurationError, match="afile is not a directory"):
         migrate(Database.parse(f"sqlite:///{blocker / 'x.db'}"), OrdersApp)
 
 

@@ -63,7 +63,7 @@ PUBLIC_API = {
         "FailureCategory", "EgressRequest", "Adapter", "LedgerError", "IllegalTransitionError",
         "StaleEpochError", "LeaseExpiredError", "AttemptBudgetExceededError", "IntentConflictError",
         "DeclarationError", "PayloadError", "CorruptRecordError", "ConfigurationError", "StoreLockedError",
-        "OperationNotFoundError", "UnknownIntegrationError", "UnreadableEventError", "UnreadableHistoryError",
+        "StoreIdentityError", "StorePathError", "StoreDamagedError", "OperationNotFoundError", "UnknownIntegrationError", "UnreadableEventError", "UnreadableHistoryError",
     ],
     "executors": [
         "Worker", "WorkerConfig", "Counts", "ClaimService", "ClaimConfig", "EgressService", "EgressConfig",

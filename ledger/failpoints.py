@@ -1,0 +1,71 @@
+"""Fault injection at the ledger's commit boundaries: a process kills itself (SIGKILL) there.
+
+For process tests only (``tests/process/test_commit_boundaries.py``): with
+``OPLEDGER_FAILPOINT=<boundary>`` (or ``<boundary>@<n>`` for its n-th time, default the first),
+the process sends itself SIGKILL when it reaches that boundary: no ``finally``, no flush, no
+atexit, exactly as a power cut or the OOM killer would leave the store. Unset, as in production,
+a boundary costs one comparison. The boundaries:
+
+=====================  =========================================================================
+``claim:before``       a claim (and the attempt it starts) decided, not yet committed
+``claim:after``        ``Claimed`` and ``AttemptStarted`` committed (one commit), before egress
+``outcome:before``     egress done, its outcome not yet committed
+``outcome:after``      the outcome committed, before settlement
+``settlement:before``  mid-settlement: the entity's action applied in memory, neither it nor
+                       ``Settled`` committed (they commit together)
+``projection``         mid-projection-batch: status rows written, the batch not committed
+``migration``          mid-migration: ``@1`` after the library's tables, before the read-model
+                       migrations; ``@2`` after them, before the identity is recorded
+``import``             mid-import: ``@1`` .. ``@5``, see ``migrations.legacy_import``
+=====================  =========================================================================
+
+Source: issue 16 item 6.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterable
+
+FAILPOINT_ENV = "OPLEDGER_FAILPOINT"
+OUTCOME_EVENTS = frozenset({"Succeeded", "Failed", "Ambiguous", "Accepted", "RetryScheduled"})
+"""Events of an outcome commit (a claim commit may decide a reclaimed attempt ambiguous too)."""
+
+
+def _parse(value: str | None) -> tuple[str, int] | None:
+    if not value:
+        return None
+    name, _, count = value.partition("@")
+    return name, int(count) if count.isdigit() and int(count) > 0 else 1
+
+
+ARMED = _parse(os.environ.get(FAILPOINT_ENV))
+"""``(boundary, n)`` when this process was started with a failpoint, else None (read once)."""
+_hits = 0
+_guard = threading.Lock()
+
+
+def reached(boundary: str) -> None:
+    """Mark that this process reached ``boundary``; SIGKILL it if that is the armed failpoint
+    and this is its n-th time."""
+    global _hits
+    if ARMED is None or ARMED[0] != boundary:
+        return
+    with _guard:
+        _hits += 1
+        if _hits == ARMED[1]:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def commit_boundary(event_names: Iterable[str]) -> str | None:
+    """Which ledger commit a batch of events is: ``claim``, ``settlement``, ``outcome``, or None."""
+    names = set(event_names)
+    if "Claimed" in names:
+        return "claim"
+    if "Settled" in names:
+        return "settlement"
+    if names & OUTCOME_EVENTS:
+        return "outcome"
+    return None
