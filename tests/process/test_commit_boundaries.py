@@ -45,6 +45,12 @@ EXPECTED = {
     "settlement:before": {"idempotent": (1, "succeeded"), "non_idempotent": (1, "succeeded")},
     "projection": {"idempotent": (1, "succeeded"), "non_idempotent": (1, "succeeded")},
 }
+ALSO_HONEST = {
+    # On PostgreSQL a worker may claim a fresh intent from the log's tail before its projection
+    # thread writes the row (issue 17), so the kill mid-batch can land after the claim's commit:
+    # then it is claim:after's outcome, nothing sent and honestly ambiguous.
+    ("projection", "non_idempotent"): (0, "ambiguous"),
+}
 
 
 def _make(db: Database, mode: str, target: str) -> tuple[UUID, UUID]:
@@ -70,7 +76,8 @@ def _finished(db: Database, op_id: UUID):
 
 
 def _check_invariants(db: Database, database_url: str, op_id: UUID, thing_id: UUID, mode: str,
-                      partner: PartnerProcess, expected: tuple[int, str]) -> None:
+                      partner: PartnerProcess, expected: tuple[int, str], boundary: str = "") -> None:
+    boundary_mode = (boundary, mode)
     settings = Settings(database_url=database_url, app=APP)
     with open_store(settings, write=True) as store:  # the projection caught up, as the next owner would
         StatusProjection(app=store.app, view=store.view).catch_up()
@@ -81,7 +88,7 @@ def _check_invariants(db: Database, database_url: str, op_id: UUID, thing_id: UU
         assert [r.operation_id for r in store.view.list(limit=10)] == [op_id], "no lost or extra intent"
     assert row is not None and row.status == op.status.value and row.execution == op.execution.value
     deliveries = _deliveries(partner.log, op_id)
-    assert (len(deliveries), op.execution.value) == expected, op.failure
+    assert (len(deliveries), op.execution.value) in (expected, ALSO_HONEST.get(boundary_mode)), op.failure
     assert {d.idempotency_key for d in deliveries} <= {str(op_id)}
     assert partner.log.applied_count(str(op_id)) <= 1
     if mode == "non_idempotent":
@@ -106,7 +113,7 @@ def test_a_kill_at_a_commit_boundary_keeps_the_invariants(boundary: str, mode: s
     survivor = workers(env)
     wait_until(lambda: _finished(modes_db, op_id), what=f"the operation to finish after a kill at {boundary}")
     assert survivor.terminate() == 0
-    _check_invariants(modes_db, database_url, op_id, thing_id, mode, partner, EXPECTED[boundary][mode])
+    _check_invariants(modes_db, database_url, op_id, thing_id, mode, partner, EXPECTED[boundary][mode], boundary)
 
 
 def _migrate(database_url: str, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
