@@ -82,9 +82,15 @@ def partner(
     raise typer.Exit(partner_main(args))
 
 
+DemoDatabaseOption = typer.Option(
+    None, "--database-url", help="store for the demo; default sqlite:///.opledger/demo.db, recreated each run "
+    "($OPLEDGER_DATABASE_URL is not used); a postgresql:// URL without ?schema= runs in schema opledger_demo, "
+    "recreated each run; with ?schema= the demo writes into that schema as it is")
+
+
 @app.command()
 def demo(
-    database_url: str = DatabaseOption,
+    database_url: str = DemoDatabaseOption,
     json_output: bool = JsonOption,
     orders: int = typer.Option(12, min=1, max=2000, help="orders to place"),
 ) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from pathlib import Path
 
 import typer
@@ -57,13 +59,24 @@ def simulate(
             errors.print(f"reproducer: {path} (opledger simulate --replay {path})", highlight=False)
 
     campaign = run_campaign(range(start, start + seeds), config, on_failure=failed)
-    if trace and not json_output:
-        for seed in range(start, start + seeds):
-            console.print("\n".join(run_seed(seed, config).trace), highlight=False, markup=False)
-    if json_output:
-        print_json(campaign.as_json())
-    else:
-        _report(campaign)
+
+    def pipe_closed() -> None:  # Rich's default exits 1 here, the code of a failing seed
+        raise BrokenPipeError
+
+    console.on_broken_pipe = pipe_closed
+    try:
+        if trace and not json_output:
+            for seed in range(start, start + seeds):
+                console.print("\n".join(run_seed(seed, config).trace), highlight=False, markup=False)
+        if json_output:
+            print_json(campaign.as_json())
+        else:
+            _report(campaign)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader stopped early (`| head`): not a failing seed. Python's docs: point stdout at
+        # devnull so the flush at exit does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     raise typer.Exit(1 if campaign.failures else 0)
 
 

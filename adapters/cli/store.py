@@ -54,7 +54,7 @@ def backup(dest: Path = _DestArgument, database_url: str = DatabaseOption, json_
 
     The copy is checked with quick_check and its identity, and left as one file; FILE must not exist."""
     from adapters.runtime import load_app_class
-    from ledger.errors import ConfigurationError
+    from ledger.errors import ConfigurationError, StorePathError
     from ledger.store_files import check_store_files, check_store_path, companion, copy_store
     from ledger.store_identity import check_store_identity
 
@@ -68,14 +68,26 @@ def backup(dest: Path = _DestArgument, database_url: str = DatabaseOption, json_
         check_store_files(database.path, thorough=True)
         identity = check_store_identity(database, app_class.name, store_id=config.store_id)
         dest = dest.absolute()
+        if dest.exists() or dest.is_symlink():
+            raise ConfigurationError(f"{dest} exists; give a new file name")
+        try:  # the destination's directory is refused before anything is copied
+            check_store_path(dest)
+        except StorePathError as exc:
+            raise ConfigurationError(str(exc).replace("refusing the store", "refusing the backup file", 1)) from None
         try:
             copy_store(database.path, dest, replace=False)
         except FileExistsError:
             raise ConfigurationError(f"{dest} exists; give a new file name") from None
         except OSError as exc:
             raise ConfigurationError(f"cannot write the backup {dest}: {exc.strerror or exc}") from None
-        check_store_files(dest, thorough=True)
-        check_store_identity(Database.parse(f"sqlite:///{dest}"), app_class.name, store_id=identity["store_id"])
+        try:
+            check_store_files(dest, thorough=True)
+            check_store_identity(Database.parse(f"sqlite:///{dest}"), app_class.name,
+                                 store_id=identity["store_id"])
+        except BaseException:  # a copy that fails its check is not a backup: leave nothing behind
+            for path in (dest, companion(dest, "-wal"), companion(dest, "-shm")):
+                path.unlink(missing_ok=True)
+            raise
         # The checks' read-only connections leave an empty WAL and its index: one file is the backup.
         wal = companion(dest, "-wal")
         if not wal.exists() or wal.stat().st_size == 0:

@@ -78,17 +78,33 @@ def write_reproducer(result: RunResult, directory: Path) -> Path:
 
 
 def read_reproducer(path: Path) -> tuple[int, SimConfig]:
-    """The seed and configuration a reproducer file names.
+    """The seed and configuration a reproducer file names, checked against the limits
+    ``opledger simulate`` takes (a hand-edited file must not pass for a real failure).
 
     Raises:
-        ConfigurationError: the file is missing, is not JSON, or is not a reproducer.
+        ConfigurationError: the file is missing, is not JSON, is not a reproducer, or holds a
+            value out of range; the message names the field.
     """
     try:
         data = json.loads(path.read_text())
-        if data.get("format") != FORMAT:
-            raise ValueError(f"format is {data.get('format')!r}, expected {FORMAT!r}")
-        return int(data["seed"]), SimConfig(operations=int(data["operations"]), steps=int(data["steps"]),
-                                            workers=int(data["workers"]),
-                                            disabled=frozenset(int(n) for n in data["disabled_faults"]))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ConfigurationError(f"{path} is not a simulation reproducer: {exc}") from None
+    except OSError as exc:
+        raise ConfigurationError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ConfigurationError(f"{path} is not a simulation reproducer: not JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ConfigurationError(f"{path} is not a simulation reproducer: format is {found!r}, expected {FORMAT!r}")
+    limits = {"seed": (0, None), "operations": (1, 10_000), "steps": (1, 100_000), "workers": (1, 16)}
+    values: dict[str, int] = {}
+    for name, (low, high) in limits.items():
+        value = data.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+            allowed = f"a whole number from {low}" + (f" to {high}" if high is not None else " up")
+            raise ConfigurationError(f"{path} is not a simulation reproducer: {name} must be {allowed}, got {value!r}")
+        values[name] = value
+    disabled = data.get("disabled_faults", [])
+    if not isinstance(disabled, list) or not all(isinstance(n, int) and n >= 0 for n in disabled):
+        raise ConfigurationError(f"{path} is not a simulation reproducer: disabled_faults must be a list of "
+                                 f"fault numbers, got {disabled!r}")
+    return values["seed"], SimConfig(operations=values["operations"], steps=values["steps"],
+                                     workers=values["workers"], disabled=frozenset(disabled))

@@ -117,3 +117,18 @@ def test_a_bad_reproducer_is_a_clear_error(tmp_path: Path) -> None:
                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2 and "is not a simulation reproducer" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ('{"format": "opledger-simulation/1", "seed": -5, "operations": 20, "steps": 400, "workers": 2, '
+     '"disabled_faults": []}', "seed must be a whole number from 0 up, got -5"),
+    ('{"format": "opledger-simulation/1", "seed": 1, "operations": 20, "steps": 400, "workers": 0, '
+     '"disabled_faults": []}', "workers must be a whole number from 1 to 16, got 0"),
+    ('[1, 2]', "format is 'list'"),
+    ('{"format": "opledger-simulation/1"}', "seed must be a whole number"),
+])
+def test_a_tampered_reproducer_is_refused_not_replayed(tmp_path: Path, content: str, message: str) -> None:
+    bad = tmp_path / "seed.json"
+    bad.write_text(content)
+    with pytest.raises(ConfigurationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read_reproducer(bad)
