@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import structlog
 from eventsourcing.utils import resolve_topic
 
+from adapters.followers import follow_metrics
 from executors.runtime import Worker, WorkerConfig
 from ledger.application import LedgerApplication
 from ledger.clock import Clock, SystemClock
@@ -187,6 +188,8 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             projection=projection if leader is None else None,
             on_committed=projection.offer,
         )
+        metrics = follow_metrics(settings.database, store.app, stop,
+                                 holder=worker_id if settings.database.backend == "postgres" else None)
         log.info("worker started", worker_id=worker.config.worker_id, backend=settings.database.backend)
         try:
             worker.run(stop, grace_seconds=settings.grace_seconds)
@@ -195,4 +198,5 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             stop.set()
             if leader is not None:
                 leader.join(timeout=5)
+            metrics.join(timeout=5)
         log.info("worker stopped", worker_id=worker.config.worker_id)

@@ -26,7 +26,7 @@ from psycopg.sql import SQL, Identifier
 from ledger.config import Database
 from ledger.errors import ConfigurationError, StoreLockedError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The read-model schema version this code expects; ``opledger migrate`` records it."""
 
 STORE_TABLE = "opledger_store"

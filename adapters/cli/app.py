@@ -15,6 +15,7 @@ app.command("attention")(ops.attention)
 app.command("resolve")(ops.resolve)
 app.command("cancel")(ops.cancel)
 app.command("approve")(ops.approve)
+app.command("approvals")(ops.approvals)
 
 
 AllowUnreadableOption = typer.Option(
