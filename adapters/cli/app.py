@@ -67,6 +67,35 @@ def worker(
 
 
 @app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="interface to bind"),
+    port: int = typer.Option(8000, min=0, max=65535, help="TCP port"),
+    write: bool = typer.Option(False, "--write", help="SQLite: own the store (operator actions work; no worker "
+                               "may run meanwhile). PostgreSQL always writes."),
+    database_url: str = DatabaseOption,
+) -> None:
+    """Serve the observe API (/v1, OpenAPI at /docs), operator actions, /metrics, /health and the
+    console (/console) until SIGINT/SIGTERM. Tokens: OPLEDGER_API_TOKENS (docs/operations.md).
+
+    Logs go to stderr (JSON with OPLEDGER_LOG_FORMAT=json); there is no --json output."""
+    from pydantic import ValidationError
+
+    from adapters.cli.common import fail, settings_problems
+    from adapters.http.app import ServeSettings
+    from adapters.http.serve import run_serve
+    from adapters.logs import configure_logging
+
+    config = settings(database_url)
+    try:
+        serve_settings = ServeSettings()
+    except ValidationError as exc:
+        fail(f"invalid settings: {settings_problems(exc)}")
+    configure_logging(config.log_format)
+    with UserErrors():
+        run_serve(config, serve_settings, host=host, port=port, write=write)
+
+
+@app.command()
 def partner(
     host: str = typer.Option("127.0.0.1"),
     port: int = typer.Option(0, help="0 picks a free port"),

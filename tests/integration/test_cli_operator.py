@@ -94,3 +94,10 @@ def test_resolve_prints_what_was_recorded(desk: dict[str, Any]) -> None:
     assert data["recorded"][0]["event"] == "Resolved"
     again = run("resolve", str(desk["ambiguous"]), "--resolution", "succeeded", "--evidence", "x")
     assert again.exit_code == 1 and "cannot resolve" in again.stderr
+
+
+def test_rebuild_reports_both_projections_in_json(desk: dict[str, Any]) -> None:
+    result = run("projections", "rebuild", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["status_events"] > 0 and data["metrics_events"] == data["status_events"]
