@@ -11,7 +11,7 @@ from uuid import UUID
 
 from fastapi import FastAPI
 
-from adapters.http.app import ServeConfig, create_app
+from adapters.http.app import ServeConfig, attach, build_app
 from adapters.http.auth import TokenGrant
 from adapters.runtime import Store, open_store
 from ledger.clock import FakeClock
@@ -27,6 +27,7 @@ TOKENS = {
     "viewer-token": TokenGrant(principal="vera", roles=["viewer"]),
     "operator-token": TokenGrant(principal="otto", roles=["operator"]),
     "approver-token": TokenGrant(principal="anna", roles=["approver"]),
+    "all-token": TokenGrant(principal="root", roles=["viewer", "operator", "approver"]),
 }
 
 
@@ -67,10 +68,11 @@ def seeded(database_url: str) -> tuple[dict[str, UUID], FakeClock]:
 
 
 @contextmanager
-def desk(database_url: str, **config: Any) -> Iterator[Desk]:
-    """A seeded store, opened for writing, served by ``create_app`` with the test tokens."""
+def desk(database_url: str, *, app: FastAPI | None = None, **config: Any) -> Iterator[Desk]:
+    """A seeded store, opened for writing, served by ``create_app`` with the test tokens (or
+    attached to ``app``, from ``build_app``)."""
     ids, clock = seeded(database_url)
     settings = Settings(database_url=database_url, app=APP_TOPIC)
     with open_store(settings, write=True, clock=clock) as store:
-        app = create_app(store=store, config=ServeConfig(tokens=TOKENS, **config), clock=clock)
+        app = attach(app or build_app(), store=store, config=ServeConfig(tokens=TOKENS, **config), clock=clock)
         yield Desk(ids=ids, store=store, app=app, clock=clock, database_url=database_url)

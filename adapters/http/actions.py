@@ -14,11 +14,12 @@ from fastapi import APIRouter, Depends, Path, Request
 
 from adapters.http.auth import ACTION_ROLES, TokenGrant, principal_with
 from adapters.http.observe import store_of
-from adapters.http.problems import PROBLEM_RESPONSES, Problem
-from adapters.http.schemas import ActionResult, EvidenceBody, ReasonBody, ResolveBody
+from adapters.http.problems import PROBLEM_RESPONSES, Problem, reject_unknown_query
+from adapters.http.schemas import ActionResult, DenyBody, EvidenceBody, ReasonBody, ResolveBody
 from adapters.operator import ActionKind, OperatorAction, perform
 
-router = APIRouter(prefix="/v1/operations", tags=["operator actions"], responses=PROBLEM_RESPONSES)
+router = APIRouter(prefix="/v1/operations", tags=["operator actions"], responses=PROBLEM_RESPONSES,
+                   dependencies=[Depends(reject_unknown_query)])
 OperationId = Annotated[UUID, Path(description="the operation id (a UUID)")]
 Operator = Annotated[TokenGrant, Depends(principal_with(ACTION_ROLES["resolve"]))]
 Approver = Annotated[TokenGrant, Depends(principal_with(ACTION_ROLES["approve"]))]
@@ -59,7 +60,5 @@ def approve(request: Request, grant: Approver, operation_id: OperationId) -> Any
 
 @router.post("/{operation_id}/deny", response_model=ActionResult,
              summary="Refuse an operation awaiting approval; it fails without egress (approver)")
-def deny(request: Request, grant: Approver, operation_id: OperationId, body: ReasonBody) -> Any:
-    if not body.reason.strip():
-        raise Problem(422, "Invalid input", "a denial needs a reason")
+def deny(request: Request, grant: Approver, operation_id: OperationId, body: DenyBody) -> Any:
     return _run(request, operation_id, "deny", grant, reason=body.reason)

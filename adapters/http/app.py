@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -91,22 +90,28 @@ def create_app(*, store: Store, config: ServeConfig | None = None, clock: Clock 
     Returns:
         A FastAPI app; more routers may be included (callbacks, receipts).
     """
+    return attach(build_app(), store=store, config=config, clock=clock)
+
+
+def attach(app: FastAPI, *, store: Store, config: ServeConfig | None = None, clock: Clock | None = None) -> FastAPI:
+    """Attach a store (and tokens, clock) to an app from :func:`build_app`; see :func:`create_app`."""
     config = config or ServeConfig()
     clock = clock or SystemClock()
-    app = FastAPI(title="opledger", version=VERSION, summary="Observe and operate the ledger of external operations",
-                  description="Read-only observe API, operator actions (bearer tokens with roles), Prometheus "
-                              "metrics, health, and the operator console. Errors are RFC 9457 problem+json.")
     app.state.store = store
     app.state.tokens = dict(config.tokens)
     app.state.writable = config.writable
     app.state.collector = LedgerCollector(store=MetricsStore(store.view), now=clock.now,
                                           top_tenants=config.top_tenants)
+    return app
+
+
+def build_app() -> FastAPI:
+    """The app's routes and error handling, before any store is attached (``create_app``
+    attaches one; ``adapters.http.openapi`` prints the document from this alone)."""
+    app = FastAPI(title="opledger", version=VERSION, summary="Observe and operate the ledger of external operations",
+                  description="Read-only observe API, operator actions (bearer tokens with roles), Prometheus "
+                              "metrics, health, and the operator console. Errors are RFC 9457 problem+json.")
     problems.install(app)
     for router in (health_router, metrics_router, observe.router, actions.router, console.router):
         app.include_router(router)
     return app
-
-
-def openapi_document(app: FastAPI) -> dict[str, Any]:
-    """The app's OpenAPI document (what ``/openapi.json`` serves; ``docs/openapi.json`` is it)."""
-    return app.openapi()

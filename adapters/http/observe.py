@@ -9,15 +9,17 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Path, Query, Request
+from pydantic import WithJsonSchema
 
 from adapters.http.auth import TokenGrant, principal_with
-from adapters.http.problems import PROBLEM_RESPONSES, Problem
+from adapters.http.problems import PROBLEM_RESPONSES, Problem, reject_unknown_query
 from adapters.http.schemas import TEXT_PATTERN, OperationDetail, OperationPage, OperationSummary, TimelineEntry
 from adapters.operator import show, timeline_entries
 from adapters.runtime import Store
@@ -26,11 +28,18 @@ from ledger.status import ExecutionState, Status
 from projections.rows import StatusRow
 from projections.view import OperationFilter
 
-router = APIRouter(prefix="/v1", tags=["observe"], responses=PROBLEM_RESPONSES)
+router = APIRouter(prefix="/v1", tags=["observe"], responses=PROBLEM_RESPONSES,
+                   dependencies=[Depends(reject_unknown_query)])
 Reader = Annotated[TokenGrant, Depends(principal_with(None))]
 Text = Annotated[str | None, Query(max_length=200, pattern=TEXT_PATTERN)]
+DateTimeText = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time", "maxLength": 64})]
+"""An RFC 3339 date-time, parsed by :func:`parse_since` (pydantic's own datetime also takes
+numbers as Unix times, which the schema does not allow)."""
 Limit = Annotated[int, Query(ge=1, le=500, description="rows per page")]
 OperationId = Annotated[UUID, Path(description="the operation id (a UUID)")]
+CURSOR_FORMAT = "opledger-cursor"
+Cursor = Annotated[str, Query(max_length=400, json_schema_extra={"format": CURSOR_FORMAT},
+                              description="next_cursor of the previous page (opaque); empty for the first")]
 
 
 def store_of(request: Request) -> Store:
@@ -69,10 +78,31 @@ def _page(store: Store, where: OperationFilter) -> OperationPage:
                          next_cursor=encode_cursor(rows[-1]) if more and rows else None)
 
 
-def _since(since: datetime | None) -> datetime | None:
-    if since is not None and since.tzinfo is None:
-        raise Problem(422, "Invalid input", "since needs a time zone (e.g. 2026-01-01T00:00:00Z)")
-    return since
+_LEAP_SECOND = re.compile(r"(T\d\d:\d\d):60")
+
+
+def parse_since(text: str | None) -> datetime | None:
+    """An RFC 3339 date-time with its zone (``2026-01-01T00:00:00Z``), as UTC; None for None.
+
+    A leap second (``:60``) counts as the second before it.
+
+    Raises:
+        Problem: 422 when it is not one.
+    """
+    if text is None:
+        return None
+    normal = _LEAP_SECOND.sub(r"\1:59", text.upper().replace("Z", "+00:00"))
+    try:
+        when = datetime.fromisoformat(normal)
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None or "T" not in normal:
+        raise Problem(422, "Invalid input", f"since must be an RFC 3339 date-time with a zone, e.g. "
+                                            f"2026-01-01T00:00:00Z (got {text[:60]!r})")
+    try:
+        return when.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 has no UTC instant
+        return datetime.min.replace(tzinfo=UTC)
 
 
 @router.get("/operations", response_model=OperationPage, summary="List operations, newest first")
@@ -83,12 +113,13 @@ def list_operations(
     attention: Annotated[str | None, Query(max_length=200, pattern=TEXT_PATTERN,
                                            description="an attention reason, or * for any")] = None,
     outcome: Annotated[ExecutionState | None, Query(description="execution outcome, settled or not")] = None,
-    since: Annotated[datetime | None, Query(description="created at or after (ISO 8601 with zone)")] = None,
-    cursor: Annotated[str | None, Query(max_length=400)] = None,
+    since: Annotated[DateTimeText | None, Query(description="created at or after this RFC 3339 date-time "
+                                                            "(with zone)")] = None,
+    cursor: Cursor = "",
     limit: Limit = 50,
 ) -> OperationPage:
     where = OperationFilter(status=status.value if status else None, integration=integration, tenant=tenant,
-                            attention=attention, outcome=outcome.value if outcome else None, since=_since(since),
+                            attention=attention, outcome=outcome.value if outcome else None, since=parse_since(since),
                             after=decode_cursor(cursor) if cursor else None, limit=limit)
     return _page(store_of(request), where)
 
@@ -122,7 +153,7 @@ def get_attention(
 
 
 @router.get("/approvals", response_model=OperationPage, summary="Operations waiting for an approver")
-def get_approvals(request: Request, _: Reader, cursor: Annotated[str | None, Query(max_length=400)] = None,
+def get_approvals(request: Request, _: Reader, cursor: Cursor = "",
                   limit: Limit = 50) -> OperationPage:
     where = OperationFilter(status="pending", approval="required", limit=limit,
                             after=decode_cursor(cursor) if cursor else None)
@@ -136,7 +167,7 @@ def get_entity_operations(
     entity_type: Annotated[str, Path(max_length=300, pattern=TEXT_PATTERN,
                                      description="the entity's type as recorded (module:Class)")],
     entity_id: Annotated[UUID, Path()],
-    cursor: Annotated[str | None, Query(max_length=400)] = None,
+    cursor: Cursor = "",
     limit: Limit = 50,
 ) -> OperationPage:
     where = OperationFilter(entity_type=entity_type, entity_id=entity_id, limit=limit,

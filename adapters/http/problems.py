@@ -80,6 +80,24 @@ def translate(exc: LedgerError) -> Problem:
     return Problem(400, "Bad request", str(exc))
 
 
+def reject_unknown_query(request: Request) -> None:
+    """A router dependency: a query parameter the route does not declare is refused (422), so a
+    misspelt filter (``?stauts=failed``) never silently returns everything."""
+    route = request.scope.get("route")
+    if route is None:
+        return
+    allowed: set[str] = set()
+    pending = [route.dependant]
+    while pending:  # the route's own query parameters and its dependencies'
+        dependant = pending.pop()
+        allowed.update(param.alias for param in dependant.query_params)
+        pending.extend(dependant.dependencies)
+    unknown = sorted(set(request.query_params) - allowed)
+    if unknown:
+        raise Problem(422, "Invalid input", f"unknown query parameter(s) {', '.join(map(repr, unknown))}; "
+                                            f"this route takes {', '.join(sorted(allowed)) or 'none'}")
+
+
 def install(app: FastAPI) -> None:
     """Answer every error of ``app`` with problem+json."""
 

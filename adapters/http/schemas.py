@@ -134,11 +134,19 @@ class EvidenceBody(BaseModel):
 
 
 class ReasonBody(BaseModel):
-    """Cancel (the reason is optional) or deny (it is required)."""
+    """Cancel, optionally saying why."""
 
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(default="", max_length=2_000)
+
+
+class DenyBody(BaseModel):
+    """Deny, saying why (required)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=2_000, pattern=r"\S")
 
 
 class Health(BaseModel):
