@@ -81,6 +81,7 @@ def describe(app: Any, op: Operation, row: StatusRow | None) -> dict[str, Any]:
         "settlement": op.settlement.value, "outcome": op.execution.value if op.execution.value in
         ("succeeded", "failed", "ambiguous", "cancelled") else None,
         "integration": op.integration_name, "integration_version": op.integration_version,
+        "integration_digest": op.integration_digest, "code_digest": op.code_digest or None,
         "tenant": op.tenant, "delivery_mode": op.delivery_mode.value, "approval": op.approval,
         "attempts": op.attempts, "max_attempts": op.max_attempts, "epoch": op.epoch,
         "attention": op.attention, "disposition": op.disposition, "failure": op.failure,

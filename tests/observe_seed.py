@@ -99,10 +99,12 @@ def seed(app: OrdersApp, clock: FakeClock) -> dict[str, UUID]:
         The driven operation ids by case name (see the module docstring).
     """
     ops: list[tuple[UUID, UUID]] = []
+    orders: list[UUID] = []
     for i in range(8):
-        _, (pay, note) = app.place_order(customer_email=f"c{i}@example.test", amount_cents=100 + i,
-                                         payments_url="http://p/pay", notify_url="http://p/n")
+        order_id, (pay, note) = app.place_order(customer_email=f"c{i}@example.test", amount_cents=100 + i,
+                                                payments_url="http://p/pay", notify_url="http://p/n")
         ops.append((pay, note))
+        orders.append(order_id)
     ids = {"success": ops[0][0], "failure": ops[1][0], "retry": ops[2][0], "ambiguous": ops[3][1],
            "takeover": ops[4][0], "budget": ops[5][1], "cancel_failed": ops[6][1], "pending": ops[7][0]}
 
@@ -129,7 +131,11 @@ def seed(app: OrdersApp, clock: FakeClock) -> dict[str, UUID]:
     step("failure", 0, lambda op: op.fail(epoch=op.epoch, now=now(), category="rejected", retryable=False,
                                           attempt_id=op.last_attempt_id, status_code=422))
     step("failure", 0, lambda op: op.fail_settlement(now=now(), error="entity busy", retry_at=now()))
-    step("failure", 0, lambda op: op.settle(now=now(), entity_version=3))
+    clock.advance(0)
+    order, failed = app.repository.get(orders[1]), app.get_operation(ids["failure"])
+    order._payment_settled(str(failed.id), "failed")  # the settlement action's event, as a worker saves it
+    failed.settle(now=now(), entity_version=order.version)
+    app.save(order, failed)
 
     step("retry", 0, claim_and_start)
     step("retry", 0, lambda op: op.schedule_retry(epoch=op.epoch, now=now(), attempt_id=op.last_attempt_id,

@@ -16,6 +16,7 @@ app.command("resolve")(ops.resolve)
 app.command("cancel")(ops.cancel)
 app.command("approve")(ops.approve)
 app.command("approvals")(ops.approvals)
+app.command("evidence")(ops.evidence)
 
 
 AllowUnreadableOption = typer.Option(

@@ -7,6 +7,8 @@ Reads and decisions go through ``adapters.operator``, as the HTTP API's do. Ever
 
 from __future__ import annotations
 
+import json
+import sys
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -238,6 +240,52 @@ def approve(
         fail("--deny needs --reason")
     action = OperatorAction("deny", principal, reason=reason) if deny else OperatorAction("approve", principal)
     _act(database_url, operation_id, action, json_output)
+
+
+def evidence(
+    target: str = typer.Argument(..., metavar="ID|verify", help="an operation id, or 'verify'"),
+    file: str = typer.Argument(None, metavar="[FILE]", help="with verify: the evidence file"),
+    out: str = typer.Option(None, "--out", help="write the document here instead of stdout"),
+    database_url: str = DatabaseOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """Export an operation's evidence (`opledger evidence ID [--out FILE]`): a self-describing JSON
+    document with the redacted timeline and each record's sha256; or check one against the store
+    (`opledger evidence verify FILE`: exit 0 when it still matches, 1 when a record differs)."""
+    from pathlib import Path
+
+    from adapters.evidence import dumps, export
+    from adapters.evidence import verify as verify_document
+
+    if target == "verify":
+        if file is None:
+            fail("evidence verify needs the FILE to check")
+        try:
+            document = json.loads(Path(file).read_text())
+        except (OSError, ValueError) as exc:
+            fail(f"cannot read {file}: {exc}")
+        with UserErrors(), _store(database_url) as store:
+            report = verify_document(store, document)
+        if json_output:
+            print_json(report)
+        else:
+            verdict = "matches the store" if report["matches"] else "DOES NOT match the store"
+            console.print(f"evidence of operation {report['operation_id']}: {verdict} "
+                          f"({report['checked']} records checked)", highlight=False)
+            for problem in report["problems"]:
+                console.print("  " + ", ".join(f"{k}={v}" for k, v in problem.items()), highlight=False)
+        raise typer.Exit(0 if report["matches"] else 1)
+    op_id = _uuid(target)
+    with UserErrors(), _store(database_url) as store:
+        text = dumps(export(store, op_id))
+    if out is None:
+        sys.stdout.write(text)
+        return
+    Path(out).write_text(text)
+    if json_output:
+        print_json({"operation_id": str(op_id), "out": out, "bytes": len(text.encode())})
+    else:
+        console.print(f"wrote the evidence of operation {op_id} to {out}", highlight=False)
 
 
 @projections_app.command("rebuild")

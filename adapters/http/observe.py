@@ -140,6 +140,14 @@ def get_timeline(request: Request, _: Reader, operation_id: OperationId) -> Any:
     return timeline_entries(store.app, operation_id)
 
 
+@router.get("/operations/{operation_id}/evidence", response_model=dict[str, Any],
+            summary="The operation's evidence document (as `opledger evidence ID`)")
+def get_evidence(request: Request, _: Reader, operation_id: OperationId) -> Any:
+    from adapters.evidence import export
+
+    return export(store_of(request), operation_id)
+
+
 @router.get("/attention", response_model=list[OperationSummary],
             summary="The attention queue: why automated progress stopped, oldest first")
 def get_attention(
