@@ -13,7 +13,7 @@ import signal
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -21,12 +21,14 @@ import structlog
 from eventsourcing.utils import resolve_topic
 
 from adapters.followers import follow_metrics
+from adapters.logs import OPERATION_CONTEXT
 from executors.runtime import Worker, WorkerConfig
 from ledger.application import LedgerApplication
 from ledger.clock import Clock, SystemClock
 from ledger.config import Settings
 from ledger.egress import Adapter
 from ledger.errors import ConfigurationError
+from ledger.operation import Operation
 from ledger.persistence import check_store_identity
 from projections.history import check_readable_history
 from projections.status import StatusProjection
@@ -151,6 +153,17 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+def _remembering(offer: Callable[[Iterable[Operation]], None]) -> Callable[[Iterable[Operation]], None]:
+    # The worker's commit hook: the log context learns each committed operation (integration,
+    # tenant, epoch, attempt, trace; adapters.logs), then the projection gets it as before.
+    def on_committed(ops: Iterable[Operation]) -> None:
+        committed = list(ops)
+        OPERATION_CONTEXT.remember(committed)
+        offer(committed)
+
+    return on_committed
+
+
 def run_worker(settings: Settings, *, stop: threading.Event | None = None, worker_id: str | None = None,
                clock: Clock | None = None) -> None:
     """Run one worker process until SIGTERM/SIGINT (or ``stop``), then stop gracefully.
@@ -186,7 +199,7 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
                                 egress_per_host=settings.egress_per_host,
                                 poll_interval_seconds=settings.poll_interval_seconds),
             projection=projection if leader is None else None,
-            on_committed=projection.offer,
+            on_committed=_remembering(projection.offer),
         )
         metrics = follow_metrics(settings.database, store.app, stop,
                                  holder=worker_id if settings.database.backend == "postgres" else None)
