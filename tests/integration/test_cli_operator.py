@@ -101,3 +101,12 @@ def test_rebuild_reports_both_projections_in_json(desk: dict[str, Any]) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["status_events"] > 0 and data["metrics_events"] == data["status_events"]
+
+
+def test_list_says_how_far_behind_the_view_is(desk: dict[str, Any], database_url: str) -> None:
+    app = DeskApp(env=Database.parse(database_url).library_env(create_table=False))
+    app.request_refund(700, tenant="globex")  # intended after the view last caught up
+    app.close()
+    result = run("ops", "list", "--tenant", "globex")
+    assert result.exit_code == 0
+    assert "the status view is 1 ledger event(s) behind the log" in result.stderr
