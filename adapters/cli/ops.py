@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from contextlib import AbstractContextManager
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -294,13 +294,13 @@ def rebuild(database_url: str = DatabaseOption, json_output: bool = JsonOption) 
     from projections.metrics import MetricsProjection
     from projections.metrics_store import MetricsStore
 
-    started = datetime.now()
+    started = time.monotonic()  # elapsed time only
     with UserErrors(), _store(database_url, write=True) as store, errors.status(
             "rebuilding the status projection...", spinner="line") as progress:
         status_events = StatusProjection(app=store.app, view=store.view).rebuild()
         progress.update("rebuilding the metrics projection...")
         metrics_events = MetricsProjection(app=store.app, store=MetricsStore(store.view)).rebuild()
-    seconds = (datetime.now() - started).total_seconds()
+    seconds = time.monotonic() - started
     if json_output:
         print_json({"status_events": status_events, "metrics_events": metrics_events, "seconds": seconds})
     else:
