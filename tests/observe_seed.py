@@ -10,6 +10,7 @@ Cases (``payments.charge`` is idempotent, ``notifications.send`` non-idempotent)
 - ``takeover``: a lease that expired and was taken over, then succeeded;
 - ``budget``: a notification whose three attempts were refused: attempts exhausted (failed);
 - ``cancel_failed``: accepted by the provider, cancel requested, the provider refused;
+- ``blocked``: a notification that succeeded but whose settlement kept failing (blocked);
 - ``pending``: intended and nothing else.
 """
 
@@ -75,11 +76,14 @@ EXPECTED_COUNTERS: dict[tuple[str, str, str], float] = {
     ("opledger_operations_intended", "payments.charge", ""): 8,
     ("opledger_operations_intended", "notifications.send", ""): 8,
     ("opledger_attempts", "payments.charge", ""): 5,  # success, failure, retry x2, takeover
-    ("opledger_attempts", "notifications.send", ""): 5,  # ambiguous, budget x3, cancel_failed
+    ("opledger_attempts", "notifications.send", ""): 6,  # ambiguous, budget x3, cancel_failed, blocked
     ("opledger_outcomes", "payments.charge", "succeeded"): 3,
     ("opledger_outcomes", "payments.charge", "failed"): 1,
     ("opledger_outcomes", "notifications.send", "ambiguous"): 1,
     ("opledger_outcomes", "notifications.send", "failed"): 1,
+    ("opledger_outcomes", "notifications.send", "succeeded"): 1,
+    ("opledger_settlements_blocked", "notifications.send", ""): 1,
+    ("opledger_attention_entries", "notifications.send", "settlement_blocked"): 1,
     ("opledger_retries", "payments.charge", "throttled"): 1,
     ("opledger_retries", "notifications.send", "rejected"): 2,
     ("opledger_ambiguous", "notifications.send", "timeout"): 1,
@@ -106,7 +110,8 @@ def seed(app: OrdersApp, clock: FakeClock) -> dict[str, UUID]:
         ops.append((pay, note))
         orders.append(order_id)
     ids = {"success": ops[0][0], "failure": ops[1][0], "retry": ops[2][0], "ambiguous": ops[3][1],
-           "takeover": ops[4][0], "budget": ops[5][1], "cancel_failed": ops[6][1], "pending": ops[7][0]}
+           "takeover": ops[4][0], "budget": ops[5][1], "cancel_failed": ops[6][1], "pending": ops[7][0],
+           "blocked": ops[7][1]}
 
     def step(name: str, seconds: float, action: Callable[[Operation], object]) -> None:
         clock.advance(seconds)
@@ -165,4 +170,8 @@ def seed(app: OrdersApp, clock: FakeClock) -> dict[str, UUID]:
                                                   remote_id="r-1"))
     step("cancel_failed", 0, lambda op: op.request_cancel(now=now(), principal="ops", reason="customer left"))
     step("cancel_failed", 0, lambda op: op.cancel_failed(epoch=op.epoch, now=now(), reason="already shipped"))
+
+    step("blocked", 0, claim_and_start)
+    step("blocked", 0, lambda op: op.succeed(epoch=op.epoch, now=now(), attempt_id=op.last_attempt_id))
+    step("blocked", 0, lambda op: op.block_settlement(now=now(), reason="the order was archived"))
     return ids

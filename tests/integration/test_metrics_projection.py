@@ -32,9 +32,9 @@ def test_scripted_run_counts_exactly_and_rebuild_equals_live(orders_app: OrdersA
     totals = store.totals()
     # intent -> first claim: "success" waited 2 s, every other claimed operation 2 + its wait
     claim_count = sum(v for (n, *_), v in totals.items() if n == "opledger_claim_latency_seconds_count")
-    assert claim_count == 7
+    assert claim_count == 8
     dispatch = {k: v for k, v in totals.items() if k[0] == "opledger_dispatch_latency_seconds_bucket"}
-    assert sum(dispatch.values()) == 10  # every attempt reached an outcome (cancel_failed: accepted)
+    assert sum(dispatch.values()) == 11  # every attempt reached an outcome (cancel_failed: accepted)
     settle = {k[4]: v for k, v in totals.items() if k[0] == "opledger_settlement_latency_seconds_bucket"}
     assert settle == {"0.01": 1, "1.0": 1}  # failure settled at once, success after 1 s
     position = view.position(PROJECTION_NAME, orders_app.name)

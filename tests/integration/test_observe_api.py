@@ -100,6 +100,7 @@ def test_detail_timeline_queues_and_entity(served: tuple[Desk, TestClient]) -> N
 ACTIONS = {  # action: (path, body, the case it applies to, the role it needs)
     "resolve": ("resolve", {"resolution": "succeeded", "evidence": "partner log"}, "ambiguous", "operator"),
     "cancel": ("cancel", {"reason": "not needed"}, "pending", "operator"),
+    "retry_settlement": ("retry-settlement", {"evidence": "order unarchived"}, "blocked", "operator"),
     "approve": ("approve", {}, "refund", "approver"),
     "deny": ("deny", {"reason": "too large"}, "refund", "approver"),
 }
