@@ -28,7 +28,8 @@ AllowUnreadableOption = typer.Option(
 
 
 @app.command()
-def migrate(database_url: str = DatabaseOption, allow_unreadable_events: bool = AllowUnreadableOption) -> None:
+def migrate(database_url: str = DatabaseOption, allow_unreadable_events: bool = AllowUnreadableOption,
+            json_output: bool = JsonOption) -> None:
     """Create every table once (the library's and the read models'). Run before any worker.
 
     Refuses (exit code 2) when the store holds ledger event topics this code cannot resolve,
@@ -41,6 +42,11 @@ def migrate(database_url: str = DatabaseOption, allow_unreadable_events: bool = 
     with UserErrors():
         report = run_migrations(config.database, load_app_class(config.app), check=lambda app: check_readable_history(
             app, allow_unreadable=config.allow_unreadable_events))
+    if json_output:
+        from adapters.cli.common import print_json
+
+        print_json({"store_id": report.store_id, "application": report.app_name, "applied": report.applied})
+        return
     applied = ", ".join(report.applied) or "nothing (up to date)"
     console.print(f"migrated store {report.store_id} for application {report.app_name!r}: applied {applied}")
 

@@ -110,3 +110,12 @@ def test_list_says_how_far_behind_the_view_is(desk: dict[str, Any], database_url
     result = run("ops", "list", "--tenant", "globex")
     assert result.exit_code == 0
     assert "the status view is 1 ledger event(s) behind the log" in result.stderr
+
+
+def test_migrate_speaks_json(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPLEDGER_APP", "tests.observe_seed:DeskApp")
+    url = f"sqlite:///{tmp_path / 'fresh' / 'opledger.db'}"
+    first = json.loads(run("migrate", "--database-url", url, "--json").stdout)
+    assert first["application"] == "desk" and "0005.metrics" in first["applied"]
+    again = json.loads(run("migrate", "--database-url", url, "--json").stdout)
+    assert again["applied"] == [] and again["store_id"] == first["store_id"]
