@@ -85,20 +85,14 @@ def serve(
     console (/console) until SIGINT/SIGTERM. Tokens: OPLEDGER_API_TOKENS (docs/operations.md).
 
     Logs go to stderr (JSON with OPLEDGER_LOG_FORMAT=json); there is no --json output."""
-    from pydantic import ValidationError
-
-    from adapters.cli.common import fail, settings_problems
-    from adapters.http.app import ServeSettings
+    from adapters.http.app import load_serve_settings
     from adapters.http.serve import run_serve
     from adapters.logs import configure_logging
 
     config = settings(database_url)
-    try:
-        serve_settings = ServeSettings()
-    except ValidationError as exc:
-        fail(f"invalid settings: {settings_problems(exc)}")
-    configure_logging(config.log_format)
     with UserErrors():
+        serve_settings = load_serve_settings()
+        configure_logging(config.log_format)
         run_serve(config, serve_settings, host=host, port=port, write=write)
 
 

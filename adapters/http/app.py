@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
 from adapters.http import actions, console, observe, problems
 from adapters.http.auth import TokenGrant
@@ -24,6 +25,7 @@ from adapters.http.metrics import DEFAULT_TOP_TENANTS, LedgerCollector, render
 from adapters.http.schemas import Health
 from adapters.runtime import Store
 from ledger.clock import Clock, SystemClock
+from ledger.errors import ConfigurationError
 from projections.metrics_store import MetricsStore
 
 VERSION = "1"
@@ -45,6 +47,30 @@ class ServeSettings(BaseSettings):
 
     api_tokens: dict[str, TokenGrant] = Field(default_factory=dict)
     metrics_top_tenants: int = Field(default=DEFAULT_TOP_TENANTS, ge=1, le=1000)
+
+
+def load_serve_settings() -> ServeSettings:
+    """``ServeSettings`` from the environment.
+
+    Raises:
+        ConfigurationError: a setting is malformed; the message names it without quoting any
+            token (token values are secrets).
+    """
+    try:
+        return ServeSettings()
+    except SettingsError:
+        raise ConfigurationError("OPLEDGER_API_TOKENS is not valid JSON: expected "
+                                 '{"<token>": {"principal": "...", "roles": ["viewer"]}}') from None
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field, *rest = error["loc"]
+            if field == "api_tokens":  # rest[0] is the token itself: never shown
+                where = "a token's " + ".".join(str(part) for part in rest[1:]) if len(rest) > 1 else "a token"
+                problems.append(f"OPLEDGER_API_TOKENS, {where}: {error['msg']}")
+            else:
+                problems.append(f"OPLEDGER_{str(field).upper()}={error.get('input')!r}: {error['msg']}")
+        raise ConfigurationError("invalid settings: " + "; ".join(problems)) from None
 
 
 @dataclass

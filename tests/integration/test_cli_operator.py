@@ -119,3 +119,15 @@ def test_migrate_speaks_json(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> 
     assert first["application"] == "desk" and "0005.metrics" in first["applied"]
     again = json.loads(run("migrate", "--database-url", url, "--json").stdout)
     assert again["applied"] == [] and again["store_id"] == first["store_id"]
+
+
+@pytest.mark.parametrize("tokens, message", [
+    ('{"tok-never-shown": {"principal": "x", "roles": ["boss"]}}', "a token's roles.0"),
+    ("not json", "OPLEDGER_API_TOKENS is not valid JSON"),
+])
+def test_serve_refuses_bad_tokens_without_showing_them(tokens: str, message: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPLEDGER_API_TOKENS", tokens)
+    result = run("serve", "--port", "0")
+    assert result.exit_code == 2 and message in result.stderr
+    assert "tok-never-shown" not in result.output and "Traceback" not in result.output
