@@ -81,7 +81,7 @@ def serve(
                                "may run meanwhile). PostgreSQL always writes."),
     database_url: str = DatabaseOption,
 ) -> None:
-    """Serve the observe API (/v1, OpenAPI at /docs), operator actions, /metrics, /health and the
+    """Serve the observe API (/v1, OpenAPI at /openapi.json), operator actions, /metrics, /health and the
     console (/console) until SIGINT/SIGTERM. Tokens: OPLEDGER_API_TOKENS (docs/operations.md).
 
     Logs go to stderr (JSON with OPLEDGER_LOG_FORMAT=json); there is no --json output."""
