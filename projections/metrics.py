@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -236,9 +236,12 @@ class MetricsProjection:
                 break
         return total
 
-    def rebuild(self) -> int:
+    def rebuild(self, progress: Callable[[int], object] | None = None) -> int:
         """Fold the whole log again into totals that replace every metric row, with the
         position, in one transaction; the old numbers serve until then.
+
+        Args:
+            progress: called with the notifications folded so far after each batch.
 
         Returns:
             The notifications folded.
@@ -251,6 +254,8 @@ class MetricsProjection:
             for key, value in self._fold(records).items():
                 totals[key] += value
             position, folded = records[-1][0], folded + len(records)
+            if progress is not None:
+                progress(folded)
         self.store.replace(totals, projection=PROJECTION_NAME, upstream=self.app.name, position=position)
         self._cache.clear()
         return folded

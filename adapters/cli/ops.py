@@ -290,16 +290,27 @@ def evidence(
 
 @projections_app.command("rebuild")
 def rebuild(database_url: str = DatabaseOption, json_output: bool = JsonOption) -> None:
-    """Rebuild the status and metrics projections from the whole log, each swapped in at once."""
+    """Rebuild the status and metrics projections from the whole log, each swapped in at once
+    (a progress bar on a terminal)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from projections.loading import stored_ledger_topics
     from projections.metrics import MetricsProjection
     from projections.metrics_store import MetricsStore
 
     started = time.monotonic()  # elapsed time only
-    with UserErrors(), _store(database_url, write=True) as store, errors.status(
-            "rebuilding the status projection...", spinner="line") as progress:
-        status_events = StatusProjection(app=store.app, view=store.view).rebuild()
-        progress.update("rebuilding the metrics projection...")
-        metrics_events = MetricsProjection(app=store.app, store=MetricsStore(store.view)).rebuild()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with UserErrors(), _store(database_url, write=True) as store, Progress(*columns, console=errors,
+                                                                             transient=True) as bar:
+        total = sum(stored_ledger_topics(store.app, read_topics()).values())  # one scan, for the bar
+        status_task = bar.add_task("status projection", total=total)
+        status_events = StatusProjection(app=store.app, view=store.view).rebuild(
+            progress=lambda n: bar.update(status_task, completed=n))
+        bar.update(status_task, completed=total)
+        metrics_task = bar.add_task("metrics projection", total=total)
+        metrics_events = MetricsProjection(app=store.app, store=MetricsStore(store.view)).rebuild(
+            progress=lambda n: bar.update(metrics_task, completed=n))
+        bar.update(metrics_task, completed=total)
     seconds = time.monotonic() - started
     if json_output:
         print_json({"status_events": status_events, "metrics_events": metrics_events, "seconds": seconds})
