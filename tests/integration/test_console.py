@@ -105,9 +105,13 @@ def test_pages_show_the_queue_operations_timeline_and_metrics(console: tuple[Des
         assert page.locator(f"{table} tbody tr").count() > 0, name
         page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
         assert "CANARY" not in page.content()
+    page.goto(f"{base}/console#operations")
+    page.wait_for_selector('body[data-loaded="operations"]')
     page.select_option("#filters select[name=status]", "failed")
     page.click("#filters button")
-    page.wait_for_function("document.querySelectorAll('#operations-table tbody tr').length === 2")
+    from playwright.sync_api import expect
+
+    expect(page.locator("#operations-table tbody tr")).to_have_count(2)  # a settled failure included
     page.goto(f"{base}/console#op/{d.ids['refund']}")
     page.wait_for_selector(f'body[data-loaded="op/{d.ids["refund"]}"]')
     assert "Intended" in page.inner_text("#timeline-table")
