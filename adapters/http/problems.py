@@ -81,8 +81,8 @@ def translate(exc: LedgerError) -> Problem:
 
 
 def reject_unknown_query(request: Request) -> None:
-    """A router dependency: a query parameter the route does not declare is refused (422), so a
-    misspelt filter (``?stauts=failed``) never silently returns everything."""
+    """A router dependency: a query parameter the route does not declare, or one given twice, is
+    refused (422), so a misspelt filter (``?stauts=failed``) never silently returns everything."""
     route = request.scope.get("route")
     if route is None:
         return
@@ -96,6 +96,9 @@ def reject_unknown_query(request: Request) -> None:
     if unknown:
         raise Problem(422, "Invalid input", f"unknown query parameter(s) {', '.join(map(repr, unknown))}; "
                                             f"this route takes {', '.join(sorted(allowed)) or 'none'}")
+    repeated = sorted({key for key in request.query_params if len(request.query_params.getlist(key)) > 1})
+    if repeated:  # every parameter here takes one value; the last of several would silently win
+        raise Problem(422, "Invalid input", f"query parameter(s) {', '.join(map(repr, repeated))} given more than once")
 
 
 def install(app: FastAPI) -> None:
