@@ -169,3 +169,11 @@ def test_metrics_are_identical_after_a_rebuild(served: tuple[Desk, TestClient]) 
     StatusProjection(app=d.store.app, view=d.store.view).rebuild()
     MetricsProjection(app=d.store.app, store=MetricsStore(d.store.view)).rebuild()
     assert client.get("/metrics").text == before
+
+
+def test_a_read_only_server_refuses_actions_and_says_why(database_url: str) -> None:
+    with desk(database_url, writable=False) as d, TestClient(d.app) as client:
+        assert client.get("/health").json()["writable"] is False
+        response = client.post(f"/v1/operations/{d.ids['refund']}/approve", headers=auth("approver"))
+        assert response.status_code == 409 and "read-only" in response.json()["detail"]
+        assert client.get(f"/v1/operations/{d.ids['refund']}", headers=auth("viewer")).json()["approval"] == "required"

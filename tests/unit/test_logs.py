@@ -26,7 +26,7 @@ def test_a_line_naming_an_operation_gets_its_context_and_no_secret() -> None:
                     authorization="Bearer abc")
         line = json.loads(out.getvalue().splitlines()[-1])
     finally:
-        configure_logging("console")
+        structlog.reset_defaults()  # later tests log as they did before
     assert line["operation_id"] == str(op.id)
     assert (line["integration"], line["tenant"], line["epoch"], line["attempt_id"]) == \
         (op.integration_name, op.tenant, 1, str(attempt))
@@ -44,5 +44,5 @@ def test_console_on_a_terminal() -> None:
     try:
         structlog.get_logger(f"test.{uuid4().hex}").info("hello", operation_id="x")
     finally:
-        configure_logging("console")
+        structlog.reset_defaults()
     assert "hello" in out.getvalue() and not out.getvalue().lstrip().startswith("{")
