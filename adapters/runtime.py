@@ -13,13 +13,15 @@ import signal
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import structlog
 from eventsourcing.utils import resolve_topic
 
+from adapters.followers import follow_metrics
+from adapters.logs import OPERATION_CONTEXT
 from executors.commit import describe
 from executors.runtime import Worker, WorkerConfig
 from ledger.application import LedgerApplication
@@ -27,6 +29,7 @@ from ledger.clock import Clock, SystemClock
 from ledger.config import Database, Settings
 from ledger.egress import Adapter
 from ledger.errors import ConfigurationError, LedgerError, StoreDamagedError, StoreError
+from ledger.operation import Operation
 from ledger.persistence import StoreLock
 from ledger.store_files import check_store_files, check_store_path, damaged, is_damage
 from ledger.store_identity import check_store_identity
@@ -214,6 +217,17 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+def _remembering(offer: Callable[[Iterable[Operation]], None]) -> Callable[[Iterable[Operation]], None]:
+    # The worker's commit hook: the log context learns each committed operation (integration,
+    # tenant, epoch, attempt, trace; adapters.logs), then the projection gets it as before.
+    def on_committed(ops: Iterable[Operation]) -> None:
+        committed = list(ops)
+        OPERATION_CONTEXT.remember(committed)
+        offer(committed)
+
+    return on_committed
+
+
 def run_worker(settings: Settings, *, stop: threading.Event | None = None, worker_id: str | None = None,
                clock: Clock | None = None) -> None:
     """Run one worker process until SIGTERM/SIGINT (or ``stop``), then stop gracefully.
@@ -249,7 +263,7 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
                                 egress_per_host=settings.egress_per_host,
                                 poll_interval_seconds=settings.poll_interval_seconds),
             projection=projection if leader is None else None,
-            on_committed=projection.offer,
+            on_committed=_remembering(projection.offer),
         )
         if leader is not None:
             # Wake-ups (issue 17): the projection and this worker when events are appended, this
@@ -259,6 +273,8 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             if events_channel:  # a new intent: the worker can claim it from the log's tail at once
                 wakeups[events_channel] = [projection.wake, worker.wake]
             Listener(settings.database.conninfo(), wakeups).start(stop)
+        metrics = follow_metrics(settings.database, store.app, stop,
+                                 holder=worker_id if settings.database.backend == "postgres" else None)
         log.info("worker started", worker_id=worker.config.worker_id, backend=settings.database.backend)
         try:
             worker.run(stop, grace_seconds=settings.grace_seconds)
@@ -275,6 +291,7 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             stop.set()
             if leader is not None:
                 leader.join(timeout=5)
+            metrics.join(timeout=5)
         if isinstance(projection, _StopOnDamage) and projection.damage is not None:
             raise projection.damage  # open_store makes it the one-line StoreDamagedError
         log.info("worker stopped", worker_id=worker.config.worker_id)

@@ -206,7 +206,8 @@ class Settings(BaseSettings):
             database's logs a warning at start and every minute, seconds. Leases are judged by the
             database's clock either way (DESIGN §7).
         webhook_secret: the Standard Webhooks signing secret (``whsec_...``) of the webhook adapter.
-        log_format: ``json`` (production) or ``console``.
+        log_format: ``json`` (production), ``console``, or ``auto`` (JSON unless standard error
+            is a terminal).
         allow_unreadable_events: start ``migrate`` and workers even when the store holds ledger
             event topics this code cannot resolve (their operations wait on the attention queue
             as ``unreadable_event``); off by default, so a version mismatch stops the start.
@@ -233,7 +234,7 @@ class Settings(BaseSettings):
     grace_seconds: float = Field(default=10.0, ge=0, le=MAX_GRACE_SECONDS)
     max_clock_skew_seconds: float = Field(default=DEFAULT_MAX_SKEW_SECONDS, gt=0, allow_inf_nan=False)
     webhook_secret: SecretStr | None = None
-    log_format: str = Field(default="console", pattern=r"^(json|console)$")
+    log_format: str = Field(default="auto", pattern=r"^(json|console|auto)$")
     allow_unreadable_events: bool = False
     store_id: str | None = None
     open_check: str = Field(default="quick", pattern=r"^(quick|header)$")

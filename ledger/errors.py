@@ -36,6 +36,16 @@ class IllegalTransitionError(LedgerError):
         super().__init__(f"{text}: {detail}" if detail else text)
 
 
+class OperatorActionRefusedError(LedgerError):
+    """An operator's decision (approve, deny, cancel, resolve, retry a settlement) does not fit the
+    operation's state now; the message says why in the operator's words ("cannot approve: the
+    operation is already claimed by a worker"). Nothing was recorded.
+
+    Source: issue 13 item 6. Fix: look at the operation again (``opledger ops show``) and decide
+    from its current state.
+    """
+
+
 class InvalidArgumentError(LedgerError, ValueError):
     """A command was given an argument outside its domain (a non-positive lease, an empty remote
     id, an unknown callback outcome, blank evidence). Fix: as the message says."""

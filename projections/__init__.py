@@ -1,10 +1,12 @@
-"""Read models over the event log: the operation status view, its runner and rebuild.
+"""Read models over the event log: the operation status view and the metrics, their runners and rebuild.
 
 Depends on ``ledger`` and the named queries in ``migrations``; never on ``executors`` or
 ``adapters``.
 """
 
 from projections.memory_view import MemoryStatusStore, MemoryStatusView
+from projections.metrics import MetricsProjection, MetricsProjectionConfig
+from projections.metrics_store import MetricsStore
 from projections.rows import StatusRow, row_from_operation
 from projections.status import StatusProjection, StatusProjectionConfig
 from projections.view import (
@@ -12,6 +14,7 @@ from projections.view import (
     Leadership,
     Lease,
     NotLeaderError,
+    OperationFilter,
     OperatorQueries,
     ProjectionWriter,
     StatusView,
@@ -19,15 +22,19 @@ from projections.view import (
 )
 
 __all__ = [
-    # the projection
+    # the projections
     "StatusProjection",
     "StatusProjectionConfig",
+    "MetricsProjection",
+    "MetricsProjectionConfig",
+    "MetricsStore",
     # the view seam: its protocols by concern, their union, and how to open one
     "StatusView",
     "ProjectionWriter",
     "Leadership",
     "DueWork",
     "OperatorQueries",
+    "OperationFilter",
     "open_view",
     "MemoryStatusStore",
     "MemoryStatusView",

@@ -24,7 +24,7 @@ from uuid import UUID
 from ledger.clock import Clock, SystemClock, require_utc
 from ledger.status import Status
 from projections.rows import AttentionMark, DueRow, StatusRow
-from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError
+from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError, OperationFilter
 
 _STATUSES = frozenset(status.value for status in Status)  # the tables' CHECK (status IN ...)
 _TIME_FIELDS = ("lease_expires_at", "next_due_at", "created_at", "updated_at")
@@ -170,6 +170,17 @@ class MemoryStatusView:
         return counts
 
     # Last of the queries: below it, ``list`` in an annotation would name this method (mypy).
+    def search(self, where: OperationFilter) -> list[StatusRow]:
+        _check_limit(where.limit)
+        with self._transaction() as store:
+            found = [row for row in store.tables[MAIN_TABLE].values() if where.matches(row)]
+        if where.after is not None:
+            at, op_id = where.after
+            found = [row for row in found if row.created_at < at or (row.created_at == at and row.operation_id > op_id)]
+        found.sort(key=lambda row: row.operation_id)
+        found.sort(key=lambda row: row.created_at, reverse=True)  # stable: ties keep id order
+        return found[:where.limit]
+
     def list(self, *, status: str | None = None, limit: int = 100) -> list[StatusRow]:
         _check_limit(limit)
         with self._transaction() as store:

@@ -12,7 +12,7 @@ from ledger import failpoints
 from ledger.clock import Clock
 from migrations.queries import load_queries
 from projections.rows import AttentionMark, DueRow, StatusRow
-from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease
+from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, OperationFilter
 
 
 class SqlStatusView:
@@ -100,6 +100,20 @@ class SqlStatusView:
         with self._transaction() as cur:
             cur.execute(self.queries["count_by_status"])
             return {str(status): int(n) for status, n in cur.fetchall()}
+
+    def search(self, where: OperationFilter) -> list[StatusRow]:
+        after_at, after_id = where.after or (None, None)
+        params = {
+            "status": where.status, "integration": where.integration, "tenant": where.tenant,
+            "attention": where.attention, "outcome": where.outcome, "approval": where.approval,
+            "since": None if where.since is None else self._time(where.since),
+            "entity_type": where.entity_type,
+            "entity_id": None if where.entity_id is None else self._id(where.entity_id),
+            "after_at": None if after_at is None else self._time(after_at),
+            "after_id": None if after_id is None else self._id(after_id),
+            "limit": where.limit,
+        }
+        return self._select("select_search", params)
 
     def begin_rebuild(self) -> None:
         with self._transaction() as cur:

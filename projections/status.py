@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -134,6 +134,7 @@ class StatusProjection:
         self._offered: deque[Operation] = deque(maxlen=self.config.cache_size)
         self._following = True  # whether the last run_once found this process leading
         self._wake = threading.Event()  # set by ``wake`` (a NOTIFY listener)
+        self._progress: Callable[[int], object] | None = None  # rebuild's progress report
 
     def offer(self, ops: Iterable[Operation]) -> None:
         """Hand over operation states just committed by this process (a worker's commits), so
@@ -203,16 +204,23 @@ class StatusProjection:
                                     PROJECTION_NAME, MAIN_TABLE, stop)
         return applied
 
-    def rebuild(self) -> int:
+    def rebuild(self, progress: Callable[[int], object] | None = None) -> int:
         """Rebuild from zero into a new table and swap it in (DESIGN §8).
+
+        Args:
+            progress: called with the notifications committed so far after each batch.
 
         Returns:
             The notifications applied. The main table keeps serving until the swap.
         """
+        self._progress = progress
         self._cache.clear()
         self.quarantined.clear()
         self.view.begin_rebuild()
-        applied, position = self._pipeline(0, f"{PROJECTION_NAME}.rebuild", REBUILD_TABLE)
+        try:
+            applied, position = self._pipeline(0, f"{PROJECTION_NAME}.rebuild", REBUILD_TABLE)
+        finally:
+            self._progress = None
         self.view.finish_rebuild(projection=PROJECTION_NAME, upstream=self.upstream, position=position)
         return applied
 
@@ -362,8 +370,9 @@ class StatusProjection:
                     raise
         return committed, position
 
-    @staticmethod
-    def _written(batch: _Batch, committed: int) -> tuple[int, int]:
+    def _written(self, batch: _Batch, committed: int) -> tuple[int, int]:
+        if self._progress is not None:
+            self._progress(committed + batch.records)
         return committed + batch.records, batch.position
 
     def _abandon(self, batches: list[_Batch], exc: BaseException) -> bool:

@@ -134,6 +134,58 @@ class DueWork(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class OperationFilter:
+    """Which status rows :meth:`OperatorQueries.search` returns; a field left None matches all.
+
+    Attributes:
+        status: a derived status (``ledger.status.Status``); an outcome status (``failed``,
+            ``succeeded``, ``ambiguous``, ``cancelled``) also matches operations whose outcome
+            it is and whose settlement moved the status on (a settled failure is ``failed``).
+        integration: integration name.
+        tenant: tenant.
+        attention: an attention reason, or ``*`` for any.
+        outcome: execution state (``failed``, ``succeeded``, ...), settled or not.
+        approval: ``required``, ``granted``, ``denied`` or ``not_required``.
+        since: created at or after this instant (UTC).
+        entity_type: the source entity's type (topic).
+        entity_id: the source entity's id.
+        after: keyset cursor: the ``(created_at, operation_id)`` of the last row already seen.
+        limit: rows at most (1 to 100,000).
+
+    Source: issue 13 items 2 and 6.
+    """
+
+    status: str | None = None
+    integration: str | None = None
+    tenant: str | None = None
+    attention: str | None = None
+    outcome: str | None = None
+    approval: str | None = None
+    since: datetime | None = None
+    entity_type: str | None = None
+    entity_id: UUID | None = None
+    after: tuple[datetime, UUID] | None = None
+    limit: int = 100
+
+    def matches(self, row: StatusRow) -> bool:
+        """Whether ``row`` passes every filter (the cursor and limit aside). The SQL views run
+        the same rule as ``select_search``; the conformance suite holds them together."""
+        checks = (
+            self.status is None or self.status in (row.status, row.execution),
+            self.integration is None or row.integration == self.integration,
+            self.tenant is None or row.tenant == self.tenant,
+            self.attention is None or row.attention == self.attention
+            or (self.attention == "*" and row.attention is not None),
+            self.outcome is None or row.execution == self.outcome,
+            self.approval is None or row.approval == self.approval,
+            self.since is None or row.created_at >= self.since,
+            self.entity_type is None or row.source_entity_type == self.entity_type,
+            self.entity_id is None or row.source_entity_id == self.entity_id,
+        )
+        return all(checks)
+
+
 class OperatorQueries(Protocol):
     """What operators and the CLI read (the main table only)."""
 
@@ -152,6 +204,11 @@ class OperatorQueries(Protocol):
 
     def counts(self) -> dict[str, int]:
         """Number of operations per status."""
+        ...
+
+    def search(self, where: OperationFilter) -> list[StatusRow]:
+        """Rows passing ``where``, newest first (``created_at`` descending, then operation id),
+        after its cursor, at most ``where.limit``."""
         ...
 
     # Last in the class: below it, ``list`` in an annotation would name this method (mypy).

@@ -16,6 +16,8 @@ app.command("resolve")(ops.resolve)
 app.command("cancel")(ops.cancel)
 app.command("approve")(ops.approve)
 app.command("simulate")(simulate.simulate)
+app.command("approvals")(ops.approvals)
+app.command("evidence")(ops.evidence)
 
 
 AllowUnreadableOption = typer.Option(
@@ -27,7 +29,8 @@ AllowUnreadableOption = typer.Option(
 
 
 @app.command()
-def migrate(database_url: str = DatabaseOption, allow_unreadable_events: bool = AllowUnreadableOption) -> None:
+def migrate(database_url: str = DatabaseOption, allow_unreadable_events: bool = AllowUnreadableOption,
+            json_output: bool = JsonOption) -> None:
     """Create every table once (the library's and the read models'). Run before any worker.
 
     Refuses (exit code 2) when the store holds ledger event topics this code cannot resolve,
@@ -40,6 +43,11 @@ def migrate(database_url: str = DatabaseOption, allow_unreadable_events: bool = 
     with UserErrors():
         report = run_migrations(config.database, load_app_class(config.app), check=lambda app: check_readable_history(
             app, allow_unreadable=config.allow_unreadable_events))
+    if json_output:
+        from adapters.cli.common import print_json
+
+        print_json({"store_id": report.store_id, "application": report.app_name, "applied": report.applied})
+        return
     applied = ", ".join(report.applied) or "nothing (up to date)"
     console.print(f"migrated store {report.store_id} for application {report.app_name!r}: applied {applied}")
 
@@ -64,6 +72,29 @@ def worker(
     with UserErrors():
         tune_gc_for_worker()
         run_worker(config)
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="interface to bind"),
+    port: int = typer.Option(8000, min=0, max=65535, help="TCP port"),
+    write: bool = typer.Option(False, "--write", help="SQLite: own the store (operator actions work; no worker "
+                               "may run meanwhile). PostgreSQL always writes."),
+    database_url: str = DatabaseOption,
+) -> None:
+    """Serve the observe API (/v1, OpenAPI at /openapi.json), operator actions, /metrics, /health and the
+    console (/console) until SIGINT/SIGTERM. Tokens: OPLEDGER_API_TOKENS (docs/operations.md).
+
+    Logs go to stderr (JSON with OPLEDGER_LOG_FORMAT=json); there is no --json output."""
+    from adapters.http.app import load_serve_settings
+    from adapters.http.serve import run_serve
+    from adapters.logs import configure_logging
+
+    config = settings(database_url)
+    with UserErrors():
+        serve_settings = load_serve_settings()
+        configure_logging(config.log_format)
+        run_serve(config, serve_settings, host=host, port=port, write=write)
 
 
 @app.command()

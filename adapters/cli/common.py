@@ -11,10 +11,11 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 from rich.text import Text
 
 from ledger.config import Settings
-from ledger.errors import LedgerError
+from ledger.errors import LedgerError, OperatorActionRefusedError
 
 console = Console()
 errors = Console(stderr=True)
@@ -24,6 +25,9 @@ DatabaseOption = typer.Option(None, "--database-url", help="sqlite:///path or po
 _FLAG_NAMES = {"worker_threads": "--threads"}
 """Settings whose CLI flag is not ``--field-name``."""
 JsonOption = typer.Option(False, "--json", help="print JSON for scripts")
+WideOption = typer.Option(False, "--wide", help="never shorten a column (as whenever output is not a terminal)")
+WIDE_WIDTH = 100_000
+"""Characters a table may take when shortening is off: wider than any row."""
 
 
 def settings(database_url: str | None = None, **overrides: Any) -> Settings:
@@ -71,17 +75,28 @@ def cell(value: Any) -> Text:
     return Text("" if value is None else str(value))
 
 
+def print_table(table: Table, *, wide: bool = False) -> None:
+    """Print ``table``; fitted to the terminal there, never shortened when ``wide`` or when
+    output is not a terminal (a pipe or a file keeps full ids)."""
+    if wide or not console.is_terminal:
+        # A console of its own: Rich measures a table by its console's width, not print's.
+        Console(file=sys.stdout, width=WIDE_WIDTH).print(table)
+    else:
+        console.print(table)
+
+
 def print_json(data: Any) -> None:
     """Print ``data`` as one JSON document on stdout."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 class UserErrors:
-    """Context manager turning ledger errors (user mistakes, misconfiguration) into ``fail``."""
+    """Context manager turning ledger errors into ``fail``: exit code 1 for an action the
+    operation's state refuses, 2 for usage, configuration or a missing operation."""
 
     def __enter__(self) -> UserErrors:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if exc is not None and isinstance(exc, LedgerError):
-            fail(str(exc))
+            fail(str(exc), 1 if isinstance(exc, OperatorActionRefusedError) else 2)

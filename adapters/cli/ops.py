@@ -1,24 +1,43 @@
-"""Operator commands: inspect operations, the attention queue, and record operator decisions."""
+"""Operator commands: inspect operations, the attention and approval queues, record decisions.
+
+Reads and decisions go through ``adapters.operator``, as the HTTP API's do. Every command takes
+``--json``; writes print what was recorded. Exit codes: 0 ok, 1 the action was refused or failed,
+2 usage, configuration or not found.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import sys
+import time
 from contextlib import AbstractContextManager
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import typer
 from rich.table import Table
 
-from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, cell, console, fail, print_json, settings
-from ledger.declarations import Classification
-from ledger.errors import CorruptRecordError, UnknownIntegrationError
-from ledger.operation import Operation
-from ledger.status import Status
-from projections.rows import AttentionMark, StatusRow
-from projections.status import StatusProjection
+from adapters.cli.common import (
+    DatabaseOption,
+    JsonOption,
+    UserErrors,
+    WideOption,
+    cell,
+    console,
+    errors,
+    fail,
+    print_json,
+    print_table,
+    settings,
+)
+from adapters.operator import OperatorAction, perform, show, timeline_entries
+from ledger.codec import LEDGER_TOPIC_PREFIX
+from ledger.errors import CorruptRecordError
+from ledger.status import ExecutionState, Status
+from projections.loading import select_records
+from projections.rows import StatusRow, read_topics
+from projections.status import PROJECTION_NAME, StatusProjection
+from projections.view import OperationFilter
 
 if TYPE_CHECKING:
     from adapters.runtime import Store
@@ -26,10 +45,11 @@ if TYPE_CHECKING:
 ops_app = typer.Typer(help="Inspect operations.", no_args_is_help=True)
 projections_app = typer.Typer(help="Maintain read models.", no_args_is_help=True)
 
-_BASE_FIELDS = {"originator_id", "originator_version", "timestamp", "originator_topic"}
-ROW_COLUMNS = ("operation_id", "integration", "status", "attempts", "attention", "updated_at")
+ROW_COLUMNS = ("operation_id", "integration", "status", "execution", "attempts", "attention", "updated_at")
 ATTENTION_COLUMNS = ("operation_id", "integration", "attention", "attention_detail", "ambiguity_reason",
                      "failure_category", "attempts", "updated_at")
+APPROVAL_COLUMNS = ("operation_id", "integration", "tenant", "source_entity_type", "source_entity_id", "created_at")
+LAG_SCAN = 10_000  # ledger records counted past the view's position before saying "at least"
 
 
 def _store(database_url: str | None, *, write: bool = False) -> AbstractContextManager[Store]:
@@ -48,7 +68,7 @@ def _uuid(text: str) -> UUID:
 def _rows_table(rows: list[StatusRow], title: str, columns: tuple[str, ...] = ROW_COLUMNS) -> Table:
     table = Table(title=title)
     for column in columns:
-        table.add_column(column)
+        table.add_column(column, no_wrap=column.endswith("_id"))
     for row in rows:
         data = row.as_json()
         data["attention_detail"] = _detail_text(data["attention_detail"])
@@ -63,79 +83,68 @@ def _detail_text(detail: dict[str, Any] | None) -> str | None:
     return " ".join(f"{key}={value}" for key, value in detail.items() if value is not None)
 
 
+def _warn_lag(store: Store) -> None:
+    """Say on stderr how far the status view is behind the log (no worker keeping it, say)."""
+    position = store.view.position(PROJECTION_NAME, store.app.name)
+    behind = len(select_records(store.app, position, LAG_SCAN, read_topics(), {}, prefix=LEDGER_TOPIC_PREFIX))
+    if behind:
+        more = "at least " if behind >= LAG_SCAN else ""
+        errors.print(f"note: the status view is {more}{behind} ledger event(s) behind the log; a running worker "
+                     "(or `opledger serve` owning the store) brings it up to date", highlight=False)
+
+
+def _choice(value: str | None, allowed: list[str], what: str) -> None:
+    if value is not None and value not in allowed:
+        fail(f"unknown {what} {value!r}; one of: {', '.join(allowed)}")
+
+
 @ops_app.command("list")
 def list_ops(
-    status: str = typer.Option(None, help="only this status"),
+    status: str = typer.Option(None, help="only this status; an outcome (failed, succeeded, ambiguous, "
+                               "cancelled) also finds those already settled"),
+    outcome: str = typer.Option(None, help="only this execution outcome, settled or not"),
+    integration: str = typer.Option(None, help="only this integration"),
+    tenant: str = typer.Option(None, help="only this tenant"),
+    attention: str = typer.Option(None, help="only this attention reason ('*': any)"),
     limit: int = typer.Option(100, min=1, max=100_000),
     database_url: str = DatabaseOption,
     json_output: bool = JsonOption,
+    wide: bool = WideOption,
 ) -> None:
     """List operations, newest first."""
-    if status is not None and status not in {s.value for s in Status}:
-        fail(f"unknown status {status!r}; one of: {', '.join(s.value for s in Status)}")
+    _choice(status, [s.value for s in Status], "status")
+    _choice(outcome, [s.value for s in ExecutionState], "outcome")
+    where = OperationFilter(status=status, outcome=outcome, integration=integration, tenant=tenant,
+                            attention=attention, limit=limit)
     with UserErrors(), _store(database_url) as store:
-        rows = store.view.list(status=status, limit=limit)
+        rows = store.view.search(where)
+        _warn_lag(store)
     if json_output:
         print_json([r.as_json() for r in rows])
     else:
-        console.print(_rows_table(rows, f"operations ({len(rows)})"))
+        print_table(_rows_table(rows, f"operations ({len(rows)})"), wide=wide)
 
 
 @ops_app.command("show")
-def show(operation_id: str, database_url: str = DatabaseOption, json_output: bool = JsonOption) -> None:
-    """Show one operation's status row and decoded state (secrets and internal fields redacted)."""
+def show_op(operation_id: str, database_url: str = DatabaseOption, json_output: bool = JsonOption,
+            wide: bool = WideOption) -> None:
+    """Show one operation: status, execution and settlement, outcome, approval, source, trace
+    (payload fields not classified public are redacted)."""
     op_id = _uuid(operation_id)
     with UserErrors(), _store(database_url) as store:
-        row = store.view.get(op_id)
-        try:
-            op = store.app.get_operation(op_id)
-        except CorruptRecordError as exc:
-            if row is None:
-                raise
-            data = _undecodable(row, exc)
-        else:
-            data = _decoded(store.app, op, row)
+        data = show(store, op_id)
     if json_output:
         print_json(data)
         return
     table = Table(show_header=False, title=f"operation {op_id}")
     for key, value in data.items():
         table.add_row(key, cell(_detail_text(value) if key == "attention_detail" else value))
-    console.print(table)
-
-
-def _decoded(app: Any, op: Operation, row: StatusRow | None) -> dict[str, Any]:
-    """What ``ops show`` prints for an operation whose events all decode."""
-    return {
-        "operation_id": str(op.id), "status": op.status.value, "execution": op.execution.value,
-        "settlement": op.settlement.value, "integration": f"{op.integration_name} v{op.integration_version}",
-        "delivery_mode": op.delivery_mode.value, "attempts": f"{op.attempts}/{op.max_attempts}",
-        "epoch": op.epoch, "attention": op.attention, "disposition": op.disposition,
-        "failure": op.failure, "last_retry_reason": op.last_retry_reason,
-        "ambiguity_reason": op.ambiguity_reason, "remote_id": op.remote_id,
-        "target": op.target, "payload": _redacted(app, op.integration_name, op.integration_version, op.payload),
-        "source": {"entity_type": op.source.entity_type, "entity_id": str(op.source.entity_id),
-                   "entity_version": op.source.entity_version, "effect_index": op.source.effect_index},
-        "principal": op.principal, "traceparent": op.traceparent, "excerpt": op.excerpt,
-        "projection_lag": row is None or row.version != op.version,
-    }
-
-
-def _undecodable(row: StatusRow, exc: CorruptRecordError) -> dict[str, Any]:
-    """What ``ops show`` prints for an operation with a stored event this code cannot decode:
-    its status row (the last state that decoded) and the record that stops it."""
-    data = row.as_json()
-    if data["attention_detail"] is None:  # the projection has not met the record yet
-        mark = AttentionMark.of(exc)
-        data["attention"], data["attention_detail"] = mark.reason, json.loads(mark.detail)
-    keys = ("operation_id", "status", "execution", "settlement", "integration", "integration_version",
-            "delivery_mode", "attempts", "max_attempts", "epoch", "attention", "attention_detail", "disposition",
-            "remote_id", "version", "updated_at")
-    return {**{key: data[key] for key in keys}, "decodes_up_to_version": row.version, "error": str(exc)}
+    print_table(table, wide=wide)
 
 
 @ops_app.command("timeline")
-def timeline(operation_id: str, database_url: str = DatabaseOption, json_output: bool = JsonOption) -> None:
+def timeline(operation_id: str, database_url: str = DatabaseOption, json_output: bool = JsonOption,
+             wide: bool = WideOption) -> None:
     """Show the operation's own events, oldest first (secrets never shown)."""
     op_id = _uuid(operation_id)
     with UserErrors(), _store(database_url) as store:
@@ -153,70 +162,45 @@ def timeline(operation_id: str, database_url: str = DatabaseOption, json_output:
     for entry in entries:
         details = ", ".join(f"{k}={v}" for k, v in entry["details"].items())
         table.add_row(cell(entry["version"]), cell(entry["at"]), cell(entry["event"]), cell(details))
-    console.print(table)
-
-
-def timeline_entries(app: Any, op_id: UUID) -> list[dict[str, Any]]:
-    """The operation's events as JSON-ready dicts, payload fields redacted by classification."""
-    entries: list[dict[str, Any]] = []
-    name, version = None, None
-    events = iter(app.events.get(op_id))
-    while True:
-        try:
-            event = next(events)
-        except StopIteration:
-            break
-        except CorruptRecordError as exc:  # show what decodes, then say where it stops
-            entries.append({"version": exc.position, "at": "", "event": "CORRUPT", "details": {"error": str(exc)}})
-            break
-        fields = {k: v for k, v in vars(event).items() if k not in _BASE_FIELDS}
-        if isinstance(event, Operation.Intended):
-            name, version = event.integration_name, event.integration_version
-            fields["payload"] = _redacted(app, name, version, event.payload)
-        entries.append({
-            "version": event.originator_version,
-            "at": event.timestamp.isoformat(),
-            "event": type(event).__name__,
-            "details": {k: (str(v) if isinstance(v, (UUID, datetime)) else v) for k, v in fields.items()},
-        })
-    return entries
-
-
-def _redacted(app: Any, name: str | None, version: int | None, payload: dict[str, Any]) -> dict[str, Any]:
-    try:
-        declaration = app.registry.get(name, version)
-    except UnknownIntegrationError:
-        declaration = None
-    out = {}
-    for key, value in payload.items():
-        kind = declaration.classification_of(key) if declaration else None
-        out[key] = value if kind is Classification.PUBLIC else f"[{kind.value if kind else 'unclassified'}]"
-    return out
+    print_table(table, wide=wide)
 
 
 def attention(limit: int = typer.Option(100, min=1), database_url: str = DatabaseOption,
-              json_output: bool = JsonOption) -> None:
+              json_output: bool = JsonOption, wide: bool = WideOption) -> None:
     """The operator attention queue: why automated progress stopped, oldest first."""
     with UserErrors(), _store(database_url) as store:
         rows = store.view.attention(limit)
+        _warn_lag(store)
     if json_output:
         print_json([r.as_json() for r in rows])
     else:
-        console.print(_rows_table(rows, f"needs attention ({len(rows)})", ATTENTION_COLUMNS))
+        print_table(_rows_table(rows, f"needs attention ({len(rows)})", ATTENTION_COLUMNS), wide=wide)
 
 
-def _operator_write(database_url: str | None, operation_id: str,
-                    command: Callable[[Operation, datetime], object]) -> None:
+def approvals(limit: int = typer.Option(100, min=1, max=100_000), database_url: str = DatabaseOption,
+              json_output: bool = JsonOption, wide: bool = WideOption) -> None:
+    """Operations waiting for an approver (their integration requires approval), newest first.
+
+    Approve with `opledger approve ID`, refuse with `opledger approve ID --deny --reason ...`;
+    one left waiting fails when its pending deadline passes."""
+    with UserErrors(), _store(database_url) as store:
+        rows = store.view.search(OperationFilter(status="pending", approval="required", limit=limit))
+        _warn_lag(store)
+    if json_output:
+        print_json([r.as_json() for r in rows])
+    else:
+        print_table(_rows_table(rows, f"awaiting approval ({len(rows)})", APPROVAL_COLUMNS), wide=wide)
+
+
+def _act(database_url: str | None, operation_id: str, action: OperatorAction, json_output: bool) -> None:
     op_id = _uuid(operation_id)
     with UserErrors(), _store(database_url, write=True) as store:
-        op = store.app.get_operation(op_id)
-        command(op, store.app.clock.now())
-        store.app.save(op)
-        if store.owner:
-            # This process owns the SQLite store: bring the status view up to date now. On
-            # PostgreSQL the workers' projection leader does it within moments.
-            StatusProjection(app=store.app, view=store.view).catch_up()
-        console.print(f"operation {op_id}: {op.status.value}")
+        result = perform(store, op_id, action)
+    if json_output:
+        print_json(result)
+        return
+    events = ", ".join(entry["event"] for entry in result["recorded"]) or "nothing new (already recorded)"
+    console.print(f"operation {op_id}: recorded {events}; status {result['status']}", highlight=False)
 
 
 def resolve(
@@ -225,10 +209,11 @@ def resolve(
     evidence: str = typer.Option(..., help="what you checked (shown on the timeline)"),
     principal: str = typer.Option("operator", help="who decides"),
     database_url: str = DatabaseOption,
+    json_output: bool = JsonOption,
 ) -> None:
     """Record an operator's decision on an ambiguous operation or a blocked settlement."""
-    _operator_write(database_url, operation_id, lambda op, now: op.resolve(
-        now=now, principal=principal, resolution=resolution, evidence=evidence))
+    _act(database_url, operation_id, OperatorAction("resolve", principal, resolution=resolution, evidence=evidence),
+         json_output)
 
 
 def cancel(
@@ -236,10 +221,10 @@ def cancel(
     reason: str = typer.Option("", help="why"),
     principal: str = typer.Option("operator"),
     database_url: str = DatabaseOption,
+    json_output: bool = JsonOption,
 ) -> None:
     """Request cancellation; a worker honours it before egress."""
-    _operator_write(database_url, operation_id, lambda op, now: op.request_cancel(
-        now=now, principal=principal, reason=reason))
+    _act(database_url, operation_id, OperatorAction("cancel", principal, reason=reason), json_output)
 
 
 def approve(
@@ -248,23 +233,87 @@ def approve(
     reason: str = typer.Option("", help="why (required with --deny)"),
     principal: str = typer.Option("operator"),
     database_url: str = DatabaseOption,
+    json_output: bool = JsonOption,
 ) -> None:
     """Approve (or --deny) an operation whose integration requires approval."""
     if deny and not reason:
         fail("--deny needs --reason")
+    action = OperatorAction("deny", principal, reason=reason) if deny else OperatorAction("approve", principal)
+    _act(database_url, operation_id, action, json_output)
 
-    def command(op: Operation, now: datetime) -> None:
-        if deny:
-            op.deny_approval(now=now, principal=principal, reason=reason)
+
+def evidence(
+    target: str = typer.Argument(..., metavar="ID|verify", help="an operation id, or 'verify'"),
+    file: str = typer.Argument(None, metavar="[FILE]", help="with verify: the evidence file"),
+    out: str = typer.Option(None, "--out", help="write the document here instead of stdout"),
+    database_url: str = DatabaseOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """Export an operation's evidence (`opledger evidence ID [--out FILE]`): a self-describing JSON
+    document with the redacted timeline and each record's sha256; or check one against the store
+    (`opledger evidence verify FILE`: exit 0 when it still matches, 1 when a record differs)."""
+    from pathlib import Path
+
+    from adapters.evidence import dumps, export
+    from adapters.evidence import verify as verify_document
+
+    if target == "verify":
+        if file is None:
+            fail("evidence verify needs the FILE to check")
+        try:
+            document = json.loads(Path(file).read_text())
+        except (OSError, ValueError) as exc:
+            fail(f"cannot read {file}: {exc}")
+        with UserErrors(), _store(database_url) as store:
+            report = verify_document(store, document)
+        if json_output:
+            print_json(report)
         else:
-            op.grant_approval(now=now, principal=principal)
-
-    _operator_write(database_url, operation_id, command)
+            verdict = "matches the store" if report["matches"] else "DOES NOT match the store"
+            console.print(f"evidence of operation {report['operation_id']}: {verdict} "
+                          f"({report['checked']} records checked)", highlight=False)
+            for problem in report["problems"]:
+                console.print("  " + ", ".join(f"{k}={v}" for k, v in problem.items()), highlight=False)
+        raise typer.Exit(0 if report["matches"] else 1)
+    op_id = _uuid(target)
+    with UserErrors(), _store(database_url) as store:
+        text = dumps(export(store, op_id))
+    if out is None:
+        sys.stdout.write(text)
+        return
+    Path(out).write_text(text)
+    if json_output:
+        print_json({"operation_id": str(op_id), "out": out, "bytes": len(text.encode())})
+    else:
+        console.print(f"wrote the evidence of operation {op_id} to {out}", highlight=False)
 
 
 @projections_app.command("rebuild")
-def rebuild(database_url: str = DatabaseOption) -> None:
-    """Rebuild the status projection from zero into a new table and swap it in."""
-    with UserErrors(), _store(database_url, write=True) as store:
-        n = StatusProjection(app=store.app, view=store.view).rebuild()
-    console.print(f"rebuilt the status projection from {n} events")
+def rebuild(database_url: str = DatabaseOption, json_output: bool = JsonOption) -> None:
+    """Rebuild the status and metrics projections from the whole log, each swapped in at once
+    (a progress bar on a terminal)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from projections.loading import stored_ledger_topics
+    from projections.metrics import MetricsProjection
+    from projections.metrics_store import MetricsStore
+
+    started = time.monotonic()  # elapsed time only
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with UserErrors(), _store(database_url, write=True) as store, Progress(*columns, console=errors,
+                                                                             transient=True) as bar:
+        total = sum(stored_ledger_topics(store.app, read_topics()).values())  # one scan, for the bar
+        status_task = bar.add_task("status projection", total=total)
+        status_events = StatusProjection(app=store.app, view=store.view).rebuild(
+            progress=lambda n: bar.update(status_task, completed=n))
+        bar.update(status_task, completed=total)
+        metrics_task = bar.add_task("metrics projection", total=total)
+        metrics_events = MetricsProjection(app=store.app, store=MetricsStore(store.view)).rebuild(
+            progress=lambda n: bar.update(metrics_task, completed=n))
+        bar.update(metrics_task, completed=total)
+    seconds = time.monotonic() - started
+    if json_output:
+        print_json({"status_events": status_events, "metrics_events": metrics_events, "seconds": seconds})
+    else:
+        console.print(f"rebuilt the status projection from {status_events} events and the metrics projection "
+                      f"from {metrics_events} events in {seconds:.1f} s")

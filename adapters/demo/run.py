@@ -30,8 +30,8 @@ from rich.console import Console
 from rich.table import Table
 
 from adapters.cli.common import cell
-from adapters.cli.ops import timeline_entries
 from adapters.demo.orders import OrdersApp, new_email
+from adapters.operator import timeline_entries
 from adapters.partner import PartnerLog, start_partner_process
 from adapters.processes import WorkerProcess, spawn_worker
 from ledger.config import Database

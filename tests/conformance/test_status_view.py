@@ -365,3 +365,39 @@ def test_a_closed_view_refuses_work(view: StatusView) -> None:
     view.close()
     with pytest.raises(Exception):
         view.position(P, U)
+
+
+# -- search (the observe API's and the CLI's filters)
+
+def test_search_filters_match_on_every_backend_and_a_settled_failure_is_failed(view: StatusView) -> None:
+    from projections.view import OperationFilter
+
+    write(view,
+          row(1),
+          row(2, status="settled", execution="failed", settlement="settled", tenant="acme"),
+          row(3, status="ambiguous", execution="ambiguous", attention="ambiguous", integration="notify.send"),
+          row(4, approval="required", source_entity_id=_id(77)),
+          row(5, status="failed", execution="failed", attention="dead_letter"))
+    assert ids(view.search(OperationFilter())) == [_id(5), _id(4), _id(3), _id(2), _id(1)]
+    assert ids(view.search(OperationFilter(status="failed"))) == [_id(5), _id(2)]
+    assert ids(view.search(OperationFilter(outcome="failed", status="settled"))) == [_id(2)]
+    assert ids(view.search(OperationFilter(attention="*"))) == [_id(5), _id(3)]
+    assert ids(view.search(OperationFilter(attention="ambiguous", integration="notify.send"))) == [_id(3)]
+    assert ids(view.search(OperationFilter(tenant="acme"))) == [_id(2)]
+    assert ids(view.search(OperationFilter(approval="required", status="pending"))) == [_id(4)]
+    assert ids(view.search(OperationFilter(entity_type="orders.Order", entity_id=_id(77)))) == [_id(4)]
+    assert ids(view.search(OperationFilter(since=T0 + timedelta(minutes=4)))) == [_id(5), _id(4)]
+    first = view.search(OperationFilter(limit=2))
+    assert ids(first) == [_id(5), _id(4)]
+    after = (first[-1].created_at, first[-1].operation_id)
+    assert ids(view.search(OperationFilter(limit=2, after=after))) == [_id(3), _id(2)]
+
+
+def test_search_cursor_breaks_ties_by_operation_id(view: StatusView) -> None:
+    from projections.view import OperationFilter
+
+    write(view, *(row(n, created_at=T0) for n in (3, 1, 2)))
+    first = view.search(OperationFilter(limit=1))
+    assert ids(first) == [_id(1)]
+    rest = view.search(OperationFilter(after=(T0, _id(1))))
+    assert ids(rest) == [_id(2), _id(3)]

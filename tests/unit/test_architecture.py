@@ -74,6 +74,7 @@ PUBLIC_API = {
         "StatusProjection", "StatusProjectionConfig", "StatusView", "open_view", "StatusRow",
         "row_from_operation", "Lease", "NotLeaderError",
         "ProjectionWriter", "Leadership", "DueWork", "OperatorQueries", "MemoryStatusStore", "MemoryStatusView",
+        "OperationFilter", "MetricsProjection", "MetricsProjectionConfig", "MetricsStore",
     ],
 }
 

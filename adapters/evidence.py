@@ -1,0 +1,166 @@
+"""Evidence export: a self-describing JSON document of what the ledger recorded about one
+operation, and its verification against the store.
+
+The document holds the opledger version and code digest, the integration's declaration and its
+digest (as recorded at intent, and now), the redacted timeline with each record's position and
+sha256, the host entity's transitions the settlement caused (their topics, versions and sha256:
+host events carry unclassified data, so their fields stay out), and the trace ids. Verifying
+hashes the stored records again and names each one that differs, is missing, or is new.
+
+Source: issue 13 item 5.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from adapters.operator import event_entry, show, trace_id
+from ledger.errors import CorruptRecordError, InvalidArgumentError, UnknownIntegrationError
+from ledger.operation import Operation
+
+if TYPE_CHECKING:
+    from adapters.runtime import Store
+
+KIND = "opledger.evidence"
+FORMAT_VERSION = 1
+
+
+@cache
+def code_digest() -> str:
+    """sha256 over the source of the ``ledger`` package (path and bytes of each ``.py`` file,
+    in path order): which code wrote and reads these records."""
+    root = Path(__file__).resolve().parents[1] / "ledger"
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return "sha256:" + digest.hexdigest()
+
+
+def record_digest(originator_id: UUID | str, version: int, topic: str, state: bytes) -> str:
+    """sha256 of one stored record: its originator id, version, topic and state bytes."""
+    head = f"{UUID(str(originator_id))}\0{version}\0{topic}\0".encode()
+    return "sha256:" + hashlib.sha256(head + bytes(state)).hexdigest()
+
+
+def _version() -> str:
+    try:
+        return metadata.version("opledger")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def export(store: Store, op_id: UUID) -> dict[str, Any]:
+    """The evidence document of one operation (JSON-ready).
+
+    Raises:
+        OperationNotFoundError: no such operation.
+    """
+    app = store.app
+    summary = show(store, op_id)  # raises OperationNotFoundError
+    records = list(app.recorder.select_events(op_id))
+    timeline: list[dict[str, Any]] = []
+    name = version = None
+    settled_versions: list[int] = []
+    traceparents: list[str] = []
+    for stored in records:
+        entry: dict[str, Any] = {"position": stored.originator_version, "topic": stored.topic,
+                                 "sha256": record_digest(stored.originator_id, stored.originator_version,
+                                                         stored.topic, stored.state)}
+        try:
+            event = app.mapper.to_domain_event(stored)
+        except CorruptRecordError as exc:
+            entry.update({"event": "CORRUPT", "error": str(exc)})
+        else:
+            if isinstance(event, Operation.Intended):
+                name, version = event.integration_name, event.integration_version
+            if isinstance(event, Operation.Settled):
+                settled_versions.append(event.entity_version)
+            traceparents += [t for t in (getattr(event, "traceparent", None),) if t]
+            entry.update(event_entry(app, event, name, version))
+            entry.pop("version", None)
+        timeline.append(entry)
+    return {
+        "kind": KIND, "format_version": FORMAT_VERSION,
+        "generated_at": app.clock.now().isoformat(),
+        "opledger": {"version": _version(), "code_digest": code_digest()},
+        "store": {"backend": store.settings.database.backend, "application": app.name},
+        "operation": summary,
+        "declaration": _declaration(app, summary),
+        "timeline": timeline,
+        "settlement_transitions": _entity_records(store, summary, settled_versions),
+        "trace_ids": sorted({t for t in map(trace_id, traceparents) if t}),
+    }
+
+
+def _declaration(app: Any, summary: dict[str, Any]) -> dict[str, Any]:
+    name, version = summary.get("integration"), summary.get("integration_version")
+    try:
+        declaration = app.registry.get(name, version)
+    except UnknownIntegrationError:
+        return {"name": name, "version": version, "declared_now": None, "digest_now": None}
+    return {"name": declaration.name, "version": declaration.version,
+            "declared_now": declaration.model_dump(mode="json"), "digest_now": declaration.digest()}
+
+
+def _entity_records(store: Store, summary: dict[str, Any], versions: list[int]) -> list[dict[str, Any]]:
+    source = summary.get("source")
+    if not source or not versions:
+        return []
+    entity_id = UUID(source["entity_id"])
+    out = []
+    for version in versions:
+        for stored in store.app.recorder.select_events(entity_id, gt=version - 1, lte=version):
+            out.append({"entity_type": source["entity_type"], "entity_id": str(entity_id),
+                        "version": stored.originator_version, "topic": stored.topic,
+                        "sha256": record_digest(entity_id, stored.originator_version, stored.topic, stored.state)})
+    return out
+
+
+def verify(store: Store, document: dict[str, Any]) -> dict[str, Any]:
+    """Compare an evidence document with the store now.
+
+    Returns:
+        ``{"matches": bool, "operation_id", "checked": n, "problems": [...]}``; each problem names
+        a record (``position``, ``topic``) that differs, is missing from the store, or was added
+        since (``new``: later records are not tampering, but the export no longer tells all).
+
+    Raises:
+        InvalidArgumentError: ``document`` is not an opledger evidence document.
+    """
+    if not isinstance(document, dict) or document.get("kind") != KIND:
+        raise InvalidArgumentError("not an opledger evidence document (its 'kind' is not 'opledger.evidence')")
+    try:
+        op_id = UUID(document["operation"]["operation_id"])
+        expected = {int(e["position"]): (e["topic"], e["sha256"]) for e in document["timeline"]}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"the evidence document is malformed: {exc!r}") from None
+    stored = {s.originator_version: s for s in store.app.recorder.select_events(op_id)}
+    problems: list[dict[str, Any]] = []
+    for position, (topic, digest) in sorted(expected.items()):
+        record = stored.get(position)
+        if record is None:
+            problems.append({"position": position, "topic": topic, "problem": "missing from the store"})
+        elif record_digest(op_id, position, record.topic, record.state) != digest:
+            problems.append({"position": position, "topic": topic, "problem": "differs from the export"})
+    problems += [{"position": p, "topic": stored[p].topic, "problem": "new since the export"}
+                 for p in sorted(set(stored) - set(expected))]
+    for entry in document.get("settlement_transitions", []):
+        found = store.app.recorder.select_events(UUID(entry["entity_id"]), gt=entry["version"] - 1,
+                                                 lte=entry["version"])
+        if not found or record_digest(entry["entity_id"], entry["version"], found[0].topic,
+                                      found[0].state) != entry["sha256"]:
+            problems.append({"entity_id": entry["entity_id"], "version": entry["version"], "topic": entry["topic"],
+                             "problem": "entity record differs or is missing"})
+    tampered = [p for p in problems if p["problem"] != "new since the export"]
+    return {"matches": not tampered, "operation_id": str(op_id), "checked": len(expected), "problems": problems}
+
+
+def dumps(document: dict[str, Any]) -> str:
+    """The document as JSON text (sorted keys, two-space indent, newline-terminated)."""
+    return json.dumps(document, indent=2, sort_keys=True, default=str) + "\n"

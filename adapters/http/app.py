@@ -1,0 +1,143 @@
+"""``opledger serve``: one FastAPI app, composed of routers (DESIGN §9).
+
+Routers: health, ``/metrics`` (Prometheus text), the read-only observe API (``/v1``), operator
+actions (``/v1/operations/{id}/...``) and the console (``/console``). Callbacks and
+receipts-backed commands are meant to join as further routers (``app.include_router``), sharing
+the store on ``app.state``. Errors are problem+json (``adapters.http.problems``).
+
+Source: issue 13 items 1-3; DESIGN §9.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from fastapi import APIRouter, FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
+
+from adapters.http import actions, console, observe, problems
+from adapters.http.auth import TokenGrant
+from adapters.http.metrics import DEFAULT_TOP_TENANTS, LedgerCollector, render
+from adapters.http.schemas import Health
+from adapters.runtime import Store
+from ledger.clock import Clock, SystemClock
+from ledger.errors import ConfigurationError
+from projections.metrics_store import MetricsStore
+
+VERSION = "1"
+"""The observe API's version (its paths start ``/v1``)."""
+
+
+class ServeSettings(BaseSettings):
+    """Settings of ``opledger serve`` (environment ``OPLEDGER_<FIELD>``).
+
+    Attributes:
+        api_tokens: bearer tokens by value, as JSON: ``{"<token>": {"principal": "alice",
+            "roles": ["viewer" | "operator" | "approver", ...]}}``. Without any, every ``/v1``
+            route answers 401 (health and ``/metrics`` stay open).
+        metrics_top_tenants: tenants shown by name on ``/metrics`` (most intents first); the
+            rest are summed as ``other``. 1 to 1,000.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="OPLEDGER_", extra="ignore")
+
+    api_tokens: dict[str, TokenGrant] = Field(default_factory=dict)
+    metrics_top_tenants: int = Field(default=DEFAULT_TOP_TENANTS, ge=1, le=1000)
+
+
+def load_serve_settings() -> ServeSettings:
+    """``ServeSettings`` from the environment.
+
+    Raises:
+        ConfigurationError: a setting is malformed; the message names it without quoting any
+            token (token values are secrets).
+    """
+    try:
+        return ServeSettings()
+    except SettingsError:
+        raise ConfigurationError("OPLEDGER_API_TOKENS is not valid JSON: expected "
+                                 '{"<token>": {"principal": "...", "roles": ["viewer"]}}') from None
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field, *rest = error["loc"]
+            if field == "api_tokens":  # rest[0] is the token itself: never shown
+                where = "a token's " + ".".join(str(part) for part in rest[1:]) if len(rest) > 1 else "a token"
+                problems.append(f"OPLEDGER_API_TOKENS, {where}: {error['msg']}")
+            else:
+                problems.append(f"OPLEDGER_{str(field).upper()}={error.get('input')!r}: {error['msg']}")
+        raise ConfigurationError("invalid settings: " + "; ".join(problems)) from None
+
+
+@dataclass
+class ServeConfig:
+    """What :func:`create_app` needs besides the store.
+
+    Attributes:
+        tokens: bearer tokens and their grants.
+        top_tenants: see ``ServeSettings.metrics_top_tenants``.
+        writable: whether operator actions may write (False: a read-only SQLite store).
+    """
+
+    tokens: Mapping[str, TokenGrant] = field(default_factory=dict)
+    top_tenants: int = DEFAULT_TOP_TENANTS
+    writable: bool = True
+
+
+health_router = APIRouter(tags=["health"])
+metrics_router = APIRouter(tags=["metrics"])
+
+
+@health_router.get("/health", response_model=Health, summary="The server answers and its store is readable")
+def health(request: Request) -> Health:
+    store: Store = request.app.state.store
+    store.view.counts()  # one read of the status view: a store that cannot answer is a 500
+    return Health(status="ok", backend=store.settings.database.backend, writable=request.app.state.writable)
+
+
+@metrics_router.get("/metrics", response_class=Response, summary="Prometheus text exposition",
+                    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+def metrics(request: Request) -> Response:
+    return Response(render(request.app.state.collector), media_type=CONTENT_TYPE_LATEST)
+
+
+def create_app(*, store: Store, config: ServeConfig | None = None, clock: Clock | None = None) -> FastAPI:
+    """The opledger HTTP app over an open store.
+
+    Args:
+        store: the open store (``adapters.runtime.open_store``); the caller closes it.
+        config: tokens, tenant folding, whether actions may write.
+        clock: for ages on ``/metrics`` (UTC); the system clock by default.
+
+    Returns:
+        A FastAPI app; more routers may be included (callbacks, receipts).
+    """
+    return attach(build_app(), store=store, config=config, clock=clock)
+
+
+def attach(app: FastAPI, *, store: Store, config: ServeConfig | None = None, clock: Clock | None = None) -> FastAPI:
+    """Attach a store (and tokens, clock) to an app from :func:`build_app`; see :func:`create_app`."""
+    config = config or ServeConfig()
+    clock = clock or SystemClock()
+    app.state.store = store
+    app.state.tokens = dict(config.tokens)
+    app.state.writable = config.writable
+    app.state.collector = LedgerCollector(store=MetricsStore(store.view), now=clock.now,
+                                          top_tenants=config.top_tenants)
+    return app
+
+
+def build_app() -> FastAPI:
+    """The app's routes and error handling, before any store is attached (``create_app``
+    attaches one; ``adapters.http.openapi`` prints the document from this alone)."""
+    app = FastAPI(title="opledger", version=VERSION, summary="Observe and operate the ledger of external operations",
+                  description="Read-only observe API, operator actions (bearer tokens with roles), Prometheus "
+                              "metrics, health, and the operator console. Errors are RFC 9457 problem+json.")
+    problems.install(app)
+    for router in (health_router, metrics_router, observe.router, actions.router, console.router):
+        app.include_router(router)
+    return app

@@ -1,0 +1,157 @@
+"""The observe API's bodies, as pydantic models: they are the published OpenAPI (``docs/openapi.json``).
+
+Source: issue 13 item 2.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TEXT_PATTERN = r"^[^\x00-\x1f]*$"
+"""Query and path text: printable, no control characters (a store cannot hold a NUL)."""
+
+
+class OperationSummary(BaseModel):
+    """One operation's status row (the status read model), payload-free."""
+
+    operation_id: str
+    version: int
+    tenant: str
+    integration: str
+    integration_version: int
+    delivery_mode: str
+    status: str = Field(description="derived from execution and settlement (docs/adr/0001-operation-lifecycle.md)")
+    execution: str = Field(description="the execution state; after settlement it keeps the outcome")
+    settlement: str
+    approval: str
+    attempts: int
+    max_attempts: int
+    epoch: int
+    worker_id: str | None
+    lease_expires_at: datetime | None
+    next_due_at: datetime | None
+    remote_id: str | None
+    attention: str | None
+    disposition: str | None
+    failure_category: str | None
+    ambiguity_reason: str | None
+    cancel_requested: bool
+    source_entity_type: str
+    source_entity_id: str
+    source_entity_version: int
+    effect_index: int
+    created_at: datetime
+    updated_at: datetime
+    attention_detail: dict[str, Any] | None = None
+
+
+class OperationPage(BaseModel):
+    """A page of operations, newest first; pass ``next_cursor`` as ``cursor`` for the next one."""
+
+    items: list[OperationSummary]
+    next_cursor: str | None = Field(description="null on the last page")
+
+
+class SourceOut(BaseModel):
+    """The entity transition that authorized the operation, and the action its outcome settles through."""
+
+    entity_type: str
+    entity_id: str
+    entity_version: int
+    effect_index: int
+    action: str | None = Field(description="entity_type.method of the settlement action, if declared")
+
+
+class OperationDetail(BaseModel):
+    """One operation: execution and settlement separately, the outcome (kept after settlement),
+    approval, attempts, epoch, remote id, source with action, trace id; payload redacted by
+    classification. An operation with a record this code cannot read shows its last readable
+    state and ``error`` instead."""
+
+    model_config = ConfigDict(extra="allow")
+
+    operation_id: str
+    status: str
+    execution: str
+    settlement: str
+    outcome: str | None = None
+    integration: str
+    integration_version: int
+    tenant: str | None = None
+    delivery_mode: str
+    approval: str | None = None
+    attempts: int
+    max_attempts: int
+    epoch: int
+    attention: str | None = None
+    disposition: str | None = None
+    failure: dict[str, Any] | None = None
+    remote_id: str | None = None
+    payload: dict[str, Any] | None = None
+    source: SourceOut | None = None
+    trace_id: str | None = None
+    traceparent: str | None = None
+    error: str | None = None
+
+
+class TimelineEntry(BaseModel):
+    """One event of an operation, oldest first; ``version`` is its place in the operation."""
+
+    version: int | None
+    at: str
+    event: str
+    details: dict[str, Any]
+
+
+class ActionResult(BaseModel):
+    """What an operator action recorded (empty ``recorded``: it changed nothing)."""
+
+    operation_id: str
+    action: str
+    status: str
+    recorded: list[TimelineEntry]
+
+
+class ResolveBody(BaseModel):
+    """Resolve an ambiguous operation (``succeeded``, ``failed``, ``retry``, ``abandon``) or a
+    blocked settlement (``abandon``) with the evidence checked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    resolution: Literal["succeeded", "failed", "retry", "abandon"]
+    evidence: str = Field(min_length=1, max_length=10_000, pattern=r"\S")
+
+
+class EvidenceBody(BaseModel):
+    """Retry a blocked settlement, saying what was fixed or checked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    evidence: str = Field(min_length=1, max_length=10_000, pattern=r"\S")
+
+
+class ReasonBody(BaseModel):
+    """Cancel, optionally saying why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(default="", max_length=2_000)
+
+
+class DenyBody(BaseModel):
+    """Deny, saying why (required)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=2_000, pattern=r"\S")
+
+
+class Health(BaseModel):
+    """The server and its store are usable."""
+
+    status: Literal["ok"]
+    backend: str
+    writable: bool = Field(description="operator actions possible from this server")

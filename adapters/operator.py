@@ -1,0 +1,248 @@
+"""What an operator reads and does, in one place for the CLI, the HTTP API and the console.
+
+Reading: an operation described (execution, settlement, outcome kept after settlement, approval,
+source with its settlement action, trace id), its timeline; payload fields redacted by their
+classification. Doing: resolve with evidence, retry a blocked settlement, cancel, approve or deny,
+each recorded by the operation's own command and reported in the user's words when refused
+("cannot approve: the operation is already claimed").
+
+Source: issue 13 items 2 and 6; DESIGN §9.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+from uuid import UUID, uuid4
+
+from ledger.declarations import Classification
+from ledger.errors import (
+    CorruptRecordError,
+    IllegalTransitionError,
+    OperatorActionRefusedError,
+    UnknownIntegrationError,
+)
+from ledger.operation import Operation
+from projections.rows import AttentionMark, StatusRow
+from projections.status import StatusProjection
+
+if TYPE_CHECKING:
+    from adapters.runtime import Store
+
+_BASE_FIELDS = {"originator_id", "originator_version", "timestamp", "originator_topic"}
+ActionKind = Literal["resolve", "retry_settlement", "cancel", "approve", "deny"]
+_VERBS = {"grant_approval": "approve", "deny_approval": "deny", "resolve": "resolve", "request_cancel": "cancel",
+          "cancel": "cancel"}
+_STATE_WORDS = {"claimed": "already claimed by a worker", "dispatching": "already being sent",
+                "accepted": "already accepted by the provider", "succeeded": "already succeeded",
+                "failed": "already failed", "cancelled": "already cancelled", "settled": "already settled",
+                "ambiguous": "ambiguous (resolve it first)", "settlement_blocked": "blocked in settlement",
+                "settlement settled": "already settled", "settlement none": "not finished yet",
+                "settlement pending": "waiting for its settlement", "settlement not_required":
+                "finished without a settlement"}
+
+
+def trace_id(traceparent: str | None) -> str | None:
+    """The trace id of a W3C ``traceparent`` (``00-<trace id>-<span id>-<flags>``), or None."""
+    parts = (traceparent or "").split("-")
+    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
+
+
+def redacted(app: Any, name: str | None, version: int | None, payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` with every field not classified ``public`` replaced by ``[secret]``,
+    ``[internal]`` or ``[unclassified]`` (an unknown declaration redacts everything)."""
+    try:
+        declaration = app.registry.get(name, version)
+    except UnknownIntegrationError:
+        declaration = None
+    out = {}
+    for key, value in payload.items():
+        kind = declaration.classification_of(key) if declaration else None
+        out[key] = value if kind is Classification.PUBLIC else f"[{kind.value if kind else 'unclassified'}]"
+    return out
+
+
+def settlement_action(app: Any, op: Operation) -> str | None:
+    """``entity_type.method`` the outcome settles through, or None when none is declared."""
+    try:
+        declaration = app.registry.get(op.integration_name, op.integration_version)
+    except UnknownIntegrationError:
+        return None
+    settlement = getattr(declaration, "settlement", None)
+    return f"{settlement.entity_type}.{settlement.method}" if settlement is not None else None
+
+
+def describe(app: Any, op: Operation, row: StatusRow | None) -> dict[str, Any]:
+    """An operation whose events all decode, as JSON-ready data (``ops show``, the API)."""
+    return {
+        "operation_id": str(op.id), "status": op.status.value, "execution": op.execution.value,
+        "settlement": op.settlement.value, "outcome": op.execution.value if op.execution.value in
+        ("succeeded", "failed", "ambiguous", "cancelled") else None,
+        "integration": op.integration_name, "integration_version": op.integration_version,
+        "integration_digest": op.integration_digest, "code_digest": op.code_digest or None,
+        "tenant": op.tenant, "delivery_mode": op.delivery_mode.value, "approval": op.approval,
+        "attempts": op.attempts, "max_attempts": op.max_attempts, "epoch": op.epoch,
+        "attention": op.attention, "disposition": op.disposition, "failure": op.failure,
+        "last_retry_reason": op.last_retry_reason, "ambiguity_reason": op.ambiguity_reason,
+        "remote_id": op.remote_id, "target": op.target,
+        "payload": redacted(app, op.integration_name, op.integration_version, op.payload),
+        "source": {"entity_type": op.source.entity_type, "entity_id": str(op.source.entity_id),
+                   "entity_version": op.source.entity_version, "effect_index": op.source.effect_index,
+                   "action": settlement_action(app, op)},
+        "principal": op.principal, "traceparent": op.traceparent, "trace_id": trace_id(op.traceparent),
+        "excerpt": op.excerpt, "created_at": op.created_on.isoformat(), "updated_at": op.modified_on.isoformat(),
+        "version": op.version, "projection_lag": row is None or row.version != op.version,
+    }
+
+
+def describe_undecodable(row: StatusRow, exc: CorruptRecordError) -> dict[str, Any]:
+    """An operation with a stored event this code cannot decode: its status row (the last state
+    that decoded) and the record that stops it."""
+    data = row.as_json()
+    if data["attention_detail"] is None:  # the projection has not met the record yet
+        mark = AttentionMark.of(exc)
+        data["attention"], data["attention_detail"] = mark.reason, json.loads(mark.detail)
+    keys = ("operation_id", "status", "execution", "settlement", "integration", "integration_version",
+            "delivery_mode", "attempts", "max_attempts", "epoch", "attention", "attention_detail", "disposition",
+            "remote_id", "version", "updated_at")
+    return {**{key: data[key] for key in keys}, "decodes_up_to_version": row.version, "error": str(exc)}
+
+
+def show(store: Store, op_id: UUID) -> dict[str, Any]:
+    """``describe`` (or ``describe_undecodable``) of one operation.
+
+    Raises:
+        OperationNotFoundError: no such operation.
+        CorruptRecordError: its first record does not decode and it has no status row.
+    """
+    row = store.view.get(op_id)
+    try:
+        op = store.app.get_operation(op_id)
+    except CorruptRecordError as exc:
+        if row is None:
+            raise
+        return describe_undecodable(row, exc)
+    return describe(store.app, op, row)
+
+
+def event_entry(app: Any, event: Any, name: str | None, version: int | None) -> dict[str, Any]:
+    """One event as a timeline entry, payload redacted (``name``/``version``: its integration)."""
+    fields = {k: v for k, v in vars(event).items() if k not in _BASE_FIELDS}
+    if isinstance(event, Operation.Intended):
+        fields["payload"] = redacted(app, event.integration_name, event.integration_version, event.payload)
+    return {
+        "version": event.originator_version,
+        "at": event.timestamp.isoformat(),
+        "event": type(event).__name__,
+        "details": {k: (str(v) if isinstance(v, (UUID, datetime)) else v) for k, v in fields.items()},
+    }
+
+
+def timeline_entries(app: Any, op_id: UUID) -> list[dict[str, Any]]:
+    """The operation's events as JSON-ready dicts, oldest first, payload fields redacted; a
+    record that does not decode ends the list as a ``CORRUPT`` entry saying where it stops."""
+    entries: list[dict[str, Any]] = []
+    name, version = None, None
+    events = iter(app.events.get(op_id))
+    while True:
+        try:
+            event = next(events)
+        except StopIteration:
+            break
+        except CorruptRecordError as exc:
+            entries.append({"version": exc.position, "at": "", "event": "CORRUPT", "details": {"error": str(exc)}})
+            break
+        if isinstance(event, Operation.Intended):
+            name, version = event.integration_name, event.integration_version
+        entries.append(event_entry(app, event, name, version))
+    return entries
+
+
+def catch_up_status(store: Store) -> int:
+    """Bring the status view up to date from this process where it may: always where it owns the
+    SQLite store; on PostgreSQL only while no worker leads the projection (the leadership lease
+    decides; a leading worker gets there within moments). Returns the events applied."""
+    if store.owner:
+        return StatusProjection(app=store.app, view=store.view).catch_up()
+    if store.settings.database.backend == "postgres":
+        holder = f"operator:{uuid4().hex[:12]}"
+        return StatusProjection(app=store.app, view=store.view, holder=holder).catch_up()
+    return 0
+
+
+@dataclass(frozen=True)
+class OperatorAction:
+    """One operator decision.
+
+    Attributes:
+        kind: ``resolve``, ``retry_settlement``, ``cancel``, ``approve`` or ``deny``.
+        principal: who decides (from the authenticated request, or the CLI's ``--principal``).
+        resolution: for ``resolve``: ``succeeded``, ``failed``, ``retry`` or ``abandon``
+            (``retry_settlement`` and ``abandon`` for a blocked settlement).
+        evidence: for ``resolve`` and ``retry_settlement``: what was checked.
+        reason: for ``cancel`` and ``deny``: why.
+    """
+
+    kind: ActionKind
+    principal: str
+    resolution: str = ""
+    evidence: str = ""
+    reason: str = ""
+
+    def apply(self, op: Operation, now: datetime) -> None:
+        """Run the operation's command for this decision (no save)."""
+        if self.kind == "resolve":
+            op.resolve(now=now, principal=self.principal, resolution=self.resolution, evidence=self.evidence)
+        elif self.kind == "retry_settlement":
+            op.resolve(now=now, principal=self.principal, resolution="retry_settlement", evidence=self.evidence)
+        elif self.kind == "cancel":
+            op.request_cancel(now=now, principal=self.principal, reason=self.reason)
+        elif self.kind == "approve":
+            op.grant_approval(now=now, principal=self.principal)
+        else:
+            op.deny_approval(now=now, principal=self.principal, reason=self.reason)
+
+
+def refusal(action: ActionKind, exc: IllegalTransitionError) -> str:
+    """``exc`` in the operator's words: ``cannot approve: the operation is already claimed by a
+    worker``."""
+    verb = {"retry_settlement": "retry the settlement"}.get(action, _VERBS.get(exc.command, action))
+    detail = exc.detail
+    if detail.startswith("approval is "):
+        approval = detail.removeprefix("approval is ")
+        reason = {"not_required": "its integration does not require approval", "granted": "it is already approved",
+                  "denied": "its approval was already denied"}.get(approval, detail)
+    elif exc.state in _STATE_WORDS:
+        reason = f"the operation is {_STATE_WORDS[exc.state]}" + (f" ({detail})" if detail else "")
+    else:
+        reason = f"the operation is {exc.state.replace('_', ' ')}" + (f" ({detail})" if detail else "")
+    return f"cannot {verb}: {reason}"
+
+
+def perform(store: Store, op_id: UUID, action: OperatorAction) -> dict[str, Any]:
+    """Record ``action`` on the operation and say what was recorded.
+
+    The status view is brought up to date at once (``catch_up_status``).
+
+    Returns:
+        ``{"operation_id", "action", "status", "recorded": [timeline entries]}``; ``recorded`` is
+        empty when the decision changed nothing (a repeated cancel request).
+
+    Raises:
+        OperationNotFoundError: no such operation.
+        OperatorActionRefusedError: the lifecycle does not allow it now (in the user's words).
+        InvalidArgumentError: a missing evidence, principal or unknown resolution.
+    """
+    op = store.app.get_operation(op_id)
+    before = op.version
+    try:
+        action.apply(op, store.app.clock.now())
+    except IllegalTransitionError as exc:
+        raise OperatorActionRefusedError(refusal(action.kind, exc)) from None
+    store.app.save(op)
+    catch_up_status(store)
+    recorded = [event_entry(store.app, event, op.integration_name, op.integration_version)
+                for event in store.app.events.get(op_id, gt=before)]
+    return {"operation_id": str(op_id), "action": action.kind, "status": op.status.value, "recorded": recorded}

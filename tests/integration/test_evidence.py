@@ -1,0 +1,103 @@
+"""Evidence round trip on both backends: export, verify ok; tamper with one stored record and
+verify names it; the export never holds a classified value."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from adapters.cli.app import app as cli
+from ledger.config import Database
+from tests.desk import APP_TOPIC, seeded
+from tests.observe_seed import CANARY_INTERNAL, CANARY_SECRET, DeskApp
+
+
+def run(*args: str) -> Any:
+    return CliRunner().invoke(cli, list(args))
+
+
+def _tamper(database: Database, op_id: Any, version: int) -> None:
+    """Flip one byte of a stored record's state, as a careless hand on the database would."""
+    app = DeskApp(env=database.library_env(create_table=False))
+    recorder: Any = app.recorder
+    table = recorder.events_table_name
+    app.close()
+    if database.backend == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(str(database.path))
+        with conn:
+            rows = conn.execute(f"SELECT originator_id, state FROM {table} WHERE originator_version = ?",
+                                (version,)).fetchall()
+            stored_id, state = next((i, s) for i, s in rows if str(i).replace("-", "") == op_id.hex)
+            conn.execute(f"UPDATE {table} SET state = ? WHERE originator_id = ? AND originator_version = ?",
+                         (bytes([state[0] ^ 1]) + bytes(state[1:]), stored_id, version))
+        conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(database.conninfo(), options=f"-c search_path={database.schema}") as conn:
+        state = conn.execute(f"SELECT state FROM {table} WHERE originator_id = %s AND originator_version = %s",
+                             (op_id, version)).fetchone()[0]
+        conn.execute(f"UPDATE {table} SET state = %s WHERE originator_id = %s AND originator_version = %s",
+                     (bytes([state[0] ^ 1]) + bytes(state[1:]), op_id, version))
+
+
+def test_export_verify_and_tamper(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ids, _ = seeded(database_url)
+    monkeypatch.setenv("OPLEDGER_APP", APP_TOPIC)
+    monkeypatch.setenv("OPLEDGER_DATABASE_URL", database_url)
+    out = tmp_path / "evidence.json"
+    exported = run("evidence", str(ids["failure"]), "--out", str(out))
+    assert exported.exit_code == 0, exported.output
+    document = json.loads(out.read_text())
+    assert document["kind"] == "opledger.evidence" and document["opledger"]["code_digest"].startswith("sha256:")
+    assert document["declaration"]["name"] == "payments.charge" and document["declaration"]["digest_now"]
+    assert [e["event"] for e in document["timeline"]] == ["Intended", "Claimed", "AttemptStarted", "Failed",
+                                                          "SettlementFailed", "Settled"]
+    assert [e["position"] for e in document["timeline"]] == [1, 2, 3, 4, 5, 6]
+    assert document["timeline"][0]["details"]["payload"]["card_token"] == "[secret]"
+    assert len(document["settlement_transitions"]) == 1
+    assert document["settlement_transitions"][0]["sha256"].startswith("sha256:")
+
+    ok = run("evidence", "verify", str(out), "--json")
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout) == {"matches": True, "operation_id": str(ids["failure"]), "checked": 6,
+                                     "problems": []}
+
+    _tamper(Database.parse(database_url), ids["failure"], 3)
+    bad = run("evidence", "verify", str(out), "--json")
+    assert bad.exit_code == 1
+    report = json.loads(bad.stdout)
+    assert report["matches"] is False
+    assert report["problems"] == [{"position": 3, "topic": document["timeline"][2]["topic"],
+                                   "problem": "differs from the export"}]
+    text = run("evidence", "verify", str(out))
+    assert "DOES NOT match" in text.stdout and "position=3" in text.stdout
+
+
+def test_evidence_never_holds_a_classified_value(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    ids, _ = seeded(database_url)
+    monkeypatch.setenv("OPLEDGER_APP", APP_TOPIC)
+    monkeypatch.setenv("OPLEDGER_DATABASE_URL", database_url)
+    result = run("evidence", str(ids["refund"]))
+    assert result.exit_code == 0, result.output
+    assert CANARY_INTERNAL not in result.stdout and CANARY_SECRET not in result.stdout
+    document = json.loads(result.stdout)
+    assert document["trace_ids"] == ["4bf92f3577b34da6a3ce929d0e0e4736"]
+
+
+def test_verify_refuses_what_is_not_evidence(tmp_path: Path, database_url: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    seeded(database_url)
+    monkeypatch.setenv("OPLEDGER_APP", APP_TOPIC)
+    monkeypatch.setenv("OPLEDGER_DATABASE_URL", database_url)
+    other = tmp_path / "other.json"
+    other.write_text('{"hello": 1}')
+    result = run("evidence", "verify", str(other))
+    assert result.exit_code == 2 and "not an opledger evidence document" in result.stderr
+    assert run("evidence", "verify").exit_code == 2
