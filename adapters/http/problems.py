@@ -8,9 +8,13 @@ Source: RFC 9457; issue 13 item 2.
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
+import psycopg
+import psycopg_pool
 import structlog
+from eventsourcing.persistence import InterfaceError, OperationalError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -25,6 +29,7 @@ from ledger.errors import (
     OperatorActionRefusedError,
     StoreLockedError,
 )
+from ledger.outages import is_transient, refresh_connections
 
 log = structlog.get_logger("opledger.http")
 MEDIA_TYPE = "application/problem+json"
@@ -41,10 +46,16 @@ class ProblemDetail(BaseModel):
     errors: list[dict[str, Any]] | None = None
 
 
+STORE_ERRORS: tuple[type[Exception], ...] = (psycopg.OperationalError, psycopg.InterfaceError,
+                                             psycopg_pool.PoolTimeout, OperationalError, InterfaceError,
+                                             sqlite3.OperationalError)
+"""Errors that may mean the store is unreachable for now (``ledger.outages.is_transient`` decides)."""
+RETRY_AFTER_SECONDS = 1
+"""``Retry-After`` of a 503 while the store is unreachable, seconds."""
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ProblemDetail, "content": {MEDIA_TYPE: {}}, "description": title}
     for code, title in ((400, "Bad request"), (401, "Unauthorized"), (403, "Forbidden"), (404, "Not found"),
-                        (409, "Conflict"), (422, "Invalid input"))
+                        (409, "Conflict"), (422, "Invalid input"), (503, "Store unavailable"))
 }
 """``responses=`` for routes: every problem status documented in the OpenAPI."""
 
@@ -124,6 +135,21 @@ def install(app: FastAPI) -> None:
                   for e in exc.errors()]
         detail = "; ".join(f"{e['location']}: {e['message']}" for e in errors)
         return problem_response(Problem(422, "Invalid input", detail, errors=errors))
+
+    async def on_store_error(request: Request, exc: Exception) -> JSONResponse:
+        if not is_transient(exc):
+            raise exc  # not an outage: the generic handler below answers 500
+        # The store is unreachable for now (a restart, terminated connections): a retryable
+        # answer, not a 500; dead pooled connections are replaced for the next request.
+        store = getattr(request.app.state, "store", None)
+        if store is not None:
+            refresh_connections(store.app, store.view)
+        log.warning("store unreachable answering a request", path=request.url.path, error=str(exc))
+        return problem_response(Problem(503, "Store unavailable", "the store is unreachable for now; retry later",
+                                        headers={"Retry-After": str(RETRY_AFTER_SECONDS)}))
+
+    for kind in STORE_ERRORS:
+        app.add_exception_handler(kind, on_store_error)
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:

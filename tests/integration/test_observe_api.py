@@ -177,3 +177,22 @@ def test_a_read_only_server_refuses_actions_and_says_why(database_url: str) -> N
         response = client.post(f"/v1/operations/{d.ids['refund']}/approve", headers=auth("approver"))
         assert response.status_code == 409 and "read-only" in response.json()["detail"]
         assert client.get(f"/v1/operations/{d.ids['refund']}", headers=auth("viewer")).json()["approval"] == "required"
+
+
+def test_a_store_outage_is_a_retryable_503_not_a_500(served: tuple[Desk, TestClient],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import psycopg
+
+    d, client = served
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(type(d.app.state.store.view), "counts", unreachable)
+    response = client.get("/health")
+    assert response.status_code == 503, response.text
+    assert response.headers["retry-after"] == "1"
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert response.json()["title"] == "Store unavailable"
+    monkeypatch.undo()
+    assert client.get("/health").status_code == 200

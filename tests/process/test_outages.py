@@ -240,3 +240,49 @@ def test_claims_do_not_wait_for_a_projection_leader_that_was_killed(
     took = time.monotonic() - began
     assert took < 1.0, f"the claim waited {took:.2f} s, as for the projection's leadership to change hands"
     assert survivor.alive()
+
+
+def test_serve_answers_503_while_the_store_is_away_and_recovers(
+        modes_db: Database, database_url: str, tmp_path) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+
+    tag = f"opledger-test-{uuid.uuid4().hex[:8]}"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, **worker_env(database_url, app=APP), "PGAPPNAME": tag}
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "adapters.cli", "serve", "--port", str(port)], env=env,
+                                   stdout=log, stderr=log)
+    try:
+        url = f"http://127.0.0.1:{port}/health"
+
+        def up() -> bool:
+            try:
+                return httpx.get(url, timeout=2).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until(up, timeout=30, what="serve to answer")
+        assert _terminate(tag) >= 1
+        answers = []
+        for _ in range(20):
+            response = httpx.get(url, timeout=5)
+            answers.append(response.status_code)
+            if response.status_code == 503:
+                assert response.headers["retry-after"] and response.headers["content-type"].startswith(
+                    "application/problem+json")
+            if response.status_code == 200:
+                break
+        assert set(answers) <= {200, 503} and answers[-1] == 200, answers
+        assert process.poll() is None, "serve exited"
+        assert "Traceback" not in log_path.read_text()
+    finally:
+        process.terminate()
+        process.wait(10)
