@@ -277,7 +277,7 @@ class ClaimService:
 
     def _request(self, op: Operation, now: datetime, attempt_id: UUID | None = None) -> EgressRequest:
         declaration = self.app.registry.get(op.integration_name, op.integration_version)
-        payload, secrets = resolve_payload(op.payload, self.secrets)
+        payload, secrets = resolve_payload(op.payload, self.secrets, declaration)
         # The attempt id comes from the injected random source, so a seeded run repeats it.
         attempt_id = attempt_id or UUID(int=self.rng.getrandbits(128), version=4)
         return EgressRequest(

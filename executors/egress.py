@@ -21,19 +21,22 @@ from __future__ import annotations
 import queue
 import threading
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
+from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
 import structlog
 
-from executors.commit import Counts, describe
+from executors.commit import Counts
 from ledger.clock import Clock
 from ledger.declarations import RetryPolicy
 from ledger.egress import Adapter, EgressRequest
+from ledger.facts import FactKind, storable_fact
 from ledger.operation import Operation
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
+from ledger.redaction import redact
 
 log = structlog.get_logger("opledger.egress")
 
@@ -263,11 +266,37 @@ class EgressService:
             raise
         except BaseException as exc:  # an adapter bug (even SystemExit) must not kill the thread or lose the attempt
             log.exception("adapter raised", operation_id=str(request.operation_id))
-            return Finished(request.operation_id, Ambiguous(reason="adapter_error", detail=describe(exc)))
+            return Finished(request.operation_id, Ambiguous(reason="adapter_error",
+                                                            detail=adapter_error_text(exc, request.secrets)))
         if not isinstance(outcome, OUTCOME_TYPES) and not (outcome is None and flight.kind == "lookup"):
             # An adapter bug too: the call was made, so what it did is unknown.
             log.error("adapter returned no outcome", operation_id=str(request.operation_id),
                       returned=type(outcome).__name__)
             return Finished(request.operation_id, Ambiguous(
                 reason="adapter_error", detail=f"the adapter returned {type(outcome).__name__}, not an outcome"))
-        return Finished(request.operation_id, outcome)
+        return Finished(request.operation_id, redact_outcome(outcome, request.secrets)
+                        if outcome is not None else None)
+
+
+def adapter_error_text(exc: BaseException, hidden: tuple[str, ...]) -> str:
+    """An adapter's exception as storable text: ``Type: message`` with every form of ``hidden``
+    redacted first, then escaped and bounded (``ledger.facts``, ``DETAIL``). Pure.
+
+    Source: issue 14 item 3 ("exception text from adapters is redacted and bounded").
+    """
+    try:
+        text = str(exc)
+    except BaseException:  # an exception whose own str() raises still gets a reason
+        text = "(its message could not be read)"
+    # Redacted before it is cut, so a cut can never leave a secret's prefix unmatched.
+    return storable_fact(redact(f"{type(exc).__name__}: {text}", hidden), FactKind.DETAIL)
+
+
+def redact_outcome(outcome: Outcome, hidden: tuple[str, ...]) -> Outcome:
+    """Return ``outcome`` with every text field redacted of ``hidden`` (``ledger.redaction``):
+    the executor's own pass over what any adapter returns, not only the webhook adapter. Pure."""
+    if not hidden:
+        return outcome
+    changes: dict[str, Any] = {f.name: redact(value, hidden) for f in fields(outcome)
+               if isinstance(value := getattr(outcome, f.name), str) and value}
+    return replace(outcome, **changes) if changes else outcome

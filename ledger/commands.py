@@ -29,7 +29,14 @@ from ledger.errors import (
 )
 from ledger.facts import FactKind, storable_fact, storable_fact_or_none
 from ledger.identity import Source, fingerprint, operation_id
-from ledger.intents import check_intent, check_payload, require_principal
+from ledger.intents import (
+    MAX_EVIDENCE_CHARS,
+    MAX_REASON_CHARS,
+    check_intent,
+    check_operator_text,
+    check_payload,
+    require_principal,
+)
 from ledger.modes import rules_for
 from ledger.outcomes import FailureCategory
 from ledger.status import (
@@ -251,6 +258,7 @@ class OperationCommands:
         """
         self._allow("deny_approval")
         require_principal(principal)
+        check_operator_text("reason", reason, MAX_REASON_CHARS)
         if self.approval != APPROVAL_REQUIRED:
             raise IllegalTransitionError("deny_approval", self.execution.value, f"approval is {self.approval}")
         self.trigger_event(self.ApprovalDenied, timestamp=require_utc(now), principal=principal, reason=reason)
@@ -461,9 +469,14 @@ class OperationCommands:
 
         Returns:
             True when recorded; False when cancellation was already requested.
+
+        Raises:
+            InvalidArgumentError: ``reason`` over ``MAX_REASON_CHARS`` (1,000) characters or
+                holding NUL or a lone surrogate; a blank principal.
         """
         self._allow("request_cancel")
         require_principal(principal)
+        check_operator_text("reason", reason, MAX_REASON_CHARS)
         if self.cancel_requested:
             return False
         self.trigger_event(self.CancelRequested, timestamp=require_utc(now), principal=principal, reason=reason)
@@ -477,6 +490,7 @@ class OperationCommands:
         """
         now = require_utc(now)
         self._allow("cancel")
+        check_operator_text("reason", reason, MAX_REASON_CHARS)
         if not self.cancel_requested:
             raise IllegalTransitionError("cancel", self.execution.value, "cancellation was not requested")
         if epoch is None:
@@ -570,8 +584,9 @@ class OperationCommands:
         Raises:
             IllegalTransitionError: nothing to resolve, or a resolution that does not fit.
         """
-        if not evidence.strip():
+        if not isinstance(evidence, str) or not evidence.strip():
             raise InvalidArgumentError("evidence is required: say what was checked")
+        check_operator_text("evidence", evidence, MAX_EVIDENCE_CHARS, required=True)
         require_principal(principal)
         if resolution not in RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED:
             raise InvalidArgumentError(

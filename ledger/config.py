@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ledger.clock import DEFAULT_MAX_SKEW_SECONDS
 from ledger.errors import ConfigurationError
+from ledger.redaction import mask_url
 from ledger.time_limits import MAX_GRACE_SECONDS, MAX_LEASE_SECONDS, MAX_POLL_INTERVAL_SECONDS
 
 DEFAULT_DATABASE_URL = "sqlite:///.opledger/opledger.db"
@@ -71,18 +72,18 @@ class Database:
         if parts.scheme == "sqlite":
             raw = unquote(url[len("sqlite://"):])
             if not raw.startswith("/") or raw == "/":
-                raise ConfigurationError(f"SQLite URL must look like sqlite:///path/to/file.db, got {url!r}")
+                raise ConfigurationError(f"SQLite URL must look like sqlite:///path/to/file.db, got {mask_url(url)!r}")
             # sqlite:///rel/file.db is relative to the working directory; sqlite:////abs/file.db absolute.
             return cls(backend="sqlite", path=Path(raw[1:]).resolve())
         if parts.scheme in ("postgresql", "postgres", "postgresql+psycopg"):
             dbname = parts.path.lstrip("/")
             if not dbname:
-                raise ConfigurationError(f"PostgreSQL URL must name a database, got {url!r}")
+                raise ConfigurationError(f"PostgreSQL URL must name a database, got {mask_url(url)!r}")
             query = parse_qs(parts.query, keep_blank_values=True)
             unknown = sorted(set(query) - {"schema"})
             if unknown:
                 raise ConfigurationError(
-                    f"unknown PostgreSQL URL parameter(s) {unknown} in {url!r}; only 'schema' is read")
+                    f"unknown PostgreSQL URL parameter(s) {unknown} in {mask_url(url)!r}; only 'schema' is read")
             schema = query.get("schema", [None])[0]
             if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
                 # Unquoted PostgreSQL identifiers fold to lower case and may not start with a
@@ -101,7 +102,7 @@ class Database:
                 schema=schema,
             )
         raise ConfigurationError(
-            f"unsupported database URL {url!r}: use sqlite:///path or postgresql://user@host/db"
+            f"unsupported database URL {mask_url(url)!r}: use sqlite:///path or postgresql://user@host/db"
         )
 
     def url(self, *, driver: str = "") -> str:

@@ -16,6 +16,7 @@ from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, cell, co
 from ledger.declarations import Classification
 from ledger.errors import CorruptRecordError, UnknownIntegrationError
 from ledger.operation import Operation
+from ledger.redaction import mask_url
 from ledger.status import Status
 from projections.rows import AttentionMark, StatusRow
 from projections.status import StatusProjection
@@ -113,7 +114,8 @@ def _decoded(app: Any, op: Operation, row: StatusRow | None) -> dict[str, Any]:
         "epoch": op.epoch, "attention": op.attention, "disposition": op.disposition,
         "failure": op.failure, "last_retry_reason": op.last_retry_reason,
         "ambiguity_reason": op.ambiguity_reason, "remote_id": op.remote_id,
-        "target": op.target, "payload": _redacted(app, op.integration_name, op.integration_version, op.payload),
+        "target": mask_url(op.target) if op.target else op.target,
+        "payload": _redacted(app, op.integration_name, op.integration_version, op.payload),
         "source": {"entity_type": op.source.entity_type, "entity_id": str(op.source.entity_id),
                    "entity_version": op.source.entity_version, "effect_index": op.source.effect_index},
         "principal": op.principal, "traceparent": op.traceparent, "excerpt": op.excerpt,
@@ -173,6 +175,7 @@ def timeline_entries(app: Any, op_id: UUID) -> list[dict[str, Any]]:
         if isinstance(event, Operation.Intended):
             name, version = event.integration_name, event.integration_version
             fields["payload"] = _redacted(app, name, version, event.payload)
+            fields["target"] = mask_url(event.target) if event.target else event.target
         entries.append({
             "version": event.originator_version,
             "at": event.timestamp.isoformat(),
