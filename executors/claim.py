@@ -253,7 +253,7 @@ class ClaimService:
                 op.start_attempt(epoch=epoch, now=now, attempt_id=request.attempt_id,
                                  request_fingerprint=op.fingerprint)
                 plan.calls[op.id] = InFlight(op=op, epoch=epoch, kind="send", request=request, policy=policy,
-                                             adapter=adapter)
+                                             adapter=adapter, started_at=now)
             return []
 
         return change
@@ -265,7 +265,7 @@ class ClaimService:
         if isinstance(decision, Lookup):
             request = self._request(op, now, attempt_id=op.last_attempt_id)
             plan.calls[op.id] = InFlight(op=op, epoch=epoch, kind="lookup", request=request, policy=policy,
-                                         adapter=adapter)
+                                         adapter=adapter, started_at=now)
         else:
             apply_decision(op, epoch, decision, now)
 

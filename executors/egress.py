@@ -22,7 +22,7 @@ import queue
 import threading
 from collections import Counter
 from dataclasses import dataclass, fields, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
@@ -39,6 +39,10 @@ from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcom
 from ledger.redaction import redact
 
 log = structlog.get_logger("opledger.egress")
+
+DEADLINE_GRACE_SECONDS = 5.0
+"""How long past a call's total deadline its lease may still be renewed, seconds: time to
+queue the call, close the connection and record the outcome on a loaded machine."""
 
 OUTCOME_TYPES = (Succeeded, Accepted, Failed, Ambiguous)
 """What an adapter call may return (``ledger.egress.Adapter``; a lookup may also return None)."""
@@ -92,6 +96,8 @@ class InFlight:
         policy: the retry policy the outcome is decided with.
         adapter: the adapter that makes the call.
         lost: the lease could not be renewed; the result, when it comes, is not recorded.
+        started_at: when the attempt was committed (the worker's clock); with the request's
+            ``timeout_seconds`` it gives :attr:`deadline_at`.
     """
 
     op: Operation
@@ -101,6 +107,17 @@ class InFlight:
     policy: RetryPolicy
     adapter: Adapter
     lost: bool = False
+    started_at: datetime | None = None
+    overdue_logged: bool = False
+
+    @property
+    def deadline_at(self) -> datetime | None:
+        """When this call should have ended: its start, plus the request's total deadline
+        (``timeout_seconds``, which the adapter enforces), plus ``DEADLINE_GRACE_SECONDS``.
+        Leases are not renewed past it (issue 14 item 6); None when the start is unknown."""
+        if self.started_at is None:
+            return None
+        return self.started_at + timedelta(seconds=self.request.timeout_seconds + DEADLINE_GRACE_SECONDS)
 
     @property
     def host(self) -> str | None:
