@@ -26,7 +26,7 @@ from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 
-from executors.commit import Change, Committer, Counts, describe
+from executors.commit import Change, CommitResult, Committer, Counts, describe
 from executors.deadlines import cancel_change, exceed_deadline_change
 from executors.egress import EgressService, InFlight, target_host
 from executors.outcomes import apply_decision
@@ -38,7 +38,7 @@ from ledger.config import DEFAULT_LEASE_SECONDS
 from ledger.decisions import Cancel, Claim, ExceedDeadline, Lookup, Reclaim, Settle, Wait, due_work, may_need_egress
 from ledger.declarations import RetryPolicy
 from ledger.egress import Adapter, EgressRequest
-from ledger.errors import ConfigurationError, UnknownIntegrationError
+from ledger.errors import ConfigurationError, DeclarationMismatchError, UnknownIntegrationError
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState
@@ -190,12 +190,17 @@ class ClaimService:
                 changes.append((op, exceed_deadline_change(now)))
             elif isinstance(work, Cancel):
                 changes.append((op, cancel_change(now)))
-            elif isinstance(work, (Claim, Reclaim)) and capacity > 0 and self._host_slot(op, by_host):
-                changes.append((op, self._claim_change(now, plan)))
-                capacity -= 1
+            elif isinstance(work, (Claim, Reclaim)):
+                change = self._egress_change(op, now, plan, capacity, by_host)
+                if change is not None:
+                    changes.append((op, change[0]))
+                    capacity -= change[1]
         if not changes and not settling:
             return
-        result = self.settlement.commit(list(settling.values()), now, counts, changes)
+        self._after_commit(plan, self.settlement.commit(list(settling.values()), now, counts, changes), now)
+
+    def _after_commit(self, plan: _Plan, result: CommitResult, now: datetime) -> None:
+        """Defer what this worker cannot serve, then hand committed attempts to egress."""
         for op_id, reason in plan.deferred.items():
             self.committer.report(op_id, "cannot_serve", f"{reason}; retried in {self.config.defer_seconds}s")
             self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
@@ -226,6 +231,43 @@ class ClaimService:
     def _defer(self, op_id: UUID, now: datetime, problem: str, exc: Exception) -> None:
         self.committer.report(op_id, problem, describe(exc))
         self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
+
+    def _egress_change(self, op: Operation, now: datetime, plan: _Plan, capacity: int,
+                       by_host: Counter[str]) -> tuple[Change, int] | None:
+        """The change for claimable ``op`` and the egress slots it takes: a refusal when its
+        declaration drifted, a claim when a slot (and its host's) is free, else None."""
+        if self._drifted(op) is not None:
+            return self._mismatch_change(now, plan), 0
+        if capacity > 0 and self._host_slot(op, by_host):
+            return self._claim_change(now, plan), 1
+        return None
+
+    def _drifted(self, op: Operation) -> str | None:
+        """This worker's digest of ``op``'s declaration when it differs from the recorded one,
+        else None (also when the declaration is unknown: the claim change defers that)."""
+        try:
+            declared = self.app.registry.get(op.integration_name, op.integration_version).digest()
+        except UnknownIntegrationError:
+            return None
+        return declared if declared != op.integration_digest else None
+
+    def _mismatch_change(self, now: datetime, plan: _Plan) -> Change:
+        """Refuse to claim under other rules: record ``DeclarationMismatched`` (once per digest),
+        leave the operation for a worker with the recorded declaration (issue 14 item 5)."""
+
+        def change(op: Operation) -> Sequence[Aggregate]:
+            declared = self._drifted(op)
+            if declared is None:  # reloaded after a conflict and no longer drifted
+                raise DeclarationMismatchError(f"operation {op.id} no longer drifted; decided next pass")
+            plan.deferred[op.id] = (
+                f"declaration_mismatch: {op.integration_name} v{op.integration_version} is recorded as "
+                f"{op.integration_digest} but this worker declares {declared}; not executed under other rules "
+                "(declare the recorded rules under this version, or bump the version for new rules)")
+            if not op.flag_declaration_mismatch(now=now, worker_id=self.config.worker_id, declared_digest=declared):
+                raise DeclarationMismatchError("already flagged")  # nothing to record
+            return []
+
+        return change
 
     def _claim_change(self, now: datetime, plan: _Plan) -> Change:
         """Claim, then in the same commit start an attempt (or decide the open one)."""

@@ -111,6 +111,7 @@ class OperationCommands:
     disposition: str | None
     lease_takeovers: int
     resolution: str | None
+    declaration_mismatch: str | None
 
     if TYPE_CHECKING:  # provided by ``Operation`` and the library's ``Aggregate``
         id: UUID
@@ -123,6 +124,7 @@ class OperationCommands:
         CallbackReceived: type[Any]
         CancelFailed: type[Any]
         CancelRequested: type[Any]
+        DeclarationMismatched: type[Any]
         Cancelled: type[Any]
         Claimed: type[Any]
         DeadlineExceeded: type[Any]
@@ -302,6 +304,31 @@ class OperationCommands:
             lease_expires_at=require_later(now, lease_seconds, "lease_seconds"), takeover=takeover,
         )
         return epoch
+
+    def flag_declaration_mismatch(self, *, now: datetime, worker_id: str, declared_digest: str) -> bool:
+        """Record that a worker refused the operation because its declaration of the same name
+        and version has digest ``declared_digest``, not the recorded ``integration_digest``
+        (``DeclarationMismatched``). The operation is on the attention queue as
+        ``declaration_mismatch`` until a worker with the recorded declaration claims it; it is
+        never executed under other rules.
+
+        Returns:
+            True when recorded; False when this mismatch is already the recorded one.
+
+        Raises:
+            IllegalTransitionError: not active, or ``declared_digest`` is the recorded digest.
+
+        Source: issue 14 item 5.
+        """
+        self._allow("flag_declaration_mismatch")
+        if declared_digest == self.integration_digest:
+            raise IllegalTransitionError("flag_declaration_mismatch", self.execution.value,
+                                         "the declared digest is the recorded one")
+        if self.declaration_mismatch == declared_digest:
+            return False
+        self.trigger_event(self.DeclarationMismatched, timestamp=require_utc(now), worker_id=worker_id,
+                           declared_digest=declared_digest)
+        return True
 
     def renew_lease(self, *, epoch: int, now: datetime, lease_seconds: float) -> None:
         """Extend the lease (``LeaseRenewed``). A lease that already ran out cannot be renewed:

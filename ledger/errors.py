@@ -222,6 +222,13 @@ class SettlementError(LedgerError):
     """
 
 
+class DeclarationMismatchError(LedgerError):
+    """A worker's declaration of an integration differs from the one recorded on the operation
+    under the same name and version: the worker does not execute it under other rules. Fix:
+    declare the recorded rules under that version again, or bump the version for new rules.
+    """
+
+
 class PayloadError(LedgerError, ValueError):
     """An intent's payload breaks its declaration's classification.
 

@@ -156,6 +156,7 @@ class Operation(OperationCommands, Aggregate):
             op.disposition = None
             op.lease_takeovers = 0
             op.resolution = None
+            op.declaration_mismatch = None
 
         # As above: the library's generic signature; a creation event always returns the new one.
         def mutate(self, aggregate: Operation | None) -> Operation:  # type: ignore[override]
@@ -193,11 +194,22 @@ class Operation(OperationCommands, Aggregate):
             op.epoch = self.epoch
             op.worker_id = self.worker_id
             op.lease_expires_at = self.lease_expires_at
+            op.declaration_mismatch = None  # only a worker with the recorded declaration claims
             if self.takeover:
                 op.lease_takeovers += 1
             if op.execution is E.PENDING:
                 op.execution = E.CLAIMED
                 op.state_entered_at = self.timestamp
+
+    class DeclarationMismatched(Event):
+        """A worker refused the operation: its declaration of the same name and version has
+        another digest than the one recorded on ``Intended`` (issue 14 item 5)."""
+
+        worker_id: str
+        declared_digest: str
+
+        def apply(self, op: Operation) -> None:
+            op.declaration_mismatch = self.declared_digest
 
     class LeaseRenewed(Event):
         epoch: int
@@ -491,6 +503,8 @@ class Operation(OperationCommands, Aggregate):
             return "settlement_blocked"
         if self.execution is E.FAILED and self.settlement is S.NOT_REQUIRED:
             return "dead_letter"
+        if self.execution in lifecycle.ACTIVE and self.declaration_mismatch is not None:
+            return "declaration_mismatch"
         if self.execution in lifecycle.ACTIVE and self.lease_takeovers >= LEASE_TAKEOVERS_FOR_ATTENTION:
             return "lease_expired_repeatedly"
         return decisions.time_problem(self)

@@ -174,6 +174,7 @@ OPERATION_EVENTS: dict[type, list[dict[str, Any]]] = {
                            "detail": "bad gateway"}],
     Operation.RetryScheduled: [{"epoch": 1, "attempt_id": ATTEMPT, "retry_at": later(2.5), "category": "throttled",
                                 "reason": "429 Retry-After: 2", "possibly_applied": False}],
+    Operation.DeclarationMismatched: [{"worker_id": "worker-2", "declared_digest": "sha256:ab12"}],
     Operation.CancelRequested: [{"principal": "user:42", "reason": "customer changed mind"}],
     Operation.Cancelled: [{"epoch": 3, "reason": "cancelled by user"}, {"epoch": None, "reason": ""}],
     Operation.CancelFailed: [{"epoch": 3, "reason": "provider refused"}],

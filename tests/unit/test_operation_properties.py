@@ -196,6 +196,11 @@ class OperationMachine(RuleBasedStateMachine):
     def claim(self, step: int, naive: bool, lease: int) -> None:
         self._run(lambda: self.op.claim(now=self._time(step, naive), worker_id="w", lease_seconds=lease))
 
+    @command(step=STEP, digest=st.sampled_from(["sha256:a", "sha256:b"]))
+    def flag_declaration_mismatch(self, step: int, digest: str) -> None:
+        self._run(lambda: self.op.flag_declaration_mismatch(now=self._time(step), worker_id="w2",
+                                                            declared_digest=digest))
+
     @command(step=STEP, offset=EPOCH_OFFSETS, lease=st.integers(min_value=1, max_value=90))
     def renew_lease(self, step: int, offset: int, lease: int) -> None:
         self._run(lambda: self.op.renew_lease(epoch=self._epoch(offset), now=self._time(step), lease_seconds=lease))

@@ -149,6 +149,11 @@ SPECS: dict[str, Spec] = {
                                              possibly_applied=False),
         after=lambda before: E.PENDING,
     ),
+    "flag_declaration_mismatch": Spec(
+        Operation.DeclarationMismatched,
+        lambda b, epoch: b.op.flag_declaration_mismatch(now=b.tick(), worker_id="w2", declared_digest="sha256:other"),
+        returns=True,
+    ),
     "request_cancel": Spec(
         Operation.CancelRequested,
         lambda b, epoch: b.op.request_cancel(now=b.tick(), principal="alice", reason="changed my mind"),
