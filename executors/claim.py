@@ -34,6 +34,7 @@ from executors.recovery import decide_open_attempt
 from executors.secrets import MissingSecretError, SecretResolver, resolve_payload
 from executors.settlement import SettlementService
 from ledger.application import LedgerApplication
+from ledger.approvals import void_reason
 from ledger.config import DEFAULT_LEASE_SECONDS
 from ledger.decisions import Cancel, Claim, ExceedDeadline, Lookup, Reclaim, Settle, Wait, due_work, may_need_egress
 from ledger.declarations import RetryPolicy
@@ -238,6 +239,8 @@ class ClaimService:
         declaration drifted, a claim when a slot (and its host's) is free, else None."""
         if self._drifted(op) is not None:
             return self._mismatch_change(now, plan), 0
+        if void_reason(op, now) is not None:
+            return _void_approval_change(now), 0
         if capacity > 0 and self._host_slot(op, by_host):
             return self._claim_change(now, plan), 1
         return None
@@ -328,3 +331,14 @@ class ClaimService:
             payload=payload, traceparent=op.traceparent, timeout_seconds=declaration.request_timeout_seconds,
             tenant=op.tenant, secrets=tuple(secrets),
         )
+
+
+def _void_approval_change(now: datetime) -> Change:
+    """Record ``ApprovalVoided`` instead of claiming: egress needs an unexpired approval of the
+    current fingerprint (issue 14 item 2); the operation waits for a new one."""
+
+    def change(op: Operation) -> Sequence[Aggregate]:
+        op.void_approval(now=now)
+        return []
+
+    return change

@@ -12,15 +12,17 @@ Source: docs/adr/0001-operation-lifecycle.md; DESIGN §4.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from ledger import lifecycle
+from ledger.approvals import ApprovalPolicy, ApprovalRequest, default_policy, purpose_of, roles_of, void_reason
 from ledger.clock import require_utc
-from ledger.declarations import DeliveryMode, Integration
+from ledger.declarations import DEFAULT_APPROVAL_VALID_SECONDS, DeliveryMode, Integration
 from ledger.errors import (
+    ApprovalRefusedError,
     AttemptBudgetExceededError,
     IllegalTransitionError,
     InvalidArgumentError,
@@ -31,6 +33,7 @@ from ledger.facts import FactKind, storable_fact, storable_fact_or_none
 from ledger.identity import Source, fingerprint, operation_id
 from ledger.intents import (
     MAX_EVIDENCE_CHARS,
+    MAX_PURPOSE_CHARS,
     MAX_REASON_CHARS,
     check_intent,
     check_operator_text,
@@ -112,6 +115,11 @@ class OperationCommands:
     lease_takeovers: int
     resolution: str | None
     declaration_mismatch: str | None
+    approval_fingerprint: str | None
+    approval_purpose: str | None
+    approval_expires_at: datetime | None
+    approved_by: str | None
+    approval_voided: str | None
 
     if TYPE_CHECKING:  # provided by ``Operation`` and the library's ``Aggregate``
         id: UUID
@@ -119,6 +127,7 @@ class OperationCommands:
         Ambiguous: type[Any]
         ApprovalDenied: type[Any]
         ApprovalGranted: type[Any]
+        ApprovalVoided: type[Any]
         AttemptStarted: type[Any]
         BudgetExhausted: type[Any]
         CallbackReceived: type[Any]
@@ -240,17 +249,66 @@ class OperationCommands:
 
     # ------------------------------------------------------------------ commands
 
-    def grant_approval(self, *, now: datetime, principal: str) -> None:
-        """Record an approver's consent (``ApprovalGranted``). Approval is checked before egress.
+    def grant_approval(self, *, now: datetime, principal: str, roles: Collection[str] = (),
+                       purpose: str = "", valid_seconds: float = DEFAULT_APPROVAL_VALID_SECONDS,
+                       fingerprint: str | None = None, policy: ApprovalPolicy = default_policy) -> None:
+        """Record an approver's consent (``ApprovalGranted``), bound to this operation's
+        fingerprint, a purpose and an expiry. Egress is refused once it expires.
+
+        Args:
+            now: UTC-aware instant of the grant.
+            principal: who approves.
+            roles: the approver's roles; the default policy needs ``approver``.
+            purpose: the declaration's ``approval_purpose`` ("execute <integration>" when empty).
+            valid_seconds: how long it allows egress, seconds (the declaration's
+                ``approval_valid_seconds``).
+            fingerprint: the fingerprint the approver saw; when given it must be the operation's.
+            policy: who may approve what (``ledger.approvals``).
 
         Raises:
             IllegalTransitionError: not pending, or approval not required or already decided.
+            ApprovalRefusedError: the policy refuses this approver (e.g. a self-approval), or the
+                approval names another fingerprint.
+            InvalidArgumentError: a blank principal, a purpose over 200 characters.
+
+        Source: issue 14 item 2.
         """
+        now = require_utc(now)
         self._allow("grant_approval")
         require_principal(principal)
         if self.approval != APPROVAL_REQUIRED:
             raise IllegalTransitionError("grant_approval", self.execution.value, f"approval is {self.approval}")
-        self.trigger_event(self.ApprovalGranted, timestamp=require_utc(now), principal=principal)
+        if fingerprint is not None and fingerprint != self.fingerprint:
+            raise ApprovalRefusedError(f"the approval names fingerprint {fingerprint!r}, but operation {self.id} has "
+                                       f"{self.fingerprint!r}: look at the operation again")
+        purpose = purpose_of(self.integration_name, purpose)
+        check_operator_text("purpose", purpose, MAX_PURPOSE_CHARS)
+        refusal = policy(ApprovalRequest(integration=self.integration_name, purpose=purpose,
+                                         intended_by=self.principal, approver=principal,
+                                         roles=roles_of(roles), tenant=self.tenant))
+        if refusal is not None:
+            raise ApprovalRefusedError(f"approval of operation {self.id} refused: {refusal}")
+        self.trigger_event(self.ApprovalGranted, timestamp=now, principal=principal, fingerprint=self.fingerprint,
+                           purpose=purpose, expires_at=require_later(now, valid_seconds, "valid_seconds"))
+
+    def void_approval(self, *, now: datetime) -> str:
+        """Record that the granted approval no longer allows egress (``ApprovalVoided``): it
+        expired, or was granted for another fingerprint. The operation waits for a new approval,
+        or ends at its pending deadline.
+
+        Returns:
+            The reason (``ledger.approvals.void_reason``).
+
+        Raises:
+            IllegalTransitionError: not pending, or the approval still holds.
+        """
+        now = require_utc(now)
+        self._allow("void_approval")
+        reason = void_reason(self, now)
+        if reason is None:
+            raise IllegalTransitionError("void_approval", self.execution.value, "the approval holds")
+        self.trigger_event(self.ApprovalVoided, timestamp=now, reason=reason)
+        return reason
 
     def deny_approval(self, *, now: datetime, principal: str, reason: str) -> None:
         """Record an approver's refusal (``ApprovalDenied``): the operation fails, nothing sent.
@@ -291,6 +349,9 @@ class OperationCommands:
         if self.execution is E.PENDING:
             if self.approval == APPROVAL_REQUIRED:
                 raise IllegalTransitionError("claim", "pending", "awaiting approval")
+            voided = void_reason(self, now)
+            if voided is not None:
+                raise IllegalTransitionError("claim", "pending", f"{voided}: void it and wait for a new approval")
             if now < self.due_at:
                 raise IllegalTransitionError("claim", "pending", f"not due until {self.due_at.isoformat()}")
         else:
@@ -367,6 +428,9 @@ class OperationCommands:
             raise IllegalTransitionError("start_attempt", "claimed", "cancellation was requested")
         if self.approval in (APPROVAL_REQUIRED, APPROVAL_DENIED):
             raise IllegalTransitionError("start_attempt", "claimed", f"approval is {self.approval}")
+        voided = void_reason(self, now)
+        if voided is not None:  # egress needs an unexpired approval of the current fingerprint
+            raise IllegalTransitionError("start_attempt", "claimed", voided)
         if self.attempts >= self.max_attempts:
             raise AttemptBudgetExceededError(
                 f"operation {self.id}: {self.attempts} of {self.max_attempts} attempts used")

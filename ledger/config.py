@@ -209,6 +209,7 @@ class Settings(BaseSettings):
     webhook_secret: SecretStr | None = None
     log_format: str = Field(default="console", pattern=r"^(json|console)$")
     allow_unreadable_events: bool = False
+    approval_policy: str | None = Field(default=None, pattern=r"^[\w.]+:[\w.]+$")
 
     @field_validator("database_url")
     @classmethod

@@ -36,7 +36,10 @@ DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
 """An intent payload's size limit unless declared otherwise: bytes of its canonical JSON."""
 MAX_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
 """The largest ``max_payload_bytes`` a declaration may set, bytes (payloads are stored inline)."""
-_DIGEST_DEFAULTS: dict[str, Any] = {"max_payload_bytes": DEFAULT_MAX_PAYLOAD_BYTES}
+DEFAULT_APPROVAL_VALID_SECONDS = 86_400.0
+"""How long an approval allows egress unless declared otherwise, seconds (a day)."""
+_DIGEST_DEFAULTS: dict[str, Any] = {"max_payload_bytes": DEFAULT_MAX_PAYLOAD_BYTES, "approval_purpose": "",
+                                    "approval_valid_seconds": DEFAULT_APPROVAL_VALID_SECONDS}
 """Fields added after digests were first recorded: left out of the digest while at their
 default, so a declaration written before them keeps its recorded digest (no false drift)."""
 SECRET_REF_PREFIX = "secretref:"
@@ -157,6 +160,8 @@ class Integration(_Strict):
     deadlines: Deadlines = Deadlines()
     settlement: SettlementAction | None = None
     requires_approval: bool = Field(default=False, strict=True)
+    approval_purpose: str = Field(default="", max_length=200, description='e.g. "refund above 1,000 EUR"')
+    approval_valid_seconds: float = Field(default=DEFAULT_APPROVAL_VALID_SECONDS, gt=0, le=MAX_DEADLINE_SECONDS)
     budgets: Budgets = Budgets()
     payload: Mapping[str, Classification] = Field(default_factory=dict)
     max_payload_bytes: int = Field(default=DEFAULT_MAX_PAYLOAD_BYTES, ge=1, le=MAX_MAX_PAYLOAD_BYTES)

@@ -35,6 +35,8 @@ MAX_PRINCIPAL_CHARS = 256
 """A principal's length limit, characters."""
 MAX_REASON_CHARS = 1000
 """An operator's reason (cancel, deny) length limit, characters."""
+MAX_PURPOSE_CHARS = 200
+"""An approval purpose's length limit, characters (as the declaration's ``approval_purpose``)."""
 MAX_EVIDENCE_CHARS = 4000
 """An operator's evidence (resolve) length limit, characters."""
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")

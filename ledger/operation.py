@@ -157,6 +157,11 @@ class Operation(OperationCommands, Aggregate):
             op.lease_takeovers = 0
             op.resolution = None
             op.declaration_mismatch = None
+            op.approval_fingerprint = None
+            op.approval_purpose = None
+            op.approval_expires_at = None
+            op.approved_by = None
+            op.approval_voided = None
 
         # As above: the library's generic signature; a creation event always returns the new one.
         def mutate(self, aggregate: Operation | None) -> Operation:  # type: ignore[override]
@@ -171,10 +176,41 @@ class Operation(OperationCommands, Aggregate):
             return op
 
     class ApprovalGranted(Event):
+        """An approver consented for ``purpose``, for the operation with ``fingerprint``, until
+        ``expires_at`` (``ledger.approvals``)."""
+
+        class_version = 2
         principal: str
+        fingerprint: str
+        purpose: str
+        expires_at: datetime | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            # Approvals recorded before they were bound: honoured for their operation, no expiry.
+            state["fingerprint"] = ""
+            state["purpose"] = ""
+            state["expires_at"] = None
 
         def apply(self, op: Operation) -> None:
             op.approval = APPROVAL_GRANTED
+            op.approval_fingerprint = self.fingerprint
+            op.approval_purpose = self.purpose
+            op.approval_expires_at = self.expires_at
+            op.approved_by = self.principal
+
+    class ApprovalVoided(Event):
+        """A granted approval stopped allowing egress before it was used (``reason``:
+        ``approval_expired`` or ``approval_fingerprint_mismatch``); the operation waits for a
+        new approval."""
+
+        reason: str
+
+        def apply(self, op: Operation) -> None:
+            op.approval = APPROVAL_REQUIRED
+            op.approval_fingerprint = None
+            op.approval_expires_at = None
+            op.approval_voided = self.reason
 
     class ApprovalDenied(Event):
         principal: str

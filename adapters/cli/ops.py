@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, cell, console, fail, print_json, settings
+from ledger.approvals import load_policy, purpose_of
 from ledger.declarations import Classification
 from ledger.errors import CorruptRecordError, UnknownIntegrationError
 from ledger.operation import Operation
@@ -119,8 +120,24 @@ def _decoded(app: Any, op: Operation, row: StatusRow | None) -> dict[str, Any]:
         "source": {"entity_type": op.source.entity_type, "entity_id": str(op.source.entity_id),
                    "entity_version": op.source.entity_version, "effect_index": op.source.effect_index},
         "principal": op.principal, "traceparent": op.traceparent, "excerpt": op.excerpt,
+        "approval": _approval(app, op),
         "projection_lag": row is None or row.version != op.version,
     }
+
+
+def _approval(app: Any, op: Operation) -> dict[str, Any] | None:
+    """What ``ops show`` says of an operation's approval: its state, the purpose it is (or would
+    be) granted for, by whom, until when, and why it was last voided."""
+    if op.approval == "not_required":
+        return None
+    try:
+        declared = app.registry.get(op.integration_name, op.integration_version).approval_purpose
+    except UnknownIntegrationError:
+        declared = ""
+    return {"state": op.approval, "purpose": op.approval_purpose or purpose_of(op.integration_name, declared),
+            "fingerprint": op.fingerprint, "approved_by": op.approved_by,
+            "expires_at": op.approval_expires_at.isoformat() if op.approval_expires_at else None,
+            "voided": op.approval_voided}
 
 
 def _undecodable(row: StatusRow, exc: CorruptRecordError) -> dict[str, Any]:
@@ -209,11 +226,11 @@ def attention(limit: int = typer.Option(100, min=1), database_url: str = Databas
 
 
 def _operator_write(database_url: str | None, operation_id: str,
-                    command: Callable[[Operation, datetime], object]) -> None:
+                    command: Callable[[Operation, datetime, Any], object]) -> None:
     op_id = _uuid(operation_id)
     with UserErrors(), _store(database_url, write=True) as store:
         op = store.app.get_operation(op_id)
-        command(op, store.app.clock.now())
+        command(op, store.app.clock.now(), store.app)
         store.app.save(op)
         if store.owner:
             # This process owns the SQLite store: bring the status view up to date now. On
@@ -230,7 +247,7 @@ def resolve(
     database_url: str = DatabaseOption,
 ) -> None:
     """Record an operator's decision on an ambiguous operation or a blocked settlement."""
-    _operator_write(database_url, operation_id, lambda op, now: op.resolve(
+    _operator_write(database_url, operation_id, lambda op, now, app: op.resolve(
         now=now, principal=principal, resolution=resolution, evidence=evidence))
 
 
@@ -241,8 +258,11 @@ def cancel(
     database_url: str = DatabaseOption,
 ) -> None:
     """Request cancellation; a worker honours it before egress."""
-    _operator_write(database_url, operation_id, lambda op, now: op.request_cancel(
+    _operator_write(database_url, operation_id, lambda op, now, app: op.request_cancel(
         now=now, principal=principal, reason=reason))
+
+
+RoleOption = typer.Option(None, "--role", help="the approver's roles (the default policy needs 'approver')")
 
 
 def approve(
@@ -250,17 +270,25 @@ def approve(
     deny: bool = typer.Option(False, "--deny", help="refuse instead of approving"),
     reason: str = typer.Option("", help="why (required with --deny)"),
     principal: str = typer.Option("operator"),
+    role: list[str] = RoleOption,
+    fingerprint: str = typer.Option(None, help="the fingerprint you reviewed (ops show); refused if it changed"),
     database_url: str = DatabaseOption,
 ) -> None:
-    """Approve (or --deny) an operation whose integration requires approval."""
+    """Approve (or --deny) an operation whose integration requires approval. The approval is
+    bound to the operation's fingerprint, the declaration's purpose and expires after its
+    ``approval_valid_seconds``; the policy (OPLEDGER_APPROVAL_POLICY, default: the 'approver'
+    role, no self-approval) decides who may approve."""
     if deny and not reason:
         fail("--deny needs --reason")
 
-    def command(op: Operation, now: datetime) -> None:
+    def command(op: Operation, now: datetime, app: Any) -> None:
         if deny:
             op.deny_approval(now=now, principal=principal, reason=reason)
-        else:
-            op.grant_approval(now=now, principal=principal)
+            return
+        declaration = app.registry.get(op.integration_name, op.integration_version)
+        op.grant_approval(now=now, principal=principal, roles=role or (), purpose=declaration.approval_purpose,
+                          valid_seconds=declaration.approval_valid_seconds, fingerprint=fingerprint,
+                          policy=load_policy(settings(database_url).approval_policy))
 
     _operator_write(database_url, operation_id, command)
 

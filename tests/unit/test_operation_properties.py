@@ -186,7 +186,11 @@ class OperationMachine(RuleBasedStateMachine):
 
     @command(step=STEP, naive=NAIVE)
     def grant_approval(self, step: int, naive: bool) -> None:
-        self._run(lambda: self.op.grant_approval(now=self._time(step, naive), principal="approver"))
+        self._run(lambda: self.op.grant_approval(now=self._time(step, naive), principal="approver", roles={"approver"}))
+
+    @command(step=STEP)
+    def void_approval(self, step: int) -> None:
+        self._run(lambda: self.op.void_approval(now=self._time(step)))
 
     @command(step=STEP)
     def deny_approval(self, step: int) -> None:
@@ -308,7 +312,7 @@ class OperationMachine(RuleBasedStateMachine):
     @rule(lease=st.integers(min_value=30, max_value=90))
     def guided_pending(self, lease: int) -> None:
         if self.op.approval == "required":
-            self._run(lambda: self.op.grant_approval(now=self._time(1), principal="approver"))
+            self._run(lambda: self.op.grant_approval(now=self._time(1), principal="approver", roles={"approver"}))
         wait = max(0, math.ceil((self.op.due_at - self.now).total_seconds()))
         self._run(lambda: self.op.claim(now=self._time(wait), worker_id="w", lease_seconds=lease))
 

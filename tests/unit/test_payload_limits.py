@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from eventsourcing.domain import Aggregate
 
 from ledger.application import LedgerApplication
-from ledger.declarations import DEFAULT_MAX_PAYLOAD_BYTES, Integration
+from ledger.declarations import DEFAULT_MAX_PAYLOAD_BYTES, Integration, canonical_json
 from ledger.errors import DeclarationError, InvalidArgumentError, PayloadError
 from ledger.identity import Source
 from ledger.intents import MAX_EVIDENCE_CHARS, MAX_PAYLOAD_DEPTH, MAX_REASON_CHARS
@@ -68,14 +69,20 @@ def test_the_payload_limit_is_declared_and_exact() -> None:
     _intend(exact)  # exactly at the default limit
 
 
-def test_the_payload_limit_leaves_digests_of_existing_declarations_unchanged() -> None:
+NEW_FIELDS = {"max_payload_bytes", "approval_purpose", "approval_valid_seconds"}
+"""Declaration fields added by issue 14; a declaration written before them hashed the rest."""
+
+
+def test_new_fields_at_their_defaults_leave_recorded_digests_unchanged() -> None:
     explicit = Integration.parse({"name": "hooks.send", "version": 1, "adapter": "webhook",
                                   "delivery_mode": "idempotent", "payload": FIELDS,
-                                  "max_payload_bytes": DEFAULT_MAX_PAYLOAD_BYTES})
+                                  "max_payload_bytes": DEFAULT_MAX_PAYLOAD_BYTES, "approval_purpose": "",
+                                  "approval_valid_seconds": 86_400})
     assert explicit.digest() == HOOK.digest()
-    assert HOOK.digest() == "sha256:" + __import__("hashlib").sha256(
-        __import__("ledger.declarations", fromlist=["canonical_json"]).canonical_json(
-            {k: v for k, v in HOOK.model_dump(mode="json").items() if k != "max_payload_bytes"})).hexdigest()
+    before = {k: v for k, v in HOOK.model_dump(mode="json").items() if k not in NEW_FIELDS}
+    assert HOOK.digest() == "sha256:" + hashlib.sha256(canonical_json(before)).hexdigest()
+    changed = Integration.parse({**explicit.model_dump(mode="json"), "approval_purpose": "refund above 1,000 EUR"})
+    assert changed.digest() != HOOK.digest()
 
 
 def test_a_huge_payload_lists_a_bounded_number_of_problems() -> None:
