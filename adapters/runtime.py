@@ -27,6 +27,7 @@ from ledger.config import Settings
 from ledger.egress import Adapter
 from ledger.errors import ConfigurationError
 from ledger.persistence import check_store_identity
+from projections.drift import report_declaration_drift
 from projections.history import check_readable_history
 from projections.status import StatusProjection
 from projections.view import StatusView, open_view
@@ -167,6 +168,8 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
     with open_store(settings, write=True, clock=clock) as store:
         # Refuse (ConfigurationError) a store with ledger topics this code cannot resolve.
         check_readable_history(store.app, allow_unreadable=settings.allow_unreadable_events)
+        # Report declarations that differ from those recorded under the same version (issue 14).
+        report_declaration_drift(store.app)
         # One clock for leases (DESIGN §7): on PostgreSQL every `now` below is the database's.
         clock = store.view.lease_clock(clock, max_skew_seconds=settings.max_clock_skew_seconds)
         adapters = build_adapters(settings, store.app, clock)

@@ -72,3 +72,34 @@ def test_a_changed_declaration_under_the_same_version_is_refused(modes_db: Datab
         view.close()
         app.close()
         drifted.close()
+
+
+def test_migrate_and_the_drift_report_name_declarations_that_differ_from_recorded_ones(modes_db: Database) -> None:
+    from typer.testing import CliRunner
+
+    from adapters.cli.app import app as cli
+    from projections.drift import declaration_drift
+
+    app = ModesApp(env=modes_db.library_env(create_table=False), clock=FakeClock())
+    try:
+        app.make("idempotent", "https://partner.example/a", n=1)
+        app.make("idempotent", "https://partner.example/b", n=2)
+        app.make("read_only", "https://partner.example/c", n=3)
+        assert declaration_drift(app) == []
+    finally:
+        app.close()
+    drifted = DriftedApp(env=modes_db.library_env(create_table=False))
+    try:
+        drifts = {(d.integration, d.version): d for d in declaration_drift(drifted)}
+        assert set(drifts) == {("test.idempotent", 1), ("test.read_only", 1)}
+        assert drifts[("test.idempotent", 1)].recorded == {
+            next(i for i in ModesApp.integrations if i.name == "test.idempotent").digest(): 2}
+        assert drifts[("test.idempotent", 1)].declared == drifted.registry.get("test.idempotent", 1).digest()
+    finally:
+        drifted.close()
+    result = CliRunner().invoke(cli, ["migrate", "--database-url", modes_db.url()],
+                                env={"OPLEDGER_APP": "tests.integration.test_declaration_drift:DriftedApp"})
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())  # the console wraps long lines
+    assert "warning: declaration test.idempotent v1 is sha256:" in output
+    assert "(2 operations): they are not executed under these rules" in output
