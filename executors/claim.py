@@ -26,6 +26,7 @@ from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 
+from executors.budgets import Budget, budget_of, budgeted
 from executors.commit import Change, CommitResult, Committer, Counts, describe
 from executors.deadlines import cancel_change, exceed_deadline_change
 from executors.egress import EgressService, InFlight, target_host
@@ -35,6 +36,7 @@ from executors.secrets import MissingSecretError, SecretResolver, resolve_payloa
 from executors.settlement import SettlementService
 from ledger.application import LedgerApplication
 from ledger.approvals import void_reason
+from ledger.budgets import CallWindow
 from ledger.config import DEFAULT_LEASE_SECONDS
 from ledger.decisions import Cancel, Claim, ExceedDeadline, Lookup, Reclaim, Settle, Wait, due_work, may_need_egress
 from ledger.declarations import RetryPolicy
@@ -80,6 +82,7 @@ class _Plan:
 
     calls: dict[UUID, InFlight] = field(default_factory=dict)
     deferred: dict[UUID, str] = field(default_factory=dict)
+    windows: dict[str, CallWindow] = field(default_factory=dict)  # call budget windows of this pass
 
 
 class ClaimService:
@@ -241,9 +244,22 @@ class ClaimService:
             return self._mismatch_change(now, plan), 0
         if void_reason(op, now) is not None:
             return _void_approval_change(now), 0
+        budget = self._budget(op, now)
         if capacity > 0 and self._host_slot(op, by_host):
-            return self._claim_change(now, plan), 1
+            change = self._claim_change(now, plan)
+            return (change if budget is None else budgeted(self.app, budget, change, plan, now, plan.windows)), 1
         return None
+
+    def _budget(self, op: Operation, now: datetime) -> Budget | None:
+        """The call budget a send of ``op`` at ``now`` counts against, or None (no budget, or
+        the work is not a send)."""
+        if op.execution not in (E.PENDING, E.CLAIMED) or op.cancel_requested or op.attempts >= op.max_attempts:
+            return None
+        try:
+            declaration = self.app.registry.get(op.integration_name, op.integration_version)
+        except UnknownIntegrationError:
+            return None  # the claim change defers it
+        return budget_of(declaration, op.tenant, now)
 
     def _drifted(self, op: Operation) -> str | None:
         """This worker's digest of ``op``'s declaration when it differs from the recorded one,

@@ -98,6 +98,8 @@ class InFlight:
         lost: the lease could not be renewed; the result, when it comes, is not recorded.
         started_at: when the attempt was committed (the worker's clock); with the request's
             ``timeout_seconds`` it gives :attr:`deadline_at`.
+        send_by: the end of the call budget window the attempt's call was counted in; a call
+            not made by then is not made (``executors.budgets``).
     """
 
     op: Operation
@@ -109,6 +111,7 @@ class InFlight:
     lost: bool = False
     started_at: datetime | None = None
     overdue_logged: bool = False
+    send_by: datetime | None = None
 
     @property
     def deadline_at(self) -> datetime | None:
@@ -273,6 +276,12 @@ class EgressService:
             return Finished(request.operation_id, Failed(
                 FailureCategory.CONNECT, retryable=True, egress=False,
                 detail="lease expired before egress; nothing was sent"))
+        if flight.send_by is not None and flight.kind == "send" and self.clock.now() >= flight.send_by:
+            # Counted in a call budget window that closed while this worker was slow: sending
+            # now would spend the next window's calls. Nothing leaves; the mode retries later.
+            return Finished(request.operation_id, Failed(
+                FailureCategory.CONNECT, retryable=True, egress=False,
+                detail="the call budget window closed before egress; nothing was sent"))
         outcome: object  # checked below: an adapter's bug must not reach the ledger as a value
         try:
             if flight.kind == "send":

@@ -120,6 +120,7 @@ class OperationCommands:
     approval_expires_at: datetime | None
     approved_by: str | None
     approval_voided: str | None
+    budget_wait: str | None
 
     if TYPE_CHECKING:  # provided by ``Operation`` and the library's ``Aggregate``
         id: UUID
@@ -130,6 +131,7 @@ class OperationCommands:
         ApprovalVoided: type[Any]
         AttemptStarted: type[Any]
         BudgetExhausted: type[Any]
+        BudgetWaited: type[Any]
         CallbackReceived: type[Any]
         CancelFailed: type[Any]
         CancelRequested: type[Any]
@@ -390,6 +392,20 @@ class OperationCommands:
         self.trigger_event(self.DeclarationMismatched, timestamp=require_utc(now), worker_id=worker_id,
                            declared_digest=declared_digest)
         return True
+
+    def wait_for_budget(self, *, now: datetime, scope: str, until: datetime) -> None:
+        """Record that call budget ``scope`` is used up until ``until`` (``BudgetWaited``): the
+        operation stays pending and is due again then. Not a failure (issue 14 item 1).
+
+        Raises:
+            IllegalTransitionError: not pending, or ``until`` is not after ``now``.
+        """
+        now = require_utc(now)
+        self._allow("wait_for_budget")
+        until = require_utc(until, "until")
+        if until <= now:
+            raise IllegalTransitionError("wait_for_budget", self.execution.value, "the next window must be later")
+        self.trigger_event(self.BudgetWaited, timestamp=now, scope=scope, until=until)
 
     def renew_lease(self, *, epoch: int, now: datetime, lease_seconds: float) -> None:
         """Extend the lease (``LeaseRenewed``). A lease that already ran out cannot be renewed:

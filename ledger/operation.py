@@ -162,6 +162,7 @@ class Operation(OperationCommands, Aggregate):
             op.approval_expires_at = None
             op.approved_by = None
             op.approval_voided = None
+            op.budget_wait = None
 
         # As above: the library's generic signature; a creation event always returns the new one.
         def mutate(self, aggregate: Operation | None) -> Operation:  # type: ignore[override]
@@ -231,6 +232,7 @@ class Operation(OperationCommands, Aggregate):
             op.worker_id = self.worker_id
             op.lease_expires_at = self.lease_expires_at
             op.declaration_mismatch = None  # only a worker with the recorded declaration claims
+            op.budget_wait = None
             if self.takeover:
                 op.lease_takeovers += 1
             if op.execution is E.PENDING:
@@ -246,6 +248,17 @@ class Operation(OperationCommands, Aggregate):
 
         def apply(self, op: Operation) -> None:
             op.declaration_mismatch = self.declared_digest
+
+    class BudgetWaited(Event):
+        """The call budget ``scope`` had no call left in its window: the operation is due again
+        at ``until``, when the next window opens (``ledger.budgets``)."""
+
+        scope: str
+        until: datetime
+
+        def apply(self, op: Operation) -> None:
+            op.due_at = self.until
+            op.budget_wait = self.scope
 
     class LeaseRenewed(Event):
         epoch: int

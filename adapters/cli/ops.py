@@ -121,6 +121,7 @@ def _decoded(app: Any, op: Operation, row: StatusRow | None) -> dict[str, Any]:
                    "entity_version": op.source.entity_version, "effect_index": op.source.effect_index},
         "principal": op.principal, "traceparent": op.traceparent, "excerpt": op.excerpt,
         "approval": _approval(app, op),
+        "budget_wait": op.budget_wait,
         "projection_lag": row is None or row.version != op.version,
     }
 

@@ -150,6 +150,7 @@ OPERATION_EVENTS: dict[type, list[dict[str, Any]]] = {
                                  "expires_at": later(3600)},
                                 {"principal": "approver:7", "fingerprint": "", "purpose": "", "expires_at": None}],
     Operation.ApprovalVoided: [{"reason": "approval_expired"}],
+    Operation.BudgetWaited: [{"scope": "payments.charge", "until": later(60)}],
     Operation.ApprovalDenied: [{"principal": "approver:7", "reason": "over the limit"}],
     Operation.Claimed: [{"epoch": 1, "worker_id": "worker-a/1234", "lease_expires_at": later(30), "takeover": False}],
     Operation.LeaseRenewed: [{"epoch": 1, "lease_expires_at": later(60)}],

@@ -189,6 +189,11 @@ class OperationMachine(RuleBasedStateMachine):
         self._run(lambda: self.op.grant_approval(now=self._time(step, naive), principal="approver", roles={"approver"}))
 
     @command(step=STEP)
+    def wait_for_budget(self, step: int) -> None:
+        self._run(lambda: self.op.wait_for_budget(now=self._time(step), scope="s",
+                                                  until=self._time(step) + timedelta(seconds=2)))
+
+    @command(step=STEP)
     def void_approval(self, step: int) -> None:
         self._run(lambda: self.op.void_approval(now=self._time(step)))
 

@@ -100,6 +100,10 @@ SPECS: dict[str, Spec] = {
         prepare=_grant_briefly,
         returns="approval_expired",
     ),
+    "wait_for_budget": Spec(
+        Operation.BudgetWaited,
+        lambda b, epoch: b.op.wait_for_budget(now=b.tick(), scope="test", until=b.at(b.now + timedelta(seconds=2))),
+    ),
     "deny_approval": Spec(
         Operation.ApprovalDenied,
         lambda b, epoch: b.op.deny_approval(now=b.tick(), principal="approver", reason="too large"),
