@@ -5,9 +5,11 @@ A worker remembers the operations it commits (``OPERATION_CONTEXT.remember``, fe
 worker's commit hook), so any line a service writes with ``operation_id=`` also gets that
 operation's ``integration``, ``tenant``, ``epoch``, ``attempt_id`` and ``trace_id`` (from the
 intent's W3C ``traceparent``), without each service binding them. Keys that could hold a secret
-(``payload``, ``authorization``, ``token``, ``secret``, ...) are replaced by ``[redacted]``.
+(``payload``, ``authorization``, ``token``, ``secret``, ...) are replaced by ``[redacted]``, and
+every secret value this process resolved is redacted from every text, in all its encoded forms
+(``ledger.redaction``).
 
-Source: issue 13 item 4.
+Source: issue 13 item 4; issue 14 item 3.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import structlog
 
 from adapters.operator import trace_id
 from ledger.operation import Operation
+from ledger.redaction import KNOWN_SECRETS, redact
 
 REDACTED_KEYS = frozenset({"payload", "authorization", "token", "secret", "password", "webhook_secret",
                            "api_tokens", "headers"})
@@ -66,21 +69,53 @@ OPERATION_CONTEXT = OperationContext()
 """This process's operation context (``configure_logging`` installs it)."""
 
 
-def redact_secrets(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+def redact_keys(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """A structlog processor: values under ``REDACTED_KEYS`` become ``[redacted]``."""
     for key in REDACTED_KEYS & event.keys():
         event[key] = "[redacted]"
     return event
 
 
-def configure_logging(fmt: str = "auto", level: int = logging.INFO, *, file: TextIO | None = None) -> None:
-    """Configure structlog for this process.
+def redact_secrets(logger: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: redact every secret value this process resolved
+    (``ledger.redaction.KNOWN_SECRETS``) from every text in the event, in all its forms.
+
+    Runs after ``format_exc_info``, so exception text and tracebacks are cleaned too.
+
+    Source: DESIGN §9 ("secret values never appear" in logs); issue 14 item 3.
+    """
+    values = KNOWN_SECRETS.snapshot()
+    if not values:
+        return event_dict
+    for key, value in list(event_dict.items()):
+        event_dict[key] = _clean(value, values)
+    return event_dict
+
+
+def _clean(value: Any, values: tuple[str, ...]) -> Any:
+    if isinstance(value, str):
+        return redact(value, values)
+    if isinstance(value, dict):
+        return {k: _clean(v, values) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_clean(v, values) for v in value)
+    if isinstance(value, (int, float, bool, type(None))):
+        return value
+    return redact(str(value), values)
+
+
+def configure_logging(fmt: str = "auto", level: int = logging.INFO, *, file: TextIO | None = None,
+                      cache_loggers: bool = True) -> None:
+    """Configure structlog for this process. Every chain ends with :func:`redact_secrets`
+    before the renderer.
 
     Args:
         fmt: ``json`` (one object per line), ``console``, or ``auto``: JSON unless the output
             is a terminal.
         level: the minimum level.
         file: where lines go (standard error by default).
+        cache_loggers: cache each logger on first use (fast; tests that configure logging
+            temporarily pass False so ``structlog.reset_defaults()`` undoes it).
     """
     out = file or sys.stderr
     if fmt == "auto":
@@ -90,13 +125,14 @@ def configure_logging(fmt: str = "auto", level: int = logging.INFO, *, file: Tex
         processors=[
             structlog.contextvars.merge_contextvars,
             OPERATION_CONTEXT,
-            redact_secrets,
+            redact_keys,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            redact_secrets,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=out),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=cache_loggers,
     )

@@ -17,14 +17,17 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID, uuid4
 
-from ledger.declarations import Classification
+from ledger.approvals import ApprovalPolicy, default_policy, load_policy, purpose_of
+from ledger.declarations import DEFAULT_APPROVAL_VALID_SECONDS, Classification
 from ledger.errors import (
+    ApprovalRefusedError,
     CorruptRecordError,
     IllegalTransitionError,
     OperatorActionRefusedError,
     UnknownIntegrationError,
 )
 from ledger.operation import Operation
+from ledger.redaction import mask_url
 from projections.rows import AttentionMark, StatusRow
 from projections.status import StatusProjection
 
@@ -86,7 +89,8 @@ def describe(app: Any, op: Operation, row: StatusRow | None) -> dict[str, Any]:
         "attempts": op.attempts, "max_attempts": op.max_attempts, "epoch": op.epoch,
         "attention": op.attention, "disposition": op.disposition, "failure": op.failure,
         "last_retry_reason": op.last_retry_reason, "ambiguity_reason": op.ambiguity_reason,
-        "remote_id": op.remote_id, "target": op.target,
+        "remote_id": op.remote_id, "target": mask_url(op.target) if op.target else op.target,
+        "approval_detail": approval_detail(app, op), "budget_wait": op.budget_wait,
         "payload": redacted(app, op.integration_name, op.integration_version, op.payload),
         "source": {"entity_type": op.source.entity_type, "entity_id": str(op.source.entity_id),
                    "entity_version": op.source.entity_version, "effect_index": op.source.effect_index,
@@ -95,6 +99,21 @@ def describe(app: Any, op: Operation, row: StatusRow | None) -> dict[str, Any]:
         "excerpt": op.excerpt, "created_at": op.created_on.isoformat(), "updated_at": op.modified_on.isoformat(),
         "version": op.version, "projection_lag": row is None or row.version != op.version,
     }
+
+
+def approval_detail(app: Any, op: Operation) -> dict[str, Any] | None:
+    """An operation's approval: its state, the purpose it is (or would be) granted for, by
+    whom, until when, and why it was last voided; None when none is required (issue 14)."""
+    if op.approval == "not_required":
+        return None
+    try:
+        declared = app.registry.get(op.integration_name, op.integration_version).approval_purpose
+    except UnknownIntegrationError:
+        declared = ""
+    return {"state": op.approval, "purpose": op.approval_purpose or purpose_of(op.integration_name, declared),
+            "fingerprint": op.fingerprint, "approved_by": op.approved_by,
+            "expires_at": op.approval_expires_at.isoformat() if op.approval_expires_at else None,
+            "voided": op.approval_voided}
 
 
 def describe_undecodable(row: StatusRow, exc: CorruptRecordError) -> dict[str, Any]:
@@ -132,6 +151,7 @@ def event_entry(app: Any, event: Any, name: str | None, version: int | None) -> 
     fields = {k: v for k, v in vars(event).items() if k not in _BASE_FIELDS}
     if isinstance(event, Operation.Intended):
         fields["payload"] = redacted(app, event.integration_name, event.integration_version, event.payload)
+        fields["target"] = mask_url(event.target) if event.target else event.target
     return {
         "version": event.originator_version,
         "at": event.timestamp.isoformat(),
@@ -190,9 +210,13 @@ class OperatorAction:
     resolution: str = ""
     evidence: str = ""
     reason: str = ""
+    roles: tuple[str, ...] = ()
+    fingerprint: str | None = None
 
-    def apply(self, op: Operation, now: datetime) -> None:
-        """Run the operation's command for this decision (no save)."""
+    def apply(self, op: Operation, now: datetime, app: Any = None, policy: ApprovalPolicy = default_policy) -> None:
+        """Run the operation's command for this decision (no save). An approval is bound to the
+        operation's fingerprint and the declaration's purpose and validity (``app``'s registry),
+        and ``policy`` decides whether this approver with ``roles`` may give it (issue 14)."""
         if self.kind == "resolve":
             op.resolve(now=now, principal=self.principal, resolution=self.resolution, evidence=self.evidence)
         elif self.kind == "retry_settlement":
@@ -200,7 +224,12 @@ class OperatorAction:
         elif self.kind == "cancel":
             op.request_cancel(now=now, principal=self.principal, reason=self.reason)
         elif self.kind == "approve":
-            op.grant_approval(now=now, principal=self.principal)
+            declaration = app.registry.get(op.integration_name, op.integration_version) if app is not None else None
+            op.grant_approval(now=now, principal=self.principal, roles=self.roles, fingerprint=self.fingerprint,
+                              purpose=declaration.approval_purpose if declaration else "",
+                              valid_seconds=(declaration.approval_valid_seconds if declaration
+                                             else DEFAULT_APPROVAL_VALID_SECONDS),
+                              policy=policy)
         else:
             op.deny_approval(now=now, principal=self.principal, reason=self.reason)
 
@@ -238,9 +267,11 @@ def perform(store: Store, op_id: UUID, action: OperatorAction) -> dict[str, Any]
     op = store.app.get_operation(op_id)
     before = op.version
     try:
-        action.apply(op, store.app.clock.now())
+        action.apply(op, store.app.clock.now(), store.app, load_policy(store.settings.approval_policy))
     except IllegalTransitionError as exc:
         raise OperatorActionRefusedError(refusal(action.kind, exc)) from None
+    except ApprovalRefusedError as exc:  # the approval policy's refusal, in its own words
+        raise OperatorActionRefusedError(str(exc)) from None
     store.app.save(op)
     catch_up_status(store)
     recorded = [event_entry(store.app, event, op.integration_name, op.integration_version)

@@ -33,6 +33,7 @@ from ledger.operation import Operation
 from ledger.persistence import StoreLock
 from ledger.store_files import check_store_files, check_store_path, damaged, is_damage
 from ledger.store_identity import check_store_identity
+from projections.drift import report_declaration_drift
 from projections.history import check_readable_history
 from projections.notify import Listener, status_channel
 from projections.status import StatusProjection
@@ -245,6 +246,8 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
     with open_store(settings, write=True, clock=clock) as store:
         # Refuse (ConfigurationError) a store with ledger topics this code cannot resolve.
         check_readable_history(store.app, allow_unreadable=settings.allow_unreadable_events)
+        # Report declarations that differ from those recorded under the same version (issue 14).
+        report_declaration_drift(store.app)
         # One clock for leases (DESIGN §7): on PostgreSQL every `now` below is the database's.
         clock = store.view.lease_clock(clock, max_skew_seconds=settings.max_clock_skew_seconds)
         adapters = build_adapters(settings, store.app, clock)

@@ -11,7 +11,7 @@ from executors.egress import EgressConfig, EgressService
 from executors.leases import LeaseConfig, LeaseService
 from executors.outcomes import OutcomeService
 from executors.runtime import Worker, WorkerConfig
-from executors.secrets import EnvironmentSecrets, MissingSecretError, SecretResolver
+from executors.secrets import EnvironmentSecrets, FileSecrets, MissingSecretError, SecretProvider, SecretResolver
 from executors.settlement import SettlementService
 
 __all__ = [
@@ -33,7 +33,9 @@ __all__ = [
     "CommitResult",
     "Committer",
     # secrets at egress
+    "SecretProvider",
     "SecretResolver",
     "EnvironmentSecrets",
+    "FileSecrets",
     "MissingSecretError",
 ]

@@ -27,7 +27,8 @@ from uuid import UUID
 
 from eventsourcing.domain import Aggregate
 
-from executors.commit import Change, Committer, Counts, describe
+from executors.budgets import Budget, budget_of, budgeted
+from executors.commit import Change, CommitResult, Committer, Counts, describe
 from executors.deadlines import cancel_change, exceed_deadline_change
 from executors.egress import EgressService, InFlight, target_host
 from executors.outcomes import apply_decision
@@ -35,6 +36,8 @@ from executors.recovery import decide_open_attempt
 from executors.secrets import MissingSecretError, SecretResolver, resolve_payload
 from executors.settlement import SettlementService, first_per_entity
 from ledger.application import LedgerApplication
+from ledger.approvals import void_reason
+from ledger.budgets import CallWindow
 from ledger.config import DEFAULT_LEASE_SECONDS
 from ledger.decisions import (
     Cancel,
@@ -49,7 +52,7 @@ from ledger.decisions import (
 )
 from ledger.declarations import RetryPolicy
 from ledger.egress import Adapter, EgressRequest
-from ledger.errors import ConfigurationError, UnknownIntegrationError
+from ledger.errors import ConfigurationError, DeclarationMismatchError, UnknownIntegrationError
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState
@@ -93,6 +96,7 @@ class _Plan:
 
     calls: dict[UUID, InFlight] = field(default_factory=dict)
     deferred: dict[UUID, str] = field(default_factory=dict)
+    windows: dict[str, CallWindow] = field(default_factory=dict)  # call budget windows of this pass
 
 
 class ClaimService:
@@ -221,12 +225,17 @@ class ClaimService:
                 changes.append((op, exceed_deadline_change(now)))
             elif isinstance(work, Cancel):
                 changes.append((op, cancel_change(now)))
-            elif isinstance(work, (Claim, Reclaim)) and capacity > 0 and self._host_slot(op, by_host):
-                changes.append((op, self._claim_change(now, plan)))
-                capacity -= 1
+            elif isinstance(work, (Claim, Reclaim)):
+                change = self._egress_change(op, now, plan, capacity, by_host)
+                if change is not None:
+                    changes.append((op, change[0]))
+                    capacity -= change[1]
         if not changes and not settling:
             return
-        result = self.settlement.commit(first_per_entity(settling), now, counts, changes)
+        self._after_commit(plan, self.settlement.commit(first_per_entity(settling), now, counts, changes), now)
+
+    def _after_commit(self, plan: _Plan, result: CommitResult, now: datetime) -> None:
+        """Defer what this worker cannot serve, then hand committed attempts to egress."""
         for op_id, reason in plan.deferred.items():
             self.committer.report(op_id, "cannot_serve", f"{reason}; retried in {self.config.defer_seconds}s")
             self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
@@ -258,6 +267,58 @@ class ClaimService:
         self.committer.report(op_id, problem, describe(exc))
         self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
 
+    def _egress_change(self, op: Operation, now: datetime, plan: _Plan, capacity: int,
+                       by_host: Counter[str]) -> tuple[Change, int] | None:
+        """The change for claimable ``op`` and the egress slots it takes: a refusal when its
+        declaration drifted, a claim when a slot (and its host's) is free, else None."""
+        if self._drifted(op) is not None:
+            return self._mismatch_change(now, plan), 0
+        if void_reason(op, now) is not None:
+            return _void_approval_change(now), 0
+        budget = self._budget(op, now)
+        if capacity > 0 and self._host_slot(op, by_host):
+            change = self._claim_change(now, plan)
+            return (change if budget is None else budgeted(self.app, budget, change, plan, now, plan.windows)), 1
+        return None
+
+    def _budget(self, op: Operation, now: datetime) -> Budget | None:
+        """The call budget a send of ``op`` at ``now`` counts against, or None (no budget, or
+        the work is not a send)."""
+        if op.execution not in (E.PENDING, E.CLAIMED) or op.cancel_requested or op.attempts >= op.max_attempts:
+            return None
+        try:
+            declaration = self.app.registry.get(op.integration_name, op.integration_version)
+        except UnknownIntegrationError:
+            return None  # the claim change defers it
+        return budget_of(declaration, op.tenant, now)
+
+    def _drifted(self, op: Operation) -> str | None:
+        """This worker's digest of ``op``'s declaration when it differs from the recorded one,
+        else None (also when the declaration is unknown: the claim change defers that)."""
+        try:
+            declared = self.app.registry.get(op.integration_name, op.integration_version).digest()
+        except UnknownIntegrationError:
+            return None
+        return declared if declared != op.integration_digest else None
+
+    def _mismatch_change(self, now: datetime, plan: _Plan) -> Change:
+        """Refuse to claim under other rules: record ``DeclarationMismatched`` (once per digest),
+        leave the operation for a worker with the recorded declaration (issue 14 item 5)."""
+
+        def change(op: Operation) -> Sequence[Aggregate]:
+            declared = self._drifted(op)
+            if declared is None:  # reloaded after a conflict and no longer drifted
+                raise DeclarationMismatchError(f"operation {op.id} no longer drifted; decided next pass")
+            plan.deferred[op.id] = (
+                f"declaration_mismatch: {op.integration_name} v{op.integration_version} is recorded as "
+                f"{op.integration_digest} but this worker declares {declared}; not executed under other rules "
+                "(declare the recorded rules under this version, or bump the version for new rules)")
+            if not op.flag_declaration_mismatch(now=now, worker_id=self.config.worker_id, declared_digest=declared):
+                raise DeclarationMismatchError("already flagged")  # nothing to record
+            return []
+
+        return change
+
     def _claim_change(self, now: datetime, plan: _Plan) -> Change:
         """Claim, then in the same commit start an attempt (or decide the open one)."""
 
@@ -284,7 +345,7 @@ class ClaimService:
                 op.start_attempt(epoch=epoch, now=now, attempt_id=request.attempt_id,
                                  request_fingerprint=op.fingerprint)
                 plan.calls[op.id] = InFlight(op=op, epoch=epoch, kind="send", request=request, policy=policy,
-                                             adapter=adapter)
+                                             adapter=adapter, started_at=now)
             return []
 
         return change
@@ -296,7 +357,7 @@ class ClaimService:
         if isinstance(decision, Lookup):
             request = self._request(op, now, attempt_id=op.last_attempt_id)
             plan.calls[op.id] = InFlight(op=op, epoch=epoch, kind="lookup", request=request, policy=policy,
-                                         adapter=adapter)
+                                         adapter=adapter, started_at=now)
         else:
             apply_decision(op, epoch, decision, now)
 
@@ -308,7 +369,7 @@ class ClaimService:
 
     def _request(self, op: Operation, now: datetime, attempt_id: UUID | None = None) -> EgressRequest:
         declaration = self.app.registry.get(op.integration_name, op.integration_version)
-        payload, secrets = resolve_payload(op.payload, self.secrets)
+        payload, secrets = resolve_payload(op.payload, self.secrets, declaration)
         # The attempt id comes from the injected random source, so a seeded run repeats it.
         attempt_id = attempt_id or UUID(int=self.rng.getrandbits(128), version=4)
         return EgressRequest(
@@ -317,3 +378,14 @@ class ClaimService:
             payload=payload, traceparent=op.traceparent, timeout_seconds=declaration.request_timeout_seconds,
             tenant=op.tenant, secrets=tuple(secrets),
         )
+
+
+def _void_approval_change(now: datetime) -> Change:
+    """Record ``ApprovalVoided`` instead of claiming: egress needs an unexpired approval of the
+    current fingerprint (issue 14 item 2); the operation waits for a new one."""
+
+    def change(op: Operation) -> Sequence[Aggregate]:
+        op.void_approval(now=now)
+        return []
+
+    return change

@@ -22,21 +22,28 @@ import queue
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, fields, replace
+from datetime import datetime, timedelta
+from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
 import structlog
 
-from executors.commit import Counts, describe
+from executors.commit import Counts
 from ledger.clock import Clock
 from ledger.declarations import RetryPolicy
 from ledger.egress import Adapter, EgressRequest
+from ledger.facts import FactKind, storable_fact
 from ledger.operation import Operation
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
+from ledger.redaction import redact
 
 log = structlog.get_logger("opledger.egress")
+
+DEADLINE_GRACE_SECONDS = 5.0
+"""How long past a call's total deadline its lease may still be renewed, seconds: time to
+queue the call, close the connection and record the outcome on a loaded machine."""
 
 OUTCOME_TYPES = (Succeeded, Accepted, Failed, Ambiguous)
 """What an adapter call may return (``ledger.egress.Adapter``; a lookup may also return None)."""
@@ -92,6 +99,10 @@ class InFlight:
         lost: the lease could not be renewed; the result, when it comes, is not recorded.
         stale: ``op`` may hold changes a failed commit applied in memory only (the store was
             unreachable); it is reloaded (:meth:`EgressService.refresh`) before it is used.
+        started_at: when the attempt was committed (the worker's clock); with the request's
+            ``timeout_seconds`` it gives :attr:`deadline_at`.
+        send_by: the end of the call budget window the attempt's call was counted in; a call
+            not made by then is not made (``executors.budgets``).
     """
 
     op: Operation
@@ -102,6 +113,18 @@ class InFlight:
     adapter: Adapter
     lost: bool = False
     stale: bool = False
+    started_at: datetime | None = None
+    overdue_logged: bool = False
+    send_by: datetime | None = None
+
+    @property
+    def deadline_at(self) -> datetime | None:
+        """When this call should have ended: its start, plus the request's total deadline
+        (``timeout_seconds``, which the adapter enforces), plus ``DEADLINE_GRACE_SECONDS``.
+        Leases are not renewed past it (issue 14 item 6); None when the start is unknown."""
+        if self.started_at is None:
+            return None
+        return self.started_at + timedelta(seconds=self.request.timeout_seconds + DEADLINE_GRACE_SECONDS)
 
     @property
     def host(self) -> str | None:
@@ -284,6 +307,12 @@ class EgressService:
             return Finished(request.operation_id, Failed(
                 FailureCategory.CONNECT, retryable=True, egress=False,
                 detail="lease expired before egress; nothing was sent"))
+        if flight.send_by is not None and flight.kind == "send" and self.clock.now() >= flight.send_by:
+            # Counted in a call budget window that closed while this worker was slow: sending
+            # now would spend the next window's calls. Nothing leaves; the mode retries later.
+            return Finished(request.operation_id, Failed(
+                FailureCategory.CONNECT, retryable=True, egress=False,
+                detail="the call budget window closed before egress; nothing was sent"))
         outcome: object  # checked below: an adapter's bug must not reach the ledger as a value
         try:
             if flight.kind == "send":
@@ -294,11 +323,37 @@ class EgressService:
             raise
         except BaseException as exc:  # an adapter bug (even SystemExit) must not kill the thread or lose the attempt
             log.exception("adapter raised", operation_id=str(request.operation_id))
-            return Finished(request.operation_id, Ambiguous(reason="adapter_error", detail=describe(exc)))
+            return Finished(request.operation_id, Ambiguous(reason="adapter_error",
+                                                            detail=adapter_error_text(exc, request.secrets)))
         if not isinstance(outcome, OUTCOME_TYPES) and not (outcome is None and flight.kind == "lookup"):
             # An adapter bug too: the call was made, so what it did is unknown.
             log.error("adapter returned no outcome", operation_id=str(request.operation_id),
                       returned=type(outcome).__name__)
             return Finished(request.operation_id, Ambiguous(
                 reason="adapter_error", detail=f"the adapter returned {type(outcome).__name__}, not an outcome"))
-        return Finished(request.operation_id, outcome)
+        return Finished(request.operation_id, redact_outcome(outcome, request.secrets)
+                        if outcome is not None else None)
+
+
+def adapter_error_text(exc: BaseException, hidden: tuple[str, ...]) -> str:
+    """An adapter's exception as storable text: ``Type: message`` with every form of ``hidden``
+    redacted first, then escaped and bounded (``ledger.facts``, ``DETAIL``). Pure.
+
+    Source: issue 14 item 3 ("exception text from adapters is redacted and bounded").
+    """
+    try:
+        text = str(exc)
+    except BaseException:  # an exception whose own str() raises still gets a reason
+        text = "(its message could not be read)"
+    # Redacted before it is cut, so a cut can never leave a secret's prefix unmatched.
+    return storable_fact(redact(f"{type(exc).__name__}: {text}", hidden), FactKind.DETAIL)
+
+
+def redact_outcome(outcome: Outcome, hidden: tuple[str, ...]) -> Outcome:
+    """Return ``outcome`` with every text field redacted of ``hidden`` (``ledger.redaction``):
+    the executor's own pass over what any adapter returns, not only the webhook adapter. Pure."""
+    if not hidden:
+        return outcome
+    changes: dict[str, Any] = {f.name: redact(value, hidden) for f in fields(outcome)
+               if isinstance(value := getattr(outcome, f.name), str) and value}
+    return replace(outcome, **changes) if changes else outcome

@@ -52,8 +52,9 @@ class LeaseService:
         self.config = config or LeaseConfig()
 
     def run_once(self, now: datetime) -> Counts:
-        """Renew, in one batch, every lease in flight with less than the threshold left; mark
-        as lost those that cannot be renewed (their results will not be recorded).
+        """Renew, in one batch, every lease in flight with less than the threshold left and
+        whose call is not past its total deadline (``InFlight.deadline_at``); mark as lost those
+        that cannot be renewed (their results will not be recorded).
 
         Returns:
             :class:`Counts` (``renewed``, ``rejected``).
@@ -72,6 +73,15 @@ class LeaseService:
                 # already in hand is still recorded unless another worker took over, which the
                 # epoch fence decides. Dropping it here would turn a delivered call into
                 # recovery's ambiguous worker_lost.
+                continue
+            deadline = flight.deadline_at
+            if deadline is not None and now > deadline:
+                # The call outlived its total deadline (a hung adapter): stop renewing, so the
+                # lease expires and recovery decides the attempt by its delivery mode.
+                if not flight.overdue_logged:
+                    log.warning("call past its deadline; lease left to expire", operation_id=str(flight.op.id),
+                                deadline_at=deadline.isoformat())
+                    flight.overdue_logged = True
                 continue
             changes.append((flight.op, self._renew(flight.epoch, now)))
         if not changes:

@@ -140,7 +140,7 @@ class OutcomeService:
             if op_id in lookups:
                 flight = lookups[op_id]
                 self.egress.submit(InFlight(op=op, epoch=flight.epoch, kind="lookup", request=flight.request,
-                                            policy=flight.policy, adapter=flight.adapter))
+                                            policy=flight.policy, adapter=flight.adapter, started_at=now))
             else:
                 self.settlement.offer(op)
         return counts

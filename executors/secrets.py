@@ -1,31 +1,53 @@
 """Resolving secret references at egress (DESIGN §9: secrets are references, never stored).
 
 A payload field classified ``secret`` holds ``secretref:NAME``; the executor resolves it just
-before building the request and the value never reaches an event, a log line or an excerpt.
+before building the request, and only there: ``secretref:`` text in any other field is refused
+at intend time (``ledger.intents.check_payload``) and, should an old record hold one, is sent as
+the text it is, never resolved. The resolved value never reaches an event, a log line or an
+excerpt: it is handed to the adapter for redaction and remembered in
+``ledger.redaction.KNOWN_SECRETS`` for the log processor.
+
+Providers (the ``SecretProvider`` seam): :class:`EnvironmentSecrets` (the default,
+``OPLEDGER_SECRET_<NAME>``), :class:`FileSecrets` (one file per secret, e.g. ``/run/secrets``);
+a vault client is one class with a ``resolve(name)`` method.
+
+Source: DESIGN §9; issue 14 item 3.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
-from ledger.declarations import SECRET_REF_PREFIX
-from ledger.errors import LedgerError
+from ledger.declarations import SECRET_REF_PREFIX, Classification, Integration
+from ledger.errors import ConfigurationError, LedgerError
+from ledger.redaction import KNOWN_SECRETS
 
 ENV_PREFIX = "OPLEDGER_SECRET_"
+MAX_SECRET_FILE_BYTES = 64 * 1024
+"""A secret file larger than this is refused (it is not a secret but a mistake), bytes."""
+MIN_INTERNAL_REDACT_CHARS = 4
+"""``internal`` text values shorter than this are not redacted from excerpts: redacting every
+``"1"`` or ``"EUR"`` a provider echoes would garble excerpts without hiding anything."""
 
 
 class MissingSecretError(LedgerError):
-    """A ``secretref:NAME`` names no known secret. Fix: provide it (e.g. ``OPLEDGER_SECRET_NAME``)."""
+    """A ``secretref:NAME`` names no known secret. Fix: provide it (e.g. ``OPLEDGER_SECRET_NAME``,
+    or the file ``NAME`` in the ``FileSecrets`` directory)."""
 
 
-class SecretResolver(Protocol):
-    """Maps a secret name to its value."""
+class SecretProvider(Protocol):
+    """Maps a secret name to its value (the seam for environment, files, a vault)."""
 
     def resolve(self, name: str) -> str:
         """Return the secret's value. Raises MissingSecretError when unknown."""
         ...
+
+
+SecretResolver = SecretProvider
+"""The former name of :class:`SecretProvider`."""
 
 
 class EnvironmentSecrets:
@@ -36,6 +58,11 @@ class EnvironmentSecrets:
         self._fixed = dict(fixed or {})
 
     def resolve(self, name: str) -> str:
+        """Return the secret ``name``.
+
+        Raises:
+            MissingSecretError: neither the mapping nor the environment has it.
+        """
         if name in self._fixed:
             return self._fixed[name]
         key = ENV_PREFIX + name.upper().replace("-", "_").replace(".", "_").replace("/", "_")
@@ -45,18 +72,79 @@ class EnvironmentSecrets:
         return value
 
 
-def resolve_payload(payload: Mapping[str, Any], resolver: SecretResolver) -> tuple[dict[str, Any], list[str]]:
-    """Return the payload with every ``secretref:NAME`` value resolved, and the resolved values
-    (so adapters can redact them from excerpts).
+class FileSecrets:
+    """Secrets from files under one directory: ``secretref:db/password`` reads
+    ``<directory>/db/password`` (UTF-8, one trailing newline removed), as container runtimes
+    mount them (``/run/secrets``).
+
+    Args:
+        directory: the directory holding the secret files.
+
+    Raises:
+        ConfigurationError: ``directory`` is not a directory.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self._root = Path(directory).resolve()
+        if not self._root.is_dir():
+            raise ConfigurationError(f"secret directory {str(self._root)!r} is not a directory")
+
+    def resolve(self, name: str) -> str:
+        """Return the content of the file ``name``.
+
+        Raises:
+            MissingSecretError: no such file, it lies outside the directory, is unreadable, not
+                UTF-8 or larger than ``MAX_SECRET_FILE_BYTES``.
+        """
+        path = (self._root / name).resolve()
+        if not path.is_relative_to(self._root) or not path.is_file():
+            raise MissingSecretError(f"secret {name!r} is not configured (no file {name!r} in the secret directory)")
+        try:
+            raw = path.read_bytes()
+            if len(raw) > MAX_SECRET_FILE_BYTES:
+                raise MissingSecretError(f"secret file {name!r} is over {MAX_SECRET_FILE_BYTES} bytes")
+            text = raw.decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise MissingSecretError(f"secret file {name!r} is unreadable ({type(exc).__name__})") from None
+        return text.removesuffix("\n")
+
+
+def resolve_payload(payload: Mapping[str, Any], provider: SecretProvider,
+                    integration: Integration | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Return the payload with each ``secret`` field's ``secretref:NAME`` resolved, and the
+    values adapters must redact from anything they return: the resolved secrets and the
+    ``internal`` text values of at least ``MIN_INTERNAL_REDACT_CHARS`` characters.
+
+    Args:
+        payload: the intent's payload as stored.
+        provider: where secret values come from.
+        integration: the operation's declaration; only fields it classifies ``secret`` are
+            resolved. None (older callers) treats every ``secretref:`` text as a secret field.
 
     Raises:
         MissingSecretError: a reference names an unknown secret.
+
+    Source: DESIGN §9; issue 14 item 3 ("resolved only in fields classified secret").
     """
     resolved: dict[str, Any] = {}
-    secrets: list[str] = []
+    hidden: list[str] = []
     for key, value in payload.items():
-        if isinstance(value, str) and value.startswith(SECRET_REF_PREFIX):
-            value = resolver.resolve(value[len(SECRET_REF_PREFIX):])
-            secrets.append(value)
+        kind = integration.classification_of(key) if integration is not None else Classification.SECRET
+        if kind is Classification.SECRET and isinstance(value, str) and value.startswith(SECRET_REF_PREFIX):
+            value = provider.resolve(value[len(SECRET_REF_PREFIX):])
+            KNOWN_SECRETS.add(value)
+            hidden.append(value)
+        elif kind is Classification.INTERNAL:
+            hidden.extend(_texts(value))
         resolved[key] = value
-    return resolved, secrets
+    return resolved, hidden
+
+
+def _texts(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value] if len(value) >= MIN_INTERNAL_REDACT_CHARS else []
+    if isinstance(value, Mapping):
+        return [text for item in value.values() for text in _texts(item)]
+    if isinstance(value, (list, tuple)):
+        return [text for item in value for text in _texts(item)]
+    return []

@@ -160,7 +160,7 @@ class LedgerApplication(Application):
             effect_index: which effect of this transition (0, 1, ...).
             principal: who authorized it.
             traceparent: W3C trace context of the authorizing request.
-            tenant: defaults to the class attribute ``tenant``.
+            tenant: defaults to the class attribute ``tenant`` when None; an empty tenant is refused.
             now: UTC-aware instant; defaults to the application's clock.
             code_digest: digest of the code that issued the intent.
 
@@ -179,7 +179,7 @@ class LedgerApplication(Application):
                 "method and before save(), while the entity's new event is still pending")
         declaration = self.registry.get(integration)
         source = Source(
-            tenant=tenant or type(self).tenant,
+            tenant=tenant if tenant is not None else type(self).tenant,
             entity_type=get_topic(type(entity)),
             entity_id=entity.id,
             entity_version=entity.version,

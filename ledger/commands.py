@@ -12,15 +12,17 @@ Source: docs/adr/0001-operation-lifecycle.md; DESIGN §4.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from ledger import lifecycle
+from ledger.approvals import ApprovalPolicy, ApprovalRequest, default_policy, purpose_of, roles_of, void_reason
 from ledger.clock import require_utc
-from ledger.declarations import DeliveryMode, Integration
+from ledger.declarations import DEFAULT_APPROVAL_VALID_SECONDS, DeliveryMode, Integration
 from ledger.errors import (
+    ApprovalRefusedError,
     AttemptBudgetExceededError,
     IllegalTransitionError,
     InvalidArgumentError,
@@ -29,7 +31,15 @@ from ledger.errors import (
 )
 from ledger.facts import FactKind, storable_fact, storable_fact_or_none
 from ledger.identity import Source, fingerprint, operation_id
-from ledger.intents import check_intent, check_payload, require_principal
+from ledger.intents import (
+    MAX_EVIDENCE_CHARS,
+    MAX_PURPOSE_CHARS,
+    MAX_REASON_CHARS,
+    check_intent,
+    check_operator_text,
+    check_payload,
+    require_principal,
+)
 from ledger.modes import rules_for
 from ledger.outcomes import FailureCategory
 from ledger.status import (
@@ -104,6 +114,13 @@ class OperationCommands:
     disposition: str | None
     lease_takeovers: int
     resolution: str | None
+    declaration_mismatch: str | None
+    approval_fingerprint: str | None
+    approval_purpose: str | None
+    approval_expires_at: datetime | None
+    approved_by: str | None
+    approval_voided: str | None
+    budget_wait: str | None
 
     if TYPE_CHECKING:  # provided by ``Operation`` and the library's ``Aggregate``
         id: UUID
@@ -111,11 +128,14 @@ class OperationCommands:
         Ambiguous: type[Any]
         ApprovalDenied: type[Any]
         ApprovalGranted: type[Any]
+        ApprovalVoided: type[Any]
         AttemptStarted: type[Any]
         BudgetExhausted: type[Any]
+        BudgetWaited: type[Any]
         CallbackReceived: type[Any]
         CancelFailed: type[Any]
         CancelRequested: type[Any]
+        DeclarationMismatched: type[Any]
         Cancelled: type[Any]
         Claimed: type[Any]
         DeadlineExceeded: type[Any]
@@ -231,17 +251,66 @@ class OperationCommands:
 
     # ------------------------------------------------------------------ commands
 
-    def grant_approval(self, *, now: datetime, principal: str) -> None:
-        """Record an approver's consent (``ApprovalGranted``). Approval is checked before egress.
+    def grant_approval(self, *, now: datetime, principal: str, roles: Collection[str] = (),
+                       purpose: str = "", valid_seconds: float = DEFAULT_APPROVAL_VALID_SECONDS,
+                       fingerprint: str | None = None, policy: ApprovalPolicy = default_policy) -> None:
+        """Record an approver's consent (``ApprovalGranted``), bound to this operation's
+        fingerprint, a purpose and an expiry. Egress is refused once it expires.
+
+        Args:
+            now: UTC-aware instant of the grant.
+            principal: who approves.
+            roles: the approver's roles; the default policy needs ``approver``.
+            purpose: the declaration's ``approval_purpose`` ("execute <integration>" when empty).
+            valid_seconds: how long it allows egress, seconds (the declaration's
+                ``approval_valid_seconds``).
+            fingerprint: the fingerprint the approver saw; when given it must be the operation's.
+            policy: who may approve what (``ledger.approvals``).
 
         Raises:
             IllegalTransitionError: not pending, or approval not required or already decided.
+            ApprovalRefusedError: the policy refuses this approver (e.g. a self-approval), or the
+                approval names another fingerprint.
+            InvalidArgumentError: a blank principal, a purpose over 200 characters.
+
+        Source: issue 14 item 2.
         """
+        now = require_utc(now)
         self._allow("grant_approval")
         require_principal(principal)
         if self.approval != APPROVAL_REQUIRED:
             raise IllegalTransitionError("grant_approval", self.execution.value, f"approval is {self.approval}")
-        self.trigger_event(self.ApprovalGranted, timestamp=require_utc(now), principal=principal)
+        if fingerprint is not None and fingerprint != self.fingerprint:
+            raise ApprovalRefusedError(f"the approval names fingerprint {fingerprint!r}, but operation {self.id} has "
+                                       f"{self.fingerprint!r}: look at the operation again")
+        purpose = purpose_of(self.integration_name, purpose)
+        check_operator_text("purpose", purpose, MAX_PURPOSE_CHARS)
+        refusal = policy(ApprovalRequest(integration=self.integration_name, purpose=purpose,
+                                         intended_by=self.principal, approver=principal,
+                                         roles=roles_of(roles), tenant=self.tenant))
+        if refusal is not None:
+            raise ApprovalRefusedError(f"approval of operation {self.id} refused: {refusal}")
+        self.trigger_event(self.ApprovalGranted, timestamp=now, principal=principal, fingerprint=self.fingerprint,
+                           purpose=purpose, expires_at=require_later(now, valid_seconds, "valid_seconds"))
+
+    def void_approval(self, *, now: datetime) -> str:
+        """Record that the granted approval no longer allows egress (``ApprovalVoided``): it
+        expired, or was granted for another fingerprint. The operation waits for a new approval,
+        or ends at its pending deadline.
+
+        Returns:
+            The reason (``ledger.approvals.void_reason``).
+
+        Raises:
+            IllegalTransitionError: not pending, or the approval still holds.
+        """
+        now = require_utc(now)
+        self._allow("void_approval")
+        reason = void_reason(self, now)
+        if reason is None:
+            raise IllegalTransitionError("void_approval", self.execution.value, "the approval holds")
+        self.trigger_event(self.ApprovalVoided, timestamp=now, reason=reason)
+        return reason
 
     def deny_approval(self, *, now: datetime, principal: str, reason: str) -> None:
         """Record an approver's refusal (``ApprovalDenied``): the operation fails, nothing sent.
@@ -251,6 +320,7 @@ class OperationCommands:
         """
         self._allow("deny_approval")
         require_principal(principal)
+        check_operator_text("reason", reason, MAX_REASON_CHARS)
         if self.approval != APPROVAL_REQUIRED:
             raise IllegalTransitionError("deny_approval", self.execution.value, f"approval is {self.approval}")
         self.trigger_event(self.ApprovalDenied, timestamp=require_utc(now), principal=principal, reason=reason)
@@ -281,6 +351,9 @@ class OperationCommands:
         if self.execution is E.PENDING:
             if self.approval == APPROVAL_REQUIRED:
                 raise IllegalTransitionError("claim", "pending", "awaiting approval")
+            voided = void_reason(self, now)
+            if voided is not None:
+                raise IllegalTransitionError("claim", "pending", f"{voided}: void it and wait for a new approval")
             if now < self.due_at:
                 raise IllegalTransitionError("claim", "pending", f"not due until {self.due_at.isoformat()}")
         else:
@@ -294,6 +367,45 @@ class OperationCommands:
             lease_expires_at=require_later(now, lease_seconds, "lease_seconds"), takeover=takeover,
         )
         return epoch
+
+    def flag_declaration_mismatch(self, *, now: datetime, worker_id: str, declared_digest: str) -> bool:
+        """Record that a worker refused the operation because its declaration of the same name
+        and version has digest ``declared_digest``, not the recorded ``integration_digest``
+        (``DeclarationMismatched``). The operation is on the attention queue as
+        ``declaration_mismatch`` until a worker with the recorded declaration claims it; it is
+        never executed under other rules.
+
+        Returns:
+            True when recorded; False when this mismatch is already the recorded one.
+
+        Raises:
+            IllegalTransitionError: not active, or ``declared_digest`` is the recorded digest.
+
+        Source: issue 14 item 5.
+        """
+        self._allow("flag_declaration_mismatch")
+        if declared_digest == self.integration_digest:
+            raise IllegalTransitionError("flag_declaration_mismatch", self.execution.value,
+                                         "the declared digest is the recorded one")
+        if self.declaration_mismatch == declared_digest:
+            return False
+        self.trigger_event(self.DeclarationMismatched, timestamp=require_utc(now), worker_id=worker_id,
+                           declared_digest=declared_digest)
+        return True
+
+    def wait_for_budget(self, *, now: datetime, scope: str, until: datetime) -> None:
+        """Record that call budget ``scope`` is used up until ``until`` (``BudgetWaited``): the
+        operation stays pending and is due again then. Not a failure (issue 14 item 1).
+
+        Raises:
+            IllegalTransitionError: not pending, or ``until`` is not after ``now``.
+        """
+        now = require_utc(now)
+        self._allow("wait_for_budget")
+        until = require_utc(until, "until")
+        if until <= now:
+            raise IllegalTransitionError("wait_for_budget", self.execution.value, "the next window must be later")
+        self.trigger_event(self.BudgetWaited, timestamp=now, scope=scope, until=until)
 
     def renew_lease(self, *, epoch: int, now: datetime, lease_seconds: float) -> None:
         """Extend the lease (``LeaseRenewed``). A lease that already ran out cannot be renewed:
@@ -332,6 +444,9 @@ class OperationCommands:
             raise IllegalTransitionError("start_attempt", "claimed", "cancellation was requested")
         if self.approval in (APPROVAL_REQUIRED, APPROVAL_DENIED):
             raise IllegalTransitionError("start_attempt", "claimed", f"approval is {self.approval}")
+        voided = void_reason(self, now)
+        if voided is not None:  # egress needs an unexpired approval of the current fingerprint
+            raise IllegalTransitionError("start_attempt", "claimed", voided)
         if self.attempts >= self.max_attempts:
             raise AttemptBudgetExceededError(
                 f"operation {self.id}: {self.attempts} of {self.max_attempts} attempts used")
@@ -461,9 +576,14 @@ class OperationCommands:
 
         Returns:
             True when recorded; False when cancellation was already requested.
+
+        Raises:
+            InvalidArgumentError: ``reason`` over ``MAX_REASON_CHARS`` (1,000) characters or
+                holding NUL or a lone surrogate; a blank principal.
         """
         self._allow("request_cancel")
         require_principal(principal)
+        check_operator_text("reason", reason, MAX_REASON_CHARS)
         if self.cancel_requested:
             return False
         self.trigger_event(self.CancelRequested, timestamp=require_utc(now), principal=principal, reason=reason)
@@ -477,6 +597,7 @@ class OperationCommands:
         """
         now = require_utc(now)
         self._allow("cancel")
+        check_operator_text("reason", reason, MAX_REASON_CHARS)
         if not self.cancel_requested:
             raise IllegalTransitionError("cancel", self.execution.value, "cancellation was not requested")
         if epoch is None:
@@ -570,8 +691,9 @@ class OperationCommands:
         Raises:
             IllegalTransitionError: nothing to resolve, or a resolution that does not fit.
         """
-        if not evidence.strip():
+        if not isinstance(evidence, str) or not evidence.strip():
             raise InvalidArgumentError("evidence is required: say what was checked")
+        check_operator_text("evidence", evidence, MAX_EVIDENCE_CHARS, required=True)
         require_principal(principal)
         if resolution not in RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED:
             raise InvalidArgumentError(

@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ledger.clock import DEFAULT_MAX_SKEW_SECONDS
 from ledger.errors import ConfigurationError
+from ledger.redaction import mask_url
 from ledger.time_limits import MAX_GRACE_SECONDS, MAX_LEASE_SECONDS, MAX_POLL_INTERVAL_SECONDS
 
 DEFAULT_DATABASE_URL = "sqlite:///.opledger/opledger.db"
@@ -80,7 +81,7 @@ class Database:
         if parts.scheme == "sqlite":
             raw = unquote(url[len("sqlite://"):])
             if not raw.startswith("/") or raw == "/":
-                raise ConfigurationError(f"SQLite URL must look like sqlite:///path/to/file.db, got {url!r}")
+                raise ConfigurationError(f"SQLite URL must look like sqlite:///path/to/file.db, got {mask_url(url)!r}")
             # sqlite:///rel/file.db is relative to the working directory; sqlite:////abs/file.db absolute.
             # Made absolute without resolving symlinks, so the store's checks can refuse one
             # (ledger.store_files).
@@ -88,12 +89,12 @@ class Database:
         if parts.scheme in ("postgresql", "postgres", "postgresql+psycopg"):
             dbname = parts.path.lstrip("/")
             if not dbname:
-                raise ConfigurationError(f"PostgreSQL URL must name a database, got {url!r}")
+                raise ConfigurationError(f"PostgreSQL URL must name a database, got {mask_url(url)!r}")
             query = parse_qs(parts.query, keep_blank_values=True)
             unknown = sorted(set(query) - {"schema", "pool_size"})
             if unknown:
                 raise ConfigurationError(
-                    f"unknown PostgreSQL URL parameter(s) {unknown} in {url!r}; "
+                    f"unknown PostgreSQL URL parameter(s) {unknown} in {mask_url(url)!r}; "
                     "only 'schema' and 'pool_size' are read")
             pool_size = query.get("pool_size", [str(DEFAULT_POOL_SIZE)])[0]
             if not pool_size.isdigit() or not 1 <= int(pool_size) <= MAX_POOL_SIZE:
@@ -118,7 +119,7 @@ class Database:
                 pool_size=int(pool_size),
             )
         raise ConfigurationError(
-            f"unsupported database URL {url!r}: use sqlite:///path or postgresql://user@host/db"
+            f"unsupported database URL {mask_url(url)!r}: use sqlite:///path or postgresql://user@host/db"
         )
 
     def url(self, *, driver: str = "") -> str:
@@ -238,6 +239,7 @@ class Settings(BaseSettings):
     allow_unreadable_events: bool = False
     store_id: str | None = None
     open_check: str = Field(default="quick", pattern=r"^(quick|header)$")
+    approval_policy: str | None = Field(default=None, pattern=r"^[\w.]+:[\w.]+$")
 
     @field_validator("database_url")
     @classmethod

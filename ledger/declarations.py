@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from ledger.errors import DeclarationError, UnknownIntegrationError
+from ledger.redaction import url_has_credentials
 from ledger.time_limits import (
     MAX_BACKOFF_SECONDS,
     MAX_BASE_BACKOFF_SECONDS,
@@ -31,6 +32,16 @@ from ledger.time_limits import (
 )
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$"
+DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
+"""An intent payload's size limit unless declared otherwise: bytes of its canonical JSON."""
+MAX_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
+"""The largest ``max_payload_bytes`` a declaration may set, bytes (payloads are stored inline)."""
+DEFAULT_APPROVAL_VALID_SECONDS = 86_400.0
+"""How long an approval allows egress unless declared otherwise, seconds (a day)."""
+_DIGEST_DEFAULTS: dict[str, Any] = {"max_payload_bytes": DEFAULT_MAX_PAYLOAD_BYTES, "approval_purpose": "",
+                                    "approval_valid_seconds": DEFAULT_APPROVAL_VALID_SECONDS}
+"""Fields added after digests were first recorded: left out of the digest while at their
+default, so a declaration written before them keeps its recorded digest (no false drift)."""
 SECRET_REF_PREFIX = "secretref:"
 """Secret payload fields hold a reference (``secretref:NAME``) resolved at egress, never a value."""
 
@@ -149,8 +160,11 @@ class Integration(_Strict):
     deadlines: Deadlines = Deadlines()
     settlement: SettlementAction | None = None
     requires_approval: bool = Field(default=False, strict=True)
+    approval_purpose: str = Field(default="", max_length=200, description='e.g. "refund above 1,000 EUR"')
+    approval_valid_seconds: float = Field(default=DEFAULT_APPROVAL_VALID_SECONDS, gt=0, le=MAX_DEADLINE_SECONDS)
     budgets: Budgets = Budgets()
     payload: Mapping[str, Classification] = Field(default_factory=dict)
+    max_payload_bytes: int = Field(default=DEFAULT_MAX_PAYLOAD_BYTES, ge=1, le=MAX_MAX_PAYLOAD_BYTES)
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False, allow_inf_nan=False)
 
@@ -161,6 +175,9 @@ class Integration(_Strict):
     def _endpoint_is_url(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("endpoint must be an http:// or https:// URL")
+        if value is not None and url_has_credentials(value):
+            raise ValueError("endpoint must not carry credentials (user:password@): put them in a "
+                             "payload field classified secret, or a header the adapter adds")
         return value
 
     @field_validator("payload")
@@ -212,7 +229,11 @@ class Integration(_Strict):
     @cached_property
     def _digest(self) -> str:
         # Computed once: the model is frozen, and every intent records it.
-        return "sha256:" + hashlib.sha256(canonical_json(self.model_dump(mode="json"))).hexdigest()
+        data = self.model_dump(mode="json")
+        for name, default in _DIGEST_DEFAULTS.items():
+            if data.get(name) == default:
+                del data[name]
+        return "sha256:" + hashlib.sha256(canonical_json(data)).hexdigest()
 
     def classification_of(self, field: str) -> Classification | None:
         """Return how ``field`` is classified, or None when the declaration does not list it."""

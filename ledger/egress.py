@@ -36,8 +36,10 @@ class EgressRequest:
         tenant: the tenant.
         headers: extra HTTP headers to send with the request; an adapter's own headers
             (signature, idempotency key, attempt id, ...) take precedence.
-        secrets: resolved secret values in ``payload``, filled by the worker so adapters can
-            redact them from any excerpt they store; never stored, and left out of ``repr``.
+        secrets: values to redact from anything the adapter returns: the resolved secrets in
+            ``payload`` and its ``internal`` text values (``executors.secrets.resolve_payload``);
+            filled by the worker, never stored, left out of ``repr``. The worker redacts every
+            outcome with them again (``executors.egress.redact_outcome``).
     """
 
     operation_id: UUID

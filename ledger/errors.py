@@ -273,6 +273,19 @@ class SettlementError(LedgerError):
     """
 
 
+class ApprovalRefusedError(LedgerError):
+    """The approval policy refuses this approver for this operation (no approver role, a
+    self-approval, ...), or the approval names another fingerprint. Fix: as the message says;
+    the policy is ``OPLEDGER_APPROVAL_POLICY`` (docs/guide.md, "Approvals")."""
+
+
+class DeclarationMismatchError(LedgerError):
+    """A worker's declaration of an integration differs from the one recorded on the operation
+    under the same name and version: the worker does not execute it under other rules. Fix:
+    declare the recorded rules under that version again, or bump the version for new rules.
+    """
+
+
 class PayloadError(LedgerError, ValueError):
     """An intent's payload breaks its declaration's classification.
 

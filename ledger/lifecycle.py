@@ -17,7 +17,10 @@ ACTIVE: frozenset[E] = ACTIVE_STATES
 BY_EXECUTION: dict[str, frozenset[E]] = {
     "grant_approval": frozenset({E.PENDING}),
     "deny_approval": frozenset({E.PENDING}),
+    "void_approval": frozenset({E.PENDING}),
+    "wait_for_budget": frozenset({E.PENDING}),
     "claim": ACTIVE,  # from claimed/dispatching/accepted only once the lease has expired
+    "flag_declaration_mismatch": ACTIVE,
     "renew_lease": frozenset({E.CLAIMED, E.DISPATCHING, E.ACCEPTED}),
     "start_attempt": frozenset({E.CLAIMED}),
     "accept": frozenset({E.DISPATCHING}),

@@ -156,6 +156,13 @@ class Operation(OperationCommands, Aggregate):
             op.disposition = None
             op.lease_takeovers = 0
             op.resolution = None
+            op.declaration_mismatch = None
+            op.approval_fingerprint = None
+            op.approval_purpose = None
+            op.approval_expires_at = None
+            op.approved_by = None
+            op.approval_voided = None
+            op.budget_wait = None
 
         # As above: the library's generic signature; a creation event always returns the new one.
         def mutate(self, aggregate: Operation | None) -> Operation:  # type: ignore[override]
@@ -170,10 +177,41 @@ class Operation(OperationCommands, Aggregate):
             return op
 
     class ApprovalGranted(Event):
+        """An approver consented for ``purpose``, for the operation with ``fingerprint``, until
+        ``expires_at`` (``ledger.approvals``)."""
+
+        class_version = 2
         principal: str
+        fingerprint: str
+        purpose: str
+        expires_at: datetime | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            # Approvals recorded before they were bound: honoured for their operation, no expiry.
+            state["fingerprint"] = ""
+            state["purpose"] = ""
+            state["expires_at"] = None
 
         def apply(self, op: Operation) -> None:
             op.approval = APPROVAL_GRANTED
+            op.approval_fingerprint = self.fingerprint
+            op.approval_purpose = self.purpose
+            op.approval_expires_at = self.expires_at
+            op.approved_by = self.principal
+
+    class ApprovalVoided(Event):
+        """A granted approval stopped allowing egress before it was used (``reason``:
+        ``approval_expired`` or ``approval_fingerprint_mismatch``); the operation waits for a
+        new approval."""
+
+        reason: str
+
+        def apply(self, op: Operation) -> None:
+            op.approval = APPROVAL_REQUIRED
+            op.approval_fingerprint = None
+            op.approval_expires_at = None
+            op.approval_voided = self.reason
 
     class ApprovalDenied(Event):
         principal: str
@@ -193,11 +231,34 @@ class Operation(OperationCommands, Aggregate):
             op.epoch = self.epoch
             op.worker_id = self.worker_id
             op.lease_expires_at = self.lease_expires_at
+            op.declaration_mismatch = None  # only a worker with the recorded declaration claims
+            op.budget_wait = None
             if self.takeover:
                 op.lease_takeovers += 1
             if op.execution is E.PENDING:
                 op.execution = E.CLAIMED
                 op.state_entered_at = self.timestamp
+
+    class DeclarationMismatched(Event):
+        """A worker refused the operation: its declaration of the same name and version has
+        another digest than the one recorded on ``Intended`` (issue 14 item 5)."""
+
+        worker_id: str
+        declared_digest: str
+
+        def apply(self, op: Operation) -> None:
+            op.declaration_mismatch = self.declared_digest
+
+    class BudgetWaited(Event):
+        """The call budget ``scope`` had no call left in its window: the operation is due again
+        at ``until``, when the next window opens (``ledger.budgets``)."""
+
+        scope: str
+        until: datetime
+
+        def apply(self, op: Operation) -> None:
+            op.due_at = self.until
+            op.budget_wait = self.scope
 
     class LeaseRenewed(Event):
         epoch: int
@@ -491,6 +552,8 @@ class Operation(OperationCommands, Aggregate):
             return "settlement_blocked"
         if self.execution is E.FAILED and self.settlement is S.NOT_REQUIRED:
             return "dead_letter"
+        if self.execution in lifecycle.ACTIVE and self.declaration_mismatch is not None:
+            return "declaration_mismatch"
         if self.execution in lifecycle.ACTIVE and self.lease_takeovers >= LEASE_TAKEOVERS_FOR_ATTENTION:
             return "lease_expired_repeatedly"
         return decisions.time_problem(self)

@@ -104,3 +104,10 @@ class FakeApp(LedgerApplication):
         op = self.intend(entity, "test.fake", target=target, payload={"n": 0})
         self.save(entity, op)
         return op.id
+
+
+class BudgetApp(ModesApp):
+    """``ModesApp`` whose idempotent integration allows 10 calls per 2 s (issue 14's acceptance)."""
+
+    name = "modes"
+    integrations = [declaration(DeliveryMode.IDEMPOTENT, budgets={"calls_per_window": 10, "window_seconds": 2.0})]

@@ -135,3 +135,18 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: fl
             return value
         time.sleep(interval)
     pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+
+
+@pytest.fixture
+def json_logs() -> Iterator[Callable[[], None]]:
+    """Call the yielded function inside the test (after ``capsys`` captures stderr) for the
+    production log configuration (JSON to stderr, secrets redacted); the structlog defaults
+    come back after the test (loggers are not cached, so nothing outlives it)."""
+    import structlog
+
+    from adapters.logs import configure_logging
+
+    try:
+        yield lambda: configure_logging("json", cache_loggers=False)
+    finally:
+        structlog.reset_defaults()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from adapters.cli import ops, simulate
@@ -37,19 +39,32 @@ def migrate(database_url: str = DatabaseOption, allow_unreadable_events: bool = 
     unless --allow-unreadable-events."""
     from adapters.runtime import load_app_class
     from migrations import migrate as run_migrations
+    from projections.drift import Drift, declaration_drift
     from projections.history import check_readable_history
 
     config = settings(database_url, allow_unreadable_events=allow_unreadable_events)
+    drifts: list[Drift] = []
+
+    def check(app: Any) -> None:
+        check_readable_history(app, allow_unreadable=config.allow_unreadable_events)
+        drifts.extend(declaration_drift(app))
+
     with UserErrors():
-        report = run_migrations(config.database, load_app_class(config.app), check=lambda app: check_readable_history(
-            app, allow_unreadable=config.allow_unreadable_events))
+        report = run_migrations(config.database, load_app_class(config.app), check=check)
     if json_output:
         from adapters.cli.common import print_json
 
-        print_json({"store_id": report.store_id, "application": report.app_name, "applied": report.applied})
+        print_json({"store_id": report.store_id, "application": report.app_name, "applied": report.applied,
+                    "declaration_drift": [{"integration": d.integration, "version": d.version, "declared": d.declared,
+                                           "recorded": dict(d.recorded)} for d in drifts]})
         return
     applied = ", ".join(report.applied) or "nothing (up to date)"
     console.print(f"migrated store {report.store_id} for application {report.app_name!r}: applied {applied}")
+    for drift in drifts:
+        recorded = ", ".join(f"{digest} ({n} operations)" for digest, n in sorted(drift.recorded.items()))
+        console.print(f"warning: declaration {drift.integration} v{drift.version} is {drift.declared} here, but "
+                      f"stored operations recorded {recorded}: they are not executed under these rules "
+                      "(attention declaration_mismatch; docs/operations.md)", markup=False, highlight=False)
 
 
 @app.command()

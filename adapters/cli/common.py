@@ -16,6 +16,7 @@ from rich.text import Text
 
 from ledger.config import Settings
 from ledger.errors import LedgerError, OperatorActionRefusedError
+from ledger.redaction import mask_url
 
 console = Console()
 errors = Console(stderr=True)
@@ -59,7 +60,12 @@ def settings_problems(exc: ValidationError, *, flags: Collection[str] = ()) -> s
         else:
             name = f"OPLEDGER_{field.upper()}"
         message = error["msg"].removeprefix("Value error, ")
-        problems.append(f"{name}={error.get('input')!r}: {message}")
+        value = error.get("input")
+        if field == "webhook_secret" or "secret" in field:
+            value = "***"
+        elif isinstance(value, str) and field.endswith("_url"):
+            value = mask_url(value)  # a database URL's password is never printed
+        problems.append(f"{name}={value!r}: {message}")
     return "; ".join(problems) + " (limits: docs/guide.md, 'Limits')"
 
 

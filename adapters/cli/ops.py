@@ -227,18 +227,27 @@ def cancel(
     _act(database_url, operation_id, OperatorAction("cancel", principal, reason=reason), json_output)
 
 
+RoleOption = typer.Option(None, "--role", help="the approver's roles (the default policy needs 'approver')")
+
+
 def approve(
     operation_id: str,
     deny: bool = typer.Option(False, "--deny", help="refuse instead of approving"),
     reason: str = typer.Option("", help="why (required with --deny)"),
     principal: str = typer.Option("operator"),
+    role: list[str] = RoleOption,
+    fingerprint: str = typer.Option(None, help="the fingerprint you reviewed (ops show); refused if it changed"),
     database_url: str = DatabaseOption,
     json_output: bool = JsonOption,
 ) -> None:
-    """Approve (or --deny) an operation whose integration requires approval."""
+    """Approve (or --deny) an operation whose integration requires approval. The approval is
+    bound to the operation's fingerprint, the declaration's purpose and expires after its
+    ``approval_valid_seconds``; the policy (OPLEDGER_APPROVAL_POLICY, default: the 'approver'
+    role, no self-approval) decides who may approve."""
     if deny and not reason:
         fail("--deny needs --reason")
-    action = OperatorAction("deny", principal, reason=reason) if deny else OperatorAction("approve", principal)
+    action = (OperatorAction("deny", principal, reason=reason) if deny else
+              OperatorAction("approve", principal, roles=tuple(role or ()), fingerprint=fingerprint))
     _act(database_url, operation_id, action, json_output)
 
 

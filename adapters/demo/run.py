@@ -38,6 +38,7 @@ from ledger.config import Database
 from ledger.declarations import DeliveryMode
 from ledger.errors import ConfigurationError
 from ledger.persistence import StoreLock
+from ledger.redaction import mask_url
 from ledger.status import ExecutionState, SettlementState, is_quiescent
 from migrations import migrate
 from projections.rows import StatusRow
@@ -290,7 +291,7 @@ def _print_summary(console: Console, summary: dict[str, Any], database: Database
     verdict = "[bold green]OK[/]" if clean else "[bold red]FAILED[/]"
     console.print(f"{verdict}: {summary['operations']} operations, lost {summary['lost']}, "
                   f"duplicate effects {summary['duplicate_effects']}. Inspect with "
-                  f"`{_this_command()} ops list --database-url {database.url()}`.")
+                  f"`{_this_command()} ops list --database-url {mask_url(database.url())}`.")
 
 
 def _this_command() -> str:

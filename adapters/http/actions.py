@@ -31,7 +31,8 @@ def _run(request: Request, operation_id: UUID, kind: ActionKind, grant: TokenGra
         raise Problem(409, "Conflict", "this server opened the SQLite store read-only (a worker owns it): "
                                        "operator actions need `opledger serve --write` with no worker running, "
                                        "or the CLI once the worker stops, or PostgreSQL")
-    return perform(store, operation_id, OperatorAction(kind, grant.principal, **fields))
+    # An approval carries the token's roles: the approval policy decides with them (issue 14).
+    return perform(store, operation_id, OperatorAction(kind, grant.principal, roles=tuple(grant.roles), **fields))
 
 
 @router.post("/{operation_id}/resolve", response_model=ActionResult,

@@ -28,12 +28,12 @@ from adapters.webhook.classify import (
 )
 from adapters.webhook.excerpt import (
     DEFAULT_EXCERPT_CHARS,
-    REDACTED,
     excerpt,
     redact,
     secrets_of,
     visible_text,
 )
+from ledger.redaction import REDACTED
 
 __all__ = [
     # the adapter

@@ -30,6 +30,7 @@ from adapters.webhook.classify import (
     classify_lookup,
     failure_of,
 )
+from adapters.webhook.deadline import attempt_deadline, install_deadlines, remaining_seconds
 from adapters.webhook.excerpt import (
     DEFAULT_EXCERPT_CHARS,
     TRUNCATED_MARK,
@@ -139,6 +140,9 @@ class WebhookAdapter:
         self._clock = clock
         self._config = config
         self._given = client
+        if client is not None:
+            # The attempt's total deadline binds only through the transport (adapters.webhook.deadline).
+            install_deadlines(client)
         # Without a given client, each egress thread gets its own: httpx's connection pool
         # scans every connection on each request under one lock, so one client shared by
         # hundreds of threads spent milliseconds of CPU per call (httpx issue #3215) and
@@ -151,7 +155,9 @@ class WebhookAdapter:
         """POST ``request.payload`` as signed JSON to ``request.target`` and classify the result.
 
         Args:
-            request: the attempt; ``timeout_seconds`` bounds each network phase and the body read.
+            request: the attempt; ``timeout_seconds`` is its total deadline: connect, TLS,
+                sending, response headers, redirects and the body read together, however slowly
+                the endpoint sends (``adapters.webhook.deadline``).
 
         Returns:
             The outcome per :func:`classify`; a ``Failed(INVALID_REQUEST)`` when the target or
@@ -208,6 +214,7 @@ class WebhookAdapter:
         if client is None:
             client = httpx.Client(limits=httpx.Limits(max_connections=CONNECTIONS_PER_THREAD,
                                                       max_keepalive_connections=CONNECTIONS_PER_THREAD))
+            install_deadlines(client)
             with self._owned_lock:
                 self._owned.append(client)
             self._local.client = client
@@ -246,6 +253,16 @@ class WebhookAdapter:
     def _exchange(self, method: str, url: str | httpx.URL, *, content: bytes | None,
                   headers: Mapping[str, str], timeout_seconds: float, follow_redirects: bool,
                   secrets: tuple[str, ...]) -> HttpExchange:
+        # One total deadline for connect, TLS, sending, headers, redirects and the body: an
+        # endpoint dripping bytes cannot stretch the attempt (issue 14 item 6).
+        with attempt_deadline(timeout_seconds):
+            return self._exchange_within(method, url, content=content, headers=headers,
+                                         timeout_seconds=timeout_seconds, follow_redirects=follow_redirects,
+                                         secrets=secrets)
+
+    def _exchange_within(self, method: str, url: str | httpx.URL, *, content: bytes | None,
+                         headers: Mapping[str, str], timeout_seconds: float, follow_redirects: bool,
+                         secrets: tuple[str, ...]) -> HttpExchange:
         client = self._client
         try:
             outgoing = client.build_request(method, url, content=content, headers=headers,
@@ -266,7 +283,7 @@ class WebhookAdapter:
                 sent = True
                 follow = response.next_request
                 if (follow is not None and follow_redirects and hops < MAX_REDIRECTS
-                        and _preserves_request(outgoing, follow)):
+                        and _preserves_request(outgoing, follow) and not follow.url.userinfo):
                     outgoing, hops = follow, hops + 1
                     continue
                 body, complete = self._read_bounded(response, timeout_seconds)
@@ -282,8 +299,9 @@ class WebhookAdapter:
 
     def _read_bounded(self, response: httpx.Response, timeout_seconds: float) -> tuple[bytes, bool]:
         limit = self._config.max_response_bytes
-        # A server dripping bytes could otherwise hold us for one read timeout per chunk.
-        deadline = time.monotonic() + timeout_seconds
+        # The transport bounds each read by the attempt's deadline; this check also covers a
+        # given client whose transport is not httpx's own (e.g. a MockTransport).
+        deadline = time.monotonic() + max(0.0, min(timeout_seconds, remaining_seconds()))
         try:
             # Transports that hand back a body already in memory (e.g. httpx.MockTransport).
             content = response.content

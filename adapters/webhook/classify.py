@@ -23,6 +23,7 @@ import httpx
 from adapters.webhook.excerpt import visible_text
 from ledger.clock import require_utc
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
+from ledger.redaction import mask_url
 
 DEFAULT_MAX_RETRY_AFTER_SECONDS = 3600.0
 MAX_REDIRECTS = 5
@@ -109,9 +110,9 @@ def classify(exchange: HttpExchange, *, now: datetime,
         return Failed(FailureCategory.THROTTLED, retryable=True, retry_after=retry_after,
                       status_code=status, detail=detail)
     if 300 <= status < 400:
-        location = visible_text(exchange.headers.get("location", "").encode())[:MAX_HEADER_DETAIL_CHARS]
+        location = mask_url(visible_text(exchange.headers.get("location", "").encode()))[:MAX_HEADER_DETAIL_CHARS]
         note = (f"redirect to {location!r} not followed (only method-preserving redirects, at most "
-                f"{MAX_REDIRECTS}, in idempotent or read_only mode)")
+                f"{MAX_REDIRECTS}, in idempotent or read_only mode, never to a URL with credentials)")
         return Failed(FailureCategory.REJECTED, retryable=False, status_code=status,
                       detail=f"{note}; {detail}" if detail else note)
     if 400 <= status < 500:

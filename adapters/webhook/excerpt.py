@@ -8,14 +8,14 @@ Source: DESIGN §9 ("secret values never appear"); ``ledger.outcomes`` (excerpt/
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 
 from ledger.egress import EgressRequest
+from ledger.redaction import forms_of
+from ledger.redaction import redact as _redact
 
 DEFAULT_EXCERPT_CHARS = 2000
-REDACTED = "[REDACTED]"
 TRUNCATED_MARK = "…[truncated]"
 
 # C0 and C1 controls other than tab and newlines: they can steer a terminal or hide text.
@@ -41,11 +41,10 @@ def visible_text(raw: bytes) -> str:
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """Replace every occurrence of each secret value in ``text`` with ``[REDACTED]``. Pure.
+    """Replace every form of each secret value in ``text`` with ``[REDACTED]``. Pure.
 
-    Each non-empty secret is matched as is, JSON-escaped (as an echoing server would write it)
-    and in its :func:`visible_text` form; longer matches win. Short secrets are redacted too:
-    a garbled excerpt is harmless, a leaked secret is not.
+    The one rule of ``ledger.redaction.redact``: raw, JSON-escaped, URL-encoded, base64 and hex
+    forms; longer matches win; short secrets are redacted too.
 
     Args:
         text: the text to clean.
@@ -54,9 +53,9 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     Returns:
         ``text`` without any of the secret values.
 
-    Source: DESIGN §9 ("secret values never appear").
+    Source: DESIGN §9 ("secret values never appear"); issue 14 item 3.
     """
-    return _replace_forms(text, _secret_forms(secrets))
+    return _redact(text, secrets)
 
 
 def excerpt(raw: bytes, *, limit_chars: int = DEFAULT_EXCERPT_CHARS, secrets: Iterable[str] = (),
@@ -73,8 +72,9 @@ def excerpt(raw: bytes, *, limit_chars: int = DEFAULT_EXCERPT_CHARS, secrets: It
     Returns:
         Valid UTF-8 text of at most ``limit_chars`` characters.
     """
-    forms = _secret_forms(secrets)
-    text = _replace_forms(visible_text(raw), forms)
+    values = tuple(secrets)
+    text = _redact(visible_text(raw), values)
+    forms = tuple(sorted({f for v in values for f in forms_of(v)}, key=len, reverse=True))
     if not complete:
         text = _drop_secret_prefix_tail(text, forms)
     if complete and len(text) <= limit_chars:
@@ -83,23 +83,9 @@ def excerpt(raw: bytes, *, limit_chars: int = DEFAULT_EXCERPT_CHARS, secrets: It
 
 
 def secrets_of(request: EgressRequest) -> tuple[str, ...]:
-    """Return the resolved secret values to redact for ``request``: the non-empty entries of
-    ``request.secrets`` (filled by the worker when it resolves the payload). Pure."""
+    """Return the values to redact for ``request``: the non-empty entries of ``request.secrets``
+    (filled by the worker: resolved secrets and ``internal`` payload text). Pure."""
     return tuple(secret for secret in request.secrets if secret)
-
-
-def _secret_forms(secrets: Iterable[str]) -> tuple[str, ...]:
-    forms = set()
-    for secret in secrets:
-        if secret:
-            forms |= {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1],
-                      visible_text(secret.encode("utf-8", errors="surrogatepass"))}
-    return tuple(sorted(forms, key=len, reverse=True))
-
-
-def _replace_forms(text: str, forms: tuple[str, ...]) -> str:
-    # One alternation, longest first, so a secret containing another is replaced whole.
-    return re.sub("|".join(map(re.escape, forms)), REDACTED, text) if forms else text
 
 
 def _drop_secret_prefix_tail(text: str, forms: tuple[str, ...]) -> str:

@@ -117,7 +117,7 @@ def new_operation(*, now: datetime = T0, payload: Mapping[str, Any] = PAYLOAD, *
 
 def _claim(b: Built) -> None:
     if b.op.approval == "required":
-        b.op.grant_approval(now=b.tick(), principal="approver")
+        b.op.grant_approval(now=b.tick(), principal="approver", roles={"approver"})
     b.op.claim(now=b.tick(), worker_id="worker-1", lease_seconds=LEASE_SECONDS)
 
 

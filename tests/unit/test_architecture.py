@@ -68,7 +68,7 @@ PUBLIC_API = {
     "executors": [
         "Worker", "WorkerConfig", "Counts", "ClaimService", "ClaimConfig", "EgressService", "EgressConfig",
         "OutcomeService", "SettlementService", "LeaseService", "LeaseConfig", "commit_changes", "CommitResult",
-        "Committer", "SecretResolver", "EnvironmentSecrets", "MissingSecretError",
+        "Committer", "SecretProvider", "SecretResolver", "EnvironmentSecrets", "FileSecrets", "MissingSecretError",
     ],
     "projections": [
         "StatusProjection", "StatusProjectionConfig", "StatusView", "open_view", "StatusRow",

@@ -186,7 +186,16 @@ class OperationMachine(RuleBasedStateMachine):
 
     @command(step=STEP, naive=NAIVE)
     def grant_approval(self, step: int, naive: bool) -> None:
-        self._run(lambda: self.op.grant_approval(now=self._time(step, naive), principal="approver"))
+        self._run(lambda: self.op.grant_approval(now=self._time(step, naive), principal="approver", roles={"approver"}))
+
+    @command(step=STEP)
+    def wait_for_budget(self, step: int) -> None:
+        self._run(lambda: self.op.wait_for_budget(now=self._time(step), scope="s",
+                                                  until=self._time(step) + timedelta(seconds=2)))
+
+    @command(step=STEP)
+    def void_approval(self, step: int) -> None:
+        self._run(lambda: self.op.void_approval(now=self._time(step)))
 
     @command(step=STEP)
     def deny_approval(self, step: int) -> None:
@@ -195,6 +204,11 @@ class OperationMachine(RuleBasedStateMachine):
     @command(step=STEP, naive=NAIVE, lease=st.integers(min_value=1, max_value=90))
     def claim(self, step: int, naive: bool, lease: int) -> None:
         self._run(lambda: self.op.claim(now=self._time(step, naive), worker_id="w", lease_seconds=lease))
+
+    @command(step=STEP, digest=st.sampled_from(["sha256:a", "sha256:b"]))
+    def flag_declaration_mismatch(self, step: int, digest: str) -> None:
+        self._run(lambda: self.op.flag_declaration_mismatch(now=self._time(step), worker_id="w2",
+                                                            declared_digest=digest))
 
     @command(step=STEP, offset=EPOCH_OFFSETS, lease=st.integers(min_value=1, max_value=90))
     def renew_lease(self, step: int, offset: int, lease: int) -> None:
@@ -303,7 +317,7 @@ class OperationMachine(RuleBasedStateMachine):
     @rule(lease=st.integers(min_value=30, max_value=90))
     def guided_pending(self, lease: int) -> None:
         if self.op.approval == "required":
-            self._run(lambda: self.op.grant_approval(now=self._time(1), principal="approver"))
+            self._run(lambda: self.op.grant_approval(now=self._time(1), principal="approver", roles={"approver"}))
         wait = max(0, math.ceil((self.op.due_at - self.now).total_seconds()))
         self._run(lambda: self.op.claim(now=self._time(wait), worker_id="w", lease_seconds=lease))
 

@@ -61,6 +61,11 @@ class Spec:
     after: Callable[[E], E] = _same
 
 
+def _grant_briefly(b: Built) -> None:
+    if b.op.approval == "required" and b.op.execution is E.PENDING:
+        b.op.grant_approval(now=b.tick(), principal="approver", roles={"approver"}, valid_seconds=5)
+
+
 def _request_cancel_if_active(b: Built) -> None:
     if b.op.execution in lifecycle.ACTIVE:
         b.op.request_cancel(now=b.tick(), principal="alice", reason="changed my mind")
@@ -85,8 +90,19 @@ def _resolve(b: Built, epoch: Any) -> Any:
 SPECS: dict[str, Spec] = {
     "grant_approval": Spec(
         Operation.ApprovalGranted,
-        lambda b, epoch: b.op.grant_approval(now=b.tick(), principal="approver"),
+        lambda b, epoch: b.op.grant_approval(now=b.tick(), principal="approver", roles={"approver"}),
         overrides={"requires_approval": True},
+    ),
+    "void_approval": Spec(
+        Operation.ApprovalVoided,
+        lambda b, epoch: b.op.void_approval(now=b.tick(10)),
+        overrides={"requires_approval": True},
+        prepare=_grant_briefly,
+        returns="approval_expired",
+    ),
+    "wait_for_budget": Spec(
+        Operation.BudgetWaited,
+        lambda b, epoch: b.op.wait_for_budget(now=b.tick(), scope="test", until=b.at(b.now + timedelta(seconds=2))),
     ),
     "deny_approval": Spec(
         Operation.ApprovalDenied,
@@ -148,6 +164,11 @@ SPECS: dict[str, Spec] = {
                                              category=FailureCategory.THROTTLED, reason="503",
                                              possibly_applied=False),
         after=lambda before: E.PENDING,
+    ),
+    "flag_declaration_mismatch": Spec(
+        Operation.DeclarationMismatched,
+        lambda b, epoch: b.op.flag_declaration_mismatch(now=b.tick(), worker_id="w2", declared_digest="sha256:other"),
+        returns=True,
     ),
     "request_cancel": Spec(
         Operation.CancelRequested,
@@ -393,9 +414,9 @@ def test_claim_refuses_awaiting_approval_and_before_due() -> None:
     b = build(E.PENDING, requires_approval=True)
     with pytest.raises(IllegalTransitionError, match="awaiting approval"):
         b.op.claim(now=b.tick(), worker_id="w", lease_seconds=30)
-    b.op.grant_approval(now=b.tick(), principal="approver")
+    b.op.grant_approval(now=b.tick(), principal="approver", roles={"approver"})
     with pytest.raises(IllegalTransitionError, match="approval is granted"):
-        b.op.grant_approval(now=b.tick(), principal="approver")
+        b.op.grant_approval(now=b.tick(), principal="approver", roles={"approver"})
 
     b = build(E.DISPATCHING)
     b.op.schedule_retry(epoch=b.epoch, now=b.tick(), attempt_id=b.attempt_id,

@@ -1,0 +1,109 @@
+"""Declaration drift at start (issue 14 item 5): which registered declarations have another
+digest than the one recorded on stored intents of the same name and version.
+
+``opledger migrate`` and ``opledger worker`` call :func:`report_declaration_drift` after the
+readable-history check; a worker also refuses each drifted operation it meets
+(``executors.claim``, attention ``declaration_mismatch``). This only reports: an operation is
+never executed under other rules whatever it says.
+
+Source: issue 14 item 5; docs/operations.md ("declaration_mismatch").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import structlog
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.utils import get_topic
+
+from ledger.application import LedgerApplication
+from ledger.errors import CorruptRecordError
+from ledger.operation import Operation
+from migrations.queries import load_queries
+from projections.loading import _is_sqlite
+
+log = structlog.get_logger("opledger.drift")
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """One registered declaration whose digest differs from recorded intents.
+
+    Attributes:
+        integration: the name.
+        version: the version.
+        declared: this code's digest.
+        recorded: recorded digest to the number of operations recorded under it.
+    """
+
+    integration: str
+    version: int
+    declared: str
+    recorded: dict[str, int]
+
+
+def recorded_digests(app: LedgerApplication) -> dict[tuple[str, int], Counter[str]]:
+    """Return, per stored ``(integration, version)``, how many intents recorded each digest.
+
+    Reads every ``Intended`` record once (the whole events table; no index on topic). A record
+    that does not decode is left out (the status projection reports it).
+    """
+    found: dict[tuple[str, int], Counter[str]] = {}
+    for originator_id, version, topic, state in _select_intents(app):
+        record = StoredEvent(originator_id=UUID(str(originator_id)), originator_version=int(version),
+                             topic=str(topic), state=bytes(state))
+        try:
+            intent: Any = app.mapper.to_domain_event(record)
+        except CorruptRecordError:
+            continue
+        key = (intent.integration_name, intent.integration_version)
+        found.setdefault(key, Counter())[intent.integration_digest] += 1
+    return found
+
+
+def _select_intents(app: LedgerApplication) -> list[Any]:
+    """Run ``select_intents``: every stored ``Intended`` record, as rows."""
+    recorder: Any = app.recorder
+    topics = [get_topic(Operation.Intended)]
+    if _is_sqlite(recorder):
+        sql = load_queries("sqlite")["select_intents"].format(
+            table=recorder.events_table_name, topics=",".join("?" * len(topics)))
+        with recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute(sql, topics)
+            rows = cursor.fetchall()
+    else:
+        from psycopg.rows import tuple_row
+
+        sql = load_queries("postgres")["select_intents"].format(
+            table=f'"{recorder.datastore.schema}"."{recorder.events_table_name}"')
+        with recorder.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as cursor:
+            cursor.execute(sql, [topics])
+            rows = cursor.fetchall()
+    return list(rows)
+
+
+def declaration_drift(app: LedgerApplication) -> list[Drift]:
+    """Registered declarations whose digest differs from some recorded intents' (see module)."""
+    recorded = recorded_digests(app)
+    drifts = []
+    for integration in app.registry:
+        digests = recorded.get(integration.key, Counter())
+        other = {digest: n for digest, n in digests.items() if digest != integration.digest()}
+        if other:
+            drifts.append(Drift(integration.name, integration.version, integration.digest(), other))
+    return drifts
+
+
+def report_declaration_drift(app: LedgerApplication) -> list[Drift]:
+    """Log a warning for each drifted declaration and return them (never raises for drift)."""
+    drifts = declaration_drift(app)
+    for drift in drifts:
+        log.warning("declaration differs from the one recorded on stored operations of the same version; "
+                    "those operations are not executed here (attention: declaration_mismatch)",
+                    integration=drift.integration, version=drift.version, declared=drift.declared,
+                    recorded=drift.recorded)
+    return drifts

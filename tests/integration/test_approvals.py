@@ -1,0 +1,172 @@
+"""Approvals bound to purpose, fingerprint and expiry (issue 14 item 2), with the worker and the
+CLI on both backends."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from adapters.cli.app import app as cli
+from adapters.fake import FakeAdapter
+from executors.runtime import Worker, WorkerConfig
+from executors.secrets import EnvironmentSecrets
+from ledger.approvals import ApprovalRequest
+from ledger.clock import FakeClock
+from ledger.config import Database
+from ledger.declarations import DeliveryMode
+from ledger.errors import ApprovalRefusedError
+from ledger.operation import Operation
+from ledger.status import ExecutionState as E
+from projections.status import StatusProjection
+from projections.view import open_view
+from tests.apps import ModesApp, declaration
+
+PURPOSE = "refund above 1,000 EUR"
+VALID = 60.0
+
+
+class ApprovalApp(ModesApp):
+    """The test application, its idempotent integration requiring a purpose-bound approval."""
+
+    name = "modes"
+    integrations = [declaration(DeliveryMode.IDEMPOTENT, requires_approval=True, approval_purpose=PURPOSE,
+                                approval_valid_seconds=VALID)]
+
+
+def allow_self_approval(request: ApprovalRequest) -> str | None:
+    """A host policy: anyone with the approver role, themselves included."""
+    return None if "approver" in request.roles else "needs the approver role"
+
+
+def _worker(app: ModesApp, view: Any, adapter: FakeAdapter, clock: FakeClock) -> Worker:
+    return Worker(app=app, view=view, adapters={"webhook": adapter}, clock=clock,
+                  secrets=EnvironmentSecrets({"test-token": "tok"}), config=WorkerConfig(worker_id="w"),
+                  projection=StatusProjection(app=app, view=view))
+
+
+def _drive(worker: Worker, rounds: int = 10) -> None:
+    for _ in range(rounds):
+        worker.run_once()
+        worker.egress.wait(0.02)
+
+
+def _approve(app: ApprovalApp, op_id: Any, **kwargs: Any) -> None:
+    op = app.get_operation(op_id)
+    decl = app.registry.get("test.idempotent")
+    op.grant_approval(now=app.clock.now(), purpose=decl.approval_purpose, valid_seconds=decl.approval_valid_seconds,
+                      **({"principal": "alice", "roles": {"approver"}} | kwargs))
+    app.save(op)
+
+
+def test_an_approval_that_expires_before_egress_is_void(modes_db: Database) -> None:
+    clock = FakeClock()
+    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=clock)
+    view = open_view(modes_db)
+    adapter = FakeAdapter()
+    worker = _worker(app, view, adapter, clock)
+    try:
+        op_id = app.make("idempotent", "https://partner.example/refund")
+        _approve(app, op_id)
+        clock.advance(VALID + 1)  # nobody ran in time: the approval expired before egress
+        _drive(worker)
+        op = app.get_operation(op_id)
+        assert adapter.count == 0 and op.execution is E.PENDING and op.approval == "required"
+        assert op.approval_voided == "approval_expired"
+        assert [type(e).__name__ for e in app.events.get(op_id)][-1] == "ApprovalVoided"
+        # A fresh approval, used in time, lets it go.
+        _approve(app, op_id)
+        _drive(worker)
+        assert adapter.count == 1 and app.get_operation(op_id).execution is E.SUCCEEDED
+    finally:
+        worker.close()
+        view.close()
+        app.close()
+
+
+def test_a_voided_approval_ends_at_the_pending_deadline_saying_so(modes_db: Database) -> None:
+    clock = FakeClock()
+    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=clock)
+    view = open_view(modes_db)
+    adapter = FakeAdapter()
+    worker = _worker(app, view, adapter, clock)
+    try:
+        op_id = app.make("idempotent", "https://partner.example/refund")
+        _approve(app, op_id)
+        clock.advance(VALID + 1)
+        _drive(worker, 3)
+        clock.advance(300)  # the test declaration's pending deadline
+        _drive(worker, 3)
+        op = app.get_operation(op_id)
+        assert adapter.count == 0 and op.execution is E.FAILED
+        names = [type(e).__name__ for e in app.events.get(op_id)]
+        assert names[1:4] == ["ApprovalGranted", "ApprovalVoided", "DeadlineExceeded"], names
+        assert op.failure is not None and op.approval_voided == "approval_expired"
+    finally:
+        worker.close()
+        view.close()
+        app.close()
+
+
+def test_an_approval_for_another_fingerprint_or_by_the_intender_is_refused(modes_db: Database) -> None:
+    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=FakeClock())
+    try:
+        op_id = app.make("idempotent", "https://partner.example/refund")
+        with pytest.raises(ApprovalRefusedError, match="names fingerprint 'sha256:other'"):
+            _approve(app, op_id, fingerprint="sha256:other")
+        # The test application intends as "system"; the default policy refuses its self-approval.
+        with pytest.raises(ApprovalRefusedError, match="self-approval"):
+            _approve(app, op_id, principal="system")
+        with pytest.raises(ApprovalRefusedError, match="does not have the 'approver' role"):
+            _approve(app, op_id, roles=set())
+        _approve(app, op_id, principal="system", policy=allow_self_approval)  # a host policy allows it
+        op = app.get_operation(op_id)
+        assert op.approval == "granted" and op.approved_by == "system"
+        assert op.approval_fingerprint == op.fingerprint and op.approval_purpose == PURPOSE
+        assert op.approval_expires_at == app.get_operation(op_id).approval_expires_at
+    finally:
+        app.close()
+
+
+def test_a_recorded_approval_of_another_fingerprint_never_allows_egress(modes_db: Database) -> None:
+    clock = FakeClock()
+    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=clock)
+    try:
+        op_id = app.make("idempotent", "https://partner.example/refund")
+        op = app.get_operation(op_id)
+        # As if recorded by a faulty or older tool: the event carries another fingerprint.
+        op.trigger_event(Operation.ApprovalGranted, timestamp=clock.now(), principal="alice",
+                         fingerprint="sha256:other", purpose=PURPOSE, expires_at=clock.now() + timedelta(hours=1))
+        app.save(op)
+        op = app.get_operation(op_id)
+        with pytest.raises(Exception, match="approval_fingerprint_mismatch"):
+            op.claim(now=clock.now(), worker_id="w", lease_seconds=30)
+        assert op.void_approval(now=clock.now()) == "approval_fingerprint_mismatch"
+    finally:
+        app.close()
+
+
+def test_the_purpose_shows_in_ops_show_and_the_timeline(modes_db: Database) -> None:
+    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=FakeClock())
+    try:
+        op_id = app.make("idempotent", "https://partner.example/refund")
+    finally:
+        app.close()
+    env = {"OPLEDGER_APP": "tests.integration.test_approvals:ApprovalApp"}
+    runner = CliRunner()
+    url = ["--database-url", modes_db.url()]
+    refused = runner.invoke(cli, ["approve", str(op_id), "--principal", "bob", *url], env=env)
+    assert refused.exit_code == 2 and "does not have the 'approver' role" in refused.output
+    shown = json.loads(runner.invoke(cli, ["ops", "show", str(op_id), "--json", *url], env=env).output)
+    assert shown["approval"]["state"] == "required" and shown["approval"]["purpose"] == PURPOSE
+    done = runner.invoke(cli, ["approve", str(op_id), "--principal", "bob", "--role", "approver",
+                               "--fingerprint", shown["approval"]["fingerprint"], *url], env=env)
+    assert done.exit_code == 0, done.output
+    shown = json.loads(runner.invoke(cli, ["ops", "show", str(op_id), "--json", *url], env=env).output)
+    assert shown["approval"]["approved_by"] == "bob" and shown["approval"]["expires_at"]
+    timeline = json.loads(runner.invoke(cli, ["ops", "timeline", str(op_id), "--json", *url], env=env).output)
+    granted = [e for e in timeline if e["event"] == "ApprovalGranted"]
+    assert granted and granted[0]["details"]["purpose"] == PURPOSE

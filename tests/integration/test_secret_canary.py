@@ -1,0 +1,135 @@
+"""The secret canary (issue 14): a provider echoes a secret in every encoding and an ``internal``
+value back; none of them may reach the store, the CLI or the logs. On both backends.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import quote, quote_plus
+
+import pytest
+from typer.testing import CliRunner
+
+from adapters.cli.app import app as cli
+from adapters.webhook import WebhookAdapter
+from executors.runtime import Worker, WorkerConfig
+from executors.secrets import EnvironmentSecrets
+from ledger.clock import SystemClock
+from ledger.config import Database
+from ledger.declarations import DeliveryMode
+from projections.status import StatusProjection
+from projections.view import open_view
+from tests.apps import ModesApp
+from tests.conftest import PG_URL, SECRET
+
+CANARY = 'tok/ü"canary+secret 42'
+"""A secret whose JSON, URL and base64 forms all differ from its raw text."""
+INTERNAL = "internal-canary-7731"
+
+
+def echo_forms(value: str) -> list[str]:
+    raw = value.encode()
+    return [value, json.dumps(value)[1:-1], json.dumps(value)[1:-1].replace("/", "\\/"),
+            json.dumps(value, ensure_ascii=False)[1:-1], quote(value, safe=""), quote_plus(value),
+            base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode().rstrip("="), raw.hex()]
+
+
+class _Echo(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps({"forms": echo_forms(CANARY), "internal": INTERNAL}, ensure_ascii=False).encode()
+        body += b" raw:" + CANARY.encode() + b" " + json.dumps(CANARY).encode()
+        self.send_response(200)
+        self.send_header("X-Echo", base64.b64encode(CANARY.encode()).decode())
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def echo_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/echo"
+    server.shutdown()
+    server.server_close()
+
+
+def _needles() -> list[bytes]:
+    needles = {form.encode() for form in echo_forms(CANARY)}
+    return sorted(needles)
+
+
+def _postgres_bytes(database: Database) -> bytes:
+    import psycopg
+
+    assert database.schema is not None
+    chunks = []
+    with psycopg.connect(Database.parse(PG_URL).conninfo()) as conn:
+        tables = conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                              [database.schema]).fetchall()
+        for (table,) in tables:
+            for row in conn.execute(f'SELECT * FROM "{database.schema}"."{table}"').fetchall():
+                chunks.append(repr(row).encode())
+                chunks.extend(v if isinstance(v, bytes) else str(v).encode() for v in row)
+    return b"\n".join(chunks)
+
+
+def _sqlite_bytes(database: Database) -> bytes:
+    assert database.path is not None
+    return b"".join(p.read_bytes() for p in Path(database.path).parent.iterdir() if p.is_file())
+
+
+def test_a_secret_echoed_in_every_encoding_reaches_no_sink(modes_db: Database, echo_url: str,
+                                                          capsys: pytest.CaptureFixture[str], json_logs: Callable[[], None]) -> None:
+    json_logs()
+    app = ModesApp(env=modes_db.library_env(create_table=False))
+    clock = SystemClock()
+    view = open_view(modes_db)
+    adapter = WebhookAdapter(secret=SECRET, clock=clock)
+    worker = Worker(app=app, view=view, adapters={"webhook": adapter}, clock=clock,
+                    config=WorkerConfig(worker_id="canary", lease_seconds=10, egress_slots=2),
+                    projection=StatusProjection(app=app, view=view),
+                    secrets=EnvironmentSecrets({"test-token": CANARY}))
+    try:
+        from tests.apps import Thing
+        thing = Thing(label="canary")
+        op = app.intend(thing, f"test.{DeliveryMode.IDEMPOTENT.value}", target=echo_url,
+                        payload={"n": 1, "note": INTERNAL, "token": "secretref:test-token"})
+        app.save(thing, op)
+        deadline = time.monotonic() + 20
+        while app.get_operation(op.id).status.value != "settled" and time.monotonic() < deadline:
+            worker.run_once()
+            time.sleep(0.02)
+        done = app.get_operation(op.id)
+        assert done.status.value == "settled", (done.failure, done.ambiguity_reason)
+        assert "[REDACTED]" in done.excerpt and INTERNAL not in done.excerpt
+    finally:
+        worker.close()
+        adapter.close()
+        view.close()
+        app.close()
+    stored = _sqlite_bytes(modes_db) if modes_db.backend == "sqlite" else _postgres_bytes(modes_db)
+    leaks = [needle for needle in _needles() if needle in stored]
+    assert not leaks, f"secret forms found in the store: {leaks}"
+    cli_out = ""
+    for args in (["ops", "show", str(op.id)], ["ops", "show", str(op.id), "--json"],
+                 ["ops", "timeline", str(op.id)], ["ops", "timeline", str(op.id), "--json"]):
+        result = CliRunner().invoke(cli, [*args, "--database-url", modes_db.url()],
+                                    env={"OPLEDGER_APP": "tests.apps:ModesApp"})
+        assert result.exit_code == 0, result.output
+        cli_out += result.output
+    logs = capsys.readouterr()
+    for sink, text in (("CLI", cli_out), ("logs", logs.out + logs.err)):
+        for needle in [*_needles(), INTERNAL.encode()]:
+            assert needle not in text.encode(), f"{needle!r} found in the {sink} output"

@@ -1,0 +1,164 @@
+"""Timeouts that hold (issue 14 item 6): hostile endpoints against the real webhook adapter, each
+attempt ending within its total deadline however the endpoint drips its bytes."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from uuid import uuid4
+
+import httpx
+import pytest
+
+from adapters.webhook import WebhookAdapter
+from adapters.webhook.deadline import DeadlineBackend, install_deadlines
+from ledger.clock import SystemClock
+from ledger.declarations import DeliveryMode
+from ledger.egress import EgressRequest
+from ledger.outcomes import Ambiguous, Failed, Succeeded
+from tests.conftest import SECRET
+
+TOTAL = 1.5
+"""The attempt's total deadline in these tests, seconds."""
+SLACK = 0.75
+"""What the attempt may take past its deadline (closing, classifying, a loaded machine), seconds."""
+
+
+def _serve(handler: Callable[[socket.socket], None]) -> Iterator[str]:
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    stop = threading.Event()
+
+    def loop() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            threading.Thread(target=_handle, args=(conn,), daemon=True).start()
+
+    def _handle(conn: socket.socket) -> None:
+        try:
+            conn.settimeout(10)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            handler(conn)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join(2)
+    server.close()
+
+
+def _drip(conn: socket.socket, data: bytes, every: float = 0.25) -> None:
+    for byte in data:
+        conn.sendall(bytes([byte]))
+        time.sleep(every)
+
+
+@pytest.fixture
+def dripped_headers() -> Iterator[str]:
+    yield from _serve(lambda conn: _drip(conn, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+
+
+@pytest.fixture
+def dripped_body() -> Iterator[str]:
+    def handler(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+        _drip(conn, b"x" * 100)
+    yield from _serve(handler)
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    yield from _serve(lambda conn: time.sleep(8))
+
+
+@pytest.fixture
+def credential_redirect() -> Iterator[str]:
+    def handler(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 307 Temporary Redirect\r\nLocation: http://user:hunter2@127.0.0.1:9/steal\r\n"
+                     b"Content-Length: 0\r\n\r\n")
+    yield from _serve(handler)
+
+
+def _request(target: str, mode: DeliveryMode = DeliveryMode.IDEMPOTENT) -> EgressRequest:
+    return EgressRequest(operation_id=uuid4(), attempt_id=uuid4(), attempt_number=1, integration="hooks.send",
+                         delivery_mode=mode, target=target, payload={"n": 1}, timeout_seconds=TOTAL)
+
+
+def _timed_send(adapter: WebhookAdapter, request: EgressRequest) -> tuple[object, float]:
+    started = time.monotonic()
+    outcome = adapter.send(request)
+    return outcome, time.monotonic() - started
+
+
+def test_dripped_headers_cannot_stretch_the_attempt(dripped_headers: str) -> None:
+    # Each byte arrives well within the per-read timeout; only the total deadline stops it.
+    with WebhookAdapter(secret=SECRET, clock=SystemClock()) as adapter:
+        outcome, took = _timed_send(adapter, _request(f"{dripped_headers}/hook"))
+    assert took < TOTAL + SLACK, took
+    assert isinstance(outcome, Ambiguous) and outcome.reason == "timeout", outcome
+
+
+def test_a_dripped_body_cannot_stretch_the_attempt(dripped_body: str) -> None:
+    with WebhookAdapter(secret=SECRET, clock=SystemClock()) as adapter:
+        outcome, took = _timed_send(adapter, _request(f"{dripped_body}/hook"))
+    assert took < TOTAL + SLACK, took
+    # The status line carried the provider's decision; the cut body is only evidence.
+    assert isinstance(outcome, Succeeded) and outcome.excerpt.endswith("…[truncated]"), outcome
+
+
+def test_a_silent_endpoint_ends_at_the_deadline(silent: str) -> None:
+    with WebhookAdapter(secret=SECRET, clock=SystemClock()) as adapter:
+        outcome, took = _timed_send(adapter, _request(f"{silent}/hook", DeliveryMode.NON_IDEMPOTENT))
+    assert TOTAL - 0.1 <= took < TOTAL + SLACK, took
+    assert isinstance(outcome, Ambiguous), outcome
+
+
+def test_a_redirect_to_a_credential_url_is_not_followed_nor_shown(credential_redirect: str) -> None:
+    with WebhookAdapter(secret=SECRET, clock=SystemClock()) as adapter:
+        outcome, took = _timed_send(adapter, _request(f"{credential_redirect}/hook"))
+    assert took < TOTAL + SLACK
+    assert isinstance(outcome, Failed) and outcome.status_code == 307, outcome
+    assert "hunter2" not in outcome.detail and "user:***@127.0.0.1:9" in outcome.detail
+
+
+def test_a_kept_alive_connection_reads_the_next_attempts_deadline(dripped_headers: str) -> None:
+    with WebhookAdapter(secret=SECRET, clock=SystemClock()) as adapter:
+        for _ in range(2):
+            _, took = _timed_send(adapter, _request(f"{dripped_headers}/hook"))
+            assert took < TOTAL + SLACK
+
+
+def test_a_given_client_gets_the_deadline_backend() -> None:
+    client = httpx.Client()
+    try:
+        assert install_deadlines(client)
+        assert isinstance(client._transport._pool._network_backend, DeadlineBackend)  # type: ignore[attr-defined]
+        assert install_deadlines(client)  # idempotent
+        assert not install_deadlines(httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200))))
+    finally:
+        client.close()
+
+
+def test_a_given_client_is_bounded_too(dripped_headers: str) -> None:
+    with httpx.Client() as client:
+        adapter = WebhookAdapter(secret=SECRET, clock=SystemClock(), client=client)
+        outcome, took = _timed_send(adapter, _request(f"{dripped_headers}/hook"))
+    assert took < TOTAL + SLACK and isinstance(outcome, Ambiguous)

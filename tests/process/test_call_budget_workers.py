@@ -1,0 +1,59 @@
+"""Four worker processes share one call budget on PostgreSQL (issue 14 acceptance): with 10 calls
+per 2 s and 200 operations, no 2 s window sees more than 10 requests at the partner (counted from
+its log), and all 200 settle."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+
+import pytest
+
+from adapters.partner import PartnerProcess
+from ledger.budgets import window_bounds
+from ledger.config import Database
+from projections.view import open_view
+from tests.apps import BudgetApp
+from tests.conftest import wait_until
+from tests.process.conftest import worker_env
+
+pytestmark = [pytest.mark.process, pytest.mark.postgres]
+
+OPERATIONS, LIMIT, WINDOW = 200, 10, 2.0
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_four_workers_keep_one_call_budget(modes_db: Database, database_url: str, partner: PartnerProcess,
+                                           workers) -> None:
+    app = BudgetApp(env=modes_db.library_env(create_table=False))
+    try:
+        ids = [app.make("idempotent", f"{partner.url}/pay", n=n) for n in range(OPERATIONS)]
+    finally:
+        app.close()
+    env = worker_env(database_url, app="tests.apps:BudgetApp", lease_seconds=5.0)
+    for _ in range(4):
+        workers(env)
+    view = open_view(modes_db)
+    try:
+        def all_settled() -> bool:
+            rows = view.list(status="settled", limit=OPERATIONS + 10)
+            return len(rows) == OPERATIONS
+
+        # 200 calls at 10 per 2 s take 40 s; the rest is start-up and settling.
+        wait_until(all_settled, timeout=150, interval=0.5, what="every operation settled")
+    finally:
+        view.close()
+    app = BudgetApp(env=modes_db.library_env(create_table=False))
+    try:
+        started = [e.timestamp for i in ids for e in app.events.get(i) if type(e).__name__ == "AttemptStarted"]
+    finally:
+        app.close()
+    # The ledger's own count: attempts started per window (by the database's clock).
+    by_attempt = Counter(window_bounds(at, WINDOW)[0] for at in started)
+    assert max(by_attempt.values()) <= LIMIT, sorted(by_attempt.items())
+    deliveries = [r for r in partner.log.requests() if r.kind == "delivery"]
+    assert {r.idempotency_key for r in deliveries} == {str(i) for i in ids}
+    per_window = Counter(window_bounds(datetime.fromisoformat(r.received_at), WINDOW)[0] for r in deliveries)
+    # The partner's count, by its own clock: what the provider actually saw.
+    assert max(per_window.values()) <= LIMIT, sorted(per_window.items())
+    assert len(per_window) >= OPERATIONS // LIMIT
