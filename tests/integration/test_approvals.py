@@ -159,14 +159,15 @@ def test_the_purpose_shows_in_ops_show_and_the_timeline(modes_db: Database) -> N
     runner = CliRunner()
     url = ["--database-url", modes_db.url()]
     refused = runner.invoke(cli, ["approve", str(op_id), "--principal", "bob", *url], env=env)
-    assert refused.exit_code == 2 and "does not have the 'approver' role" in refused.output
+    assert refused.exit_code == 1 and "does not have the 'approver' role" in refused.output
     shown = json.loads(runner.invoke(cli, ["ops", "show", str(op_id), "--json", *url], env=env).output)
-    assert shown["approval"]["state"] == "required" and shown["approval"]["purpose"] == PURPOSE
+    assert shown["approval"] == "required"
+    assert shown["approval_detail"]["state"] == "required" and shown["approval_detail"]["purpose"] == PURPOSE
     done = runner.invoke(cli, ["approve", str(op_id), "--principal", "bob", "--role", "approver",
-                               "--fingerprint", shown["approval"]["fingerprint"], *url], env=env)
+                               "--fingerprint", shown["approval_detail"]["fingerprint"], *url], env=env)
     assert done.exit_code == 0, done.output
     shown = json.loads(runner.invoke(cli, ["ops", "show", str(op_id), "--json", *url], env=env).output)
-    assert shown["approval"]["approved_by"] == "bob" and shown["approval"]["expires_at"]
+    assert shown["approval_detail"]["approved_by"] == "bob" and shown["approval_detail"]["expires_at"]
     timeline = json.loads(runner.invoke(cli, ["ops", "timeline", str(op_id), "--json", *url], env=env).output)
     granted = [e for e in timeline if e["event"] == "ApprovalGranted"]
     assert granted and granted[0]["details"]["purpose"] == PURPOSE
