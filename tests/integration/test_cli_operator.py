@@ -77,7 +77,7 @@ def test_approvals_are_visible_and_errors_speak_the_users_words(desk: dict[str, 
     missing = run("approve", "00000000-0000-0000-0000-000000000000")
     assert missing.exit_code == 2
 
-    approved = run("approve", str(desk["refund"]), "--principal", "alice", "--json")
+    approved = run("approve", str(desk["refund"]), "--principal", "alice", "--role", "approver", "--json")
     assert approved.exit_code == 0, approved.output
     recorded = json.loads(approved.stdout)
     assert [entry["event"] for entry in recorded["recorded"]] == ["ApprovalGranted"]
