@@ -41,6 +41,9 @@ log = structlog.get_logger("opledger.worker")
 DEFAULT_GRACE_SECONDS = 10.0
 """How long a stopping worker waits for calls in flight to finish and be recorded, seconds."""
 STOP_POLL_SECONDS = 0.05
+COALESCE_SECONDS = 0.02
+"""A woken worker starts its next cycle at least this long after the last one began, seconds:
+wake-ups (one per NOTIFY) then cost at most 100 cycles a second, each taking what arrived."""
 """How often a stopping worker records what finished, seconds."""
 
 
@@ -96,6 +99,7 @@ class Worker:
         self.config = config
         self.projection = projection
         self.stopping = threading.Event()
+        self._cycle_began = 0.0  # monotonic start of the last cycle
         self._outage_since: float | None = None  # monotonic start of the outage being ridden out
         self._outage_retries = 0
         rng = rng or random.Random()
@@ -153,6 +157,7 @@ class Worker:
            decides them by delivery mode. ``close`` then stops the egress threads.
         """
         while not stop.is_set():
+            self._cycle_began = time.monotonic()
             counts = self._cycle(stop)
             if counts is not None and not counts.busy:
                 self._idle(stop)
@@ -216,6 +221,11 @@ class Worker:
         deadline = time.monotonic() + self.config.poll_interval_seconds
         while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
             if self.egress.wait(min(left, STOP_POLL_SECONDS)):
+                # Woken (a finished call, a NOTIFY): let what else is arriving join this cycle,
+                # so a busy store does not cost one cycle (and its queries) per event.
+                gap = self._cycle_began + COALESCE_SECONDS - time.monotonic()
+                if gap > 0:
+                    stop.wait(gap)
                 return
 
     def wake(self) -> None:

@@ -1,4 +1,5 @@
-"""A running worker keeps the metrics projection: its outcomes show up as counters, on both backends."""
+"""The metrics projection keeps up with a running worker: on SQLite the worker (the store's one
+owner) keeps it; on PostgreSQL `opledger serve` does (started here as serve starts it)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ def test_a_worker_keeps_the_metrics(database: Database, database_url: str) -> No
         for n in range(3):
             app.make(f"ok-{n}")
         worker.start()
+        if database.backend == "postgres":  # as `opledger serve` runs it
+            from adapters.followers import follow_metrics
+
+            follow_metrics(database, app, stop, holder="serve-test")
 
         def counters() -> dict[str, float]:
             found: dict[str, float] = defaultdict(float)
