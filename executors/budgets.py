@@ -86,6 +86,8 @@ def budgeted(app: LedgerApplication, budget: Budget, claim: Change, plan: _Plan,
     """
 
     def change(op: Operation) -> Sequence[Aggregate]:
+        # A call an earlier run of this change planned (before a conflict) is not this run's.
+        plan.calls.pop(op.id, None)
         window = windows.get(budget.window)
         if window is None or not window.pending_events:
             # First use in this commit attempt: a saved instance, or one whose save failed (the

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+import structlog
 from eventsourcing.domain import Aggregate
 
 from executors.budgets import Budget, budget_of, budgeted
@@ -61,6 +62,8 @@ from projections.loading import select_records
 from projections.rows import DueRow
 from projections.status import PROJECTION_NAME
 from projections.view import StatusView
+
+log = structlog.get_logger("opledger.claim")
 
 DEFAULT_BATCH_SIZE = 200
 """Due rows read per cycle (at least ``DUE_READ_FACTOR`` times the egress slots)."""
@@ -254,9 +257,17 @@ class ClaimService:
             self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
         for op_id, op in result.committed.items():
             call = plan.calls.get(op_id)
-            if call is not None:
-                call.op = op
-                self.egress.submit(call)
+            if call is None:
+                continue
+            # Only the attempt the store now holds may leave (DESIGN §7): a call built by an
+            # earlier run of a change whose final run recorded something else (a budget wait
+            # after a conflict) is dropped, never sent.
+            if call.request.attempt_id not in (op.open_attempt_id, op.last_attempt_id):
+                log.error("call dropped: its attempt was not recorded", operation_id=str(op_id),
+                          attempt_id=str(call.request.attempt_id))
+                continue
+            call.op = op
+            self.egress.submit(call)
 
     def _host_slot(self, op: Operation, by_host: Counter[str]) -> bool:
         """Whether ``op``'s target host has a free egress slot this pass (taking it if so); an

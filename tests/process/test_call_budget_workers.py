@@ -22,10 +22,6 @@ pytestmark = [pytest.mark.process, pytest.mark.postgres]
 OPERATIONS, LIMIT, WINDOW = 200, 10, 2.0
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "open bug found at the end of the 2026-12-01 session (issue 14, closing note): with four workers "
-    "sharing a call budget, a batch of about ten requests reached the partner carrying attempt ids that "
-    "no AttemptStarted in the ledger holds; the ledger's own count per window stays within the budget"))
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_four_workers_keep_one_call_budget(modes_db: Database, database_url: str, partner: PartnerProcess,
                                            workers) -> None:
