@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
@@ -126,7 +127,7 @@ class InFlight:
             return None
         return self.started_at + timedelta(seconds=self.request.timeout_seconds + DEADLINE_GRACE_SECONDS)
 
-    @property
+    @cached_property
     def host(self) -> str | None:
         """The target host the per-host bound counts this call against."""
         return target_host(self.request.target)
@@ -154,6 +155,7 @@ class EgressService:
         self.config = config or EgressConfig()
         self.in_flight: dict[UUID, InFlight] = {}
         self._per_host: Counter[str] = Counter()
+        self._stale = False  # some call's operation is stale (``mark_stale``, ``put_back``)
         self._tasks: queue.Queue[InFlight | None] = queue.Queue()
         self._finished: queue.Queue[Finished] = queue.Queue()
         # Daemon threads, not concurrent.futures: a call that hangs must not hold the process
@@ -246,7 +248,7 @@ class EgressService:
         was unreachable): their calls count as in flight again (their leases are renewed) and
         the next take returns them. An outcome in hand is never dropped for an outage."""
         for flight, item in taken:
-            flight.stale = True  # the failed commit may have applied the outcome in memory
+            flight.stale = self._stale = True  # the failed commit may have applied the outcome in memory
             self.track(flight)
             self._finished.put(item)
 
@@ -255,12 +257,16 @@ class EgressService:
         in memory but never stored, so each is reloaded before it is used again."""
         for flight in self.in_flight.values():
             flight.stale = True
+        self._stale = bool(self.in_flight)
 
     def refresh(self, load: Callable[[list[UUID]], Mapping[UUID, Operation]]) -> None:
         """Reload the operations of stale calls (one query, ``load``); raises what ``load``
         raises (the store still away: they stay stale)."""
+        if not self._stale:  # the usual case: no outage since the last refresh, nothing to scan
+            return
         stale = [op_id for op_id, flight in self.in_flight.items() if flight.stale]
         if not stale:
+            self._stale = False
             return
         for op_id, op in load(stale).items():
             flight = self.in_flight.get(op_id)
