@@ -22,7 +22,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 from uuid import UUID
 
 import structlog
@@ -36,6 +35,7 @@ from executors.outcomes import apply_decision
 from executors.recovery import decide_open_attempt
 from executors.secrets import MissingSecretError, SecretResolver, resolve_payload
 from executors.settlement import SettlementService, first_per_entity
+from executors.tail import LogTail
 from ledger.application import LedgerApplication
 from ledger.approvals import void_reason
 from ledger.budgets import CallWindow
@@ -57,10 +57,7 @@ from ledger.errors import ConfigurationError, DeclarationMismatchError, UnknownI
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState
-from ledger.topics import topics_of
-from projections.loading import select_records
 from projections.rows import DueRow
-from projections.status import PROJECTION_NAME
 from projections.view import StatusView
 
 log = structlog.get_logger("opledger.claim")
@@ -71,9 +68,6 @@ DUE_READ_FACTOR = 4
 """Due rows read per cycle, as a multiple of the egress slots (see ``ClaimService.run_once``)."""
 DEFER_SECONDS = 30.0
 """How long a worker leaves an operation it cannot serve (missing secret, declaration, adapter)."""
-TAIL_AFTER_STALL_SECONDS = 0.25
-"""How long the status projection's position may stand still before the due-work pass also
-reads new intents from the log itself (a projection leader that died holds its lease 3 s)."""
 MAX_REMEMBERED_HOSTS = 100_000
 """Operations whose target host was full when last seen, remembered so that they are not loaded
 again while it stays full; past this many the memory starts over (it is only a saving)."""
@@ -133,9 +127,7 @@ class ClaimService:
         self.config = config
         self._deferred: dict[UUID, datetime] = {}
         self._waiting_for_host: dict[UUID, str] = {}  # op -> its target host, full when last seen
-        self._ids: dict[Any, UUID] = {}  # ``select_records``' memo of stored ids
-        self._tail_position = -1  # the projection's position when last read, and since when
-        self._tail_since: datetime | None = None
+        self.tail = LogTail(self.app, view, self._handled)
 
     def run_once(self, now: datetime) -> Counts:
         """Read due rows, keep those worth loading now, reserve them against other workers of
@@ -151,7 +143,7 @@ class ClaimService:
         due = self.view.due(now, wanted)
         free = self.egress.free_slots()
         if not self.view.in_process and len(due) < free:
-            due += self._log_tail(free - len(due), {row.operation_id for row in due}, now)
+            due += self.tail.read(free - len(due), {row.operation_id for row in due}, now)
         self.rng.shuffle(due)
         rows = self._actionable(due, now)
         # Held until after this cycle's commit: another worker of the store skips these rows.
@@ -159,23 +151,9 @@ class ClaimService:
             self._decide_and_commit([row for row in rows if row.operation_id in reserved], now, counts)
         return counts
 
-    def _log_tail(self, limit: int, known: set[UUID], now: datetime) -> list[DueRow]:
-        """Intents appended after what the status projection has applied, once the projection
-        has not moved for ``TAIL_AFTER_STALL_SECONDS``: work the view cannot show yet because the
-        projection stalled or is changing hands (its leader died). Loading them decides
-        (``due_work``; those this worker already handled are judged by what it committed) and
-        claiming them is fenced like any claim, so new work does not wait for a handover
-        (issue 17). While the projection moves, the view is the only source: reading the tail
-        every cycle cost 8 % of the two-worker end-to-end rate (docs/performance.md)."""
-        position = self.view.position(PROJECTION_NAME, self.app.name)
-        if position != self._tail_position:
-            self._tail_position, self._tail_since = position, now
-            return []
-        if self._tail_since is None or (now - self._tail_since).total_seconds() < TAIL_AFTER_STALL_SECONDS:
-            return []
-        records = select_records(self.app, position, limit, topics_of([Operation.Intended]), self._ids)
-        return [DueRow(op_id, version, E.PENDING.value, SettlementState.NONE.value, False)
-                for _, op_id, version, _, _ in records if op_id not in known]
+    def _handled(self, op_id: UUID, version: int) -> bool:
+        known = self.committer.known(op_id)
+        return known is not None and known.version > version
 
     def _actionable(self, rows: Sequence[DueRow], now: datetime) -> list[DueRow]:
         """Due rows worth loading now: every settlement, deadline or cancellation, but no more
@@ -233,6 +211,8 @@ class ClaimService:
             except Exception as exc:  # one operation's unreadable state: that operation only
                 self._defer(op.id, now, "due_work", exc)
                 continue
+            if isinstance(work, Wait):
+                self.tail.passed(op.id)  # another worker holds it: the log tail moves past it
             if isinstance(work, Settle):
                 settling.append(op)
             elif isinstance(work, ExceedDeadline):

@@ -1,0 +1,94 @@
+"""New intents read from the log itself while the status projection stands still (issue 17).
+
+On PostgreSQL the status view is kept by one elected process. When that process dies, its
+leadership lease holds the projection still for up to its TTL, and the view shows no new work
+meanwhile. The due-work pass then also reads intents appended after the projection's position,
+so new work does not wait for the handover. While the projection moves, the view is the only
+source: reading the tail every cycle cost 8 % of the two-worker end-to-end rate
+(docs/performance.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from ledger.application import LedgerApplication
+from ledger.operation import Operation
+from ledger.status import ExecutionState as E
+from ledger.status import SettlementState
+from ledger.topics import topics_of
+from projections.loading import select_records
+from projections.rows import DueRow
+from projections.status import PROJECTION_NAME
+from projections.view import StatusView
+
+TAIL_AFTER_STALL_SECONDS = 0.25
+"""How long the status projection's position may stand still before the due-work pass also
+reads new intents from the log itself (a projection leader that died holds its lease 3 s)."""
+MAX_PAGES = 8
+"""Pages of intents read past handled ones in one call, at most (each page is one query)."""
+MAX_PASSED = 100_000
+"""Operations remembered as held by another worker; past this many the memory starts over."""
+
+
+class LogTail:
+    """The intents past the status projection's position, for a pass that found too little.
+
+    A cursor of its own moves past intents already handled (committed by this worker, or found
+    held by another), so a long stall does not show the same first page of the tail forever:
+    each call reads on from where the handled run ends.
+
+    Args:
+        app: the host application (its log holds the intents).
+        view: the status view (its projection position is read once per call).
+        handled: whether this worker has committed a change to the operation after its record at
+            the given version (``Committer.known``).
+    """
+
+    def __init__(self, app: LedgerApplication, view: StatusView,
+                 handled: Callable[[UUID, int], bool]) -> None:
+        self.app = app
+        self.view = view
+        self.handled = handled
+        self._position = -1  # the projection's position when last read, and since when
+        self._since: datetime | None = None
+        self._cursor = 0  # every intent up to here is handled
+        self._passed: set[UUID] = set()
+        self._ids: dict[Any, UUID] = {}  # ``select_records``' memo of stored ids
+        self._topics = topics_of([Operation.Intended])
+
+    def passed(self, op_id: UUID) -> None:
+        """Remember that another worker holds ``op_id`` (its due work is to wait), so the tail
+        moves past it."""
+        if len(self._passed) >= MAX_PASSED:
+            self._passed.clear()
+        self._passed.add(op_id)
+
+    def read(self, limit: int, known: set[UUID], now: datetime) -> list[DueRow]:
+        """Up to ``limit`` pending rows for intents past the projection's position, none of them
+        in ``known``, once the position has not moved for ``TAIL_AFTER_STALL_SECONDS`` of
+        ``now`` (UTC); else none. Claiming them is fenced like any claim."""
+        position = self.view.position(PROJECTION_NAME, self.app.name)
+        if position != self._position:
+            self._position, self._since = position, now
+            return []
+        if self._since is None or (now - self._since).total_seconds() < TAIL_AFTER_STALL_SECONDS:
+            return []
+        rows: list[DueRow] = []
+        for _ in range(MAX_PAGES):
+            records = select_records(self.app, max(position, self._cursor), limit, self._topics, self._ids)
+            leading = True  # still in the run of handled intents right after the cursor
+            for notification_id, op_id, version, _, _ in records:
+                if self.handled(op_id, version) or op_id in self._passed:
+                    if leading:
+                        self._cursor = notification_id
+                    continue
+                leading = False
+                if op_id not in known:
+                    rows.append(DueRow(op_id, version, E.PENDING.value, SettlementState.NONE.value, False))
+            if rows or len(records) < limit or not leading:
+                return rows[:limit]
+        return rows
