@@ -28,6 +28,10 @@ from projections.view import StatusView
 TAIL_AFTER_STALL_SECONDS = 0.25
 """How long the status projection's position may stand still before the due-work pass also
 reads new intents from the log itself (a projection leader that died holds its lease 3 s)."""
+CHECK_SECONDS = 0.1
+"""How often the projection's position is read while it moves, seconds: a read per cycle was one
+more round trip in every cycle of a busy worker, and a stall is only acted on after
+``TAIL_AFTER_STALL_SECONDS`` anyway."""
 MAX_PAGES = 8
 """Pages of intents read past handled ones in one call, at most (each page is one query)."""
 MAX_PASSED = 100_000
@@ -55,10 +59,14 @@ class LogTail:
         self.handled = handled
         self._position = -1  # the projection's position when last read, and since when
         self._since: datetime | None = None
+        self._checked: datetime | None = None  # when the position was last read
         self._cursor = 0  # every intent up to here is handled
         self._passed: set[UUID] = set()
         self._ids: dict[Any, UUID] = {}  # ``select_records``' memo of stored ids
         self._topics = topics_of([Operation.Intended])
+
+    def _stalled(self, now: datetime) -> bool:
+        return self._since is not None and (now - self._since).total_seconds() >= TAIL_AFTER_STALL_SECONDS
 
     def passed(self, op_id: UUID) -> None:
         """Remember that another worker holds ``op_id`` (its due work is to wait), so the tail
@@ -70,12 +78,17 @@ class LogTail:
     def read(self, limit: int, known: set[UUID], now: datetime) -> list[DueRow]:
         """Up to ``limit`` pending rows for intents past the projection's position, none of them
         in ``known``, once the position has not moved for ``TAIL_AFTER_STALL_SECONDS`` of
-        ``now`` (UTC); else none. Claiming them is fenced like any claim."""
+        ``now`` (UTC); else none. Claiming them is fenced like any claim. While the position
+        moves it is read at most every ``CHECK_SECONDS``."""
+        recent = self._checked is not None and (now - self._checked).total_seconds() < CHECK_SECONDS
+        if recent and not self._stalled(now):
+            return []
+        self._checked = now
         position = self.view.position(PROJECTION_NAME, self.app.name)
         if position != self._position:
             self._position, self._since = position, now
             return []
-        if self._since is None or (now - self._since).total_seconds() < TAIL_AFTER_STALL_SECONDS:
+        if not self._stalled(now):
             return []
         rows: list[DueRow] = []
         for _ in range(MAX_PAGES):

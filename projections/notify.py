@@ -2,8 +2,9 @@
 worker or projection acts at once instead of at its next poll.
 
 Two channels: the event log's (every insert of the ledger's insert function NOTIFYs it; the
-status projection listens) and the status view's (every write of the projection NOTIFYs it;
-workers listen, so a new intent is claimed as soon as its row is due). Polling stays as the
+status projection listens) and the status view's (a write of the projection that leaves work
+due now NOTIFYs it, ``projections.rows.due_when_written``; workers listen, so a new intent is
+claimed as soon as its row is due). Polling stays as the
 fallback: a listener whose connection drops says so once, reconnects with backoff, and wakes
 everyone on reconnect to cover the gap; a health check every ``CHECK_SECONDS`` finds a
 connection that died quietly.

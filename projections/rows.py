@@ -166,6 +166,15 @@ def row_from_operation(op: Operation) -> StatusRow:
     )
 
 
+def due_when_written(row: StatusRow) -> bool:
+    """Whether ``row`` has work due by its own last fact (``next_due_at`` at or before
+    ``updated_at``, both UTC): a new intent, a granted approval, a cancel request, a settlement
+    to retry now. The status view NOTIFYs workers for such writes only (``projections.notify``):
+    a write that ends, settles or leases an operation gives no one anything to do, and waking
+    every worker for it cost a cycle each. Work due later is found by the idle poll, as before."""
+    return row.next_due_at is not None and row.next_due_at <= row.updated_at
+
+
 def operation_event_classes() -> tuple[type, ...]:
     """Every concrete ``Operation`` event class."""
     return tuple(

@@ -11,7 +11,7 @@ from uuid import UUID
 from ledger import failpoints
 from ledger.clock import Clock
 from migrations.queries import load_queries
-from projections.rows import AttentionMark, DueRow, StatusRow
+from projections.rows import AttentionMark, DueRow, StatusRow, due_when_written
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, OperationFilter
 
 
@@ -69,7 +69,7 @@ class SqlStatusView:
                             {"operation_id": self._id(operation_id), "attention": mark.reason, "detail": mark.detail})
             cur.execute(self.queries["upsert_tracking"],
                         {"projection": projection, "upstream": upstream, "notification_id": position})
-            if batch and table == MAIN_TABLE:
+            if table == MAIN_TABLE and any(due_when_written(row) for row in batch):
                 self._notify(cur)
 
     def _notify(self, cur: Any) -> None:

@@ -14,7 +14,7 @@ import pytest
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState as S
-from projections.rows import COLUMNS, row_from_operation
+from projections.rows import COLUMNS, due_when_written, row_from_operation
 from tests.unit.builders import build, build_settlement
 
 BY_COLUMN: dict[str, Callable[[Operation], Any]] = {
@@ -66,3 +66,17 @@ def test_row_columns_hold_their_attributes_when_settling(state: S) -> None:
     op = build_settlement(state).op
     row = row_from_operation(op)
     assert row.as_dict() == {name: expect(op) for name, expect in BY_COLUMN.items()}
+
+
+@pytest.mark.parametrize(("built", "wakes"), [
+    (lambda: build(E.PENDING), True),  # a new intent: claim it now
+    (lambda: build(E.CLAIMED), False),  # leased: due when the lease expires, later
+    (lambda: build(E.DISPATCHING), False),
+    (lambda: build_settlement(S.PENDING), True),  # an outcome to settle now
+    (lambda: build_settlement(S.SETTLED), False),  # over: nothing to do
+    (lambda: build(E.CANCELLED), True),  # the cancellation is settled into the entity now
+    (lambda: build_settlement(S.NOT_REQUIRED), False),
+], ids=["pending", "claimed", "dispatching", "to-settle", "settled", "cancelled", "ended-unsettled"])
+def test_only_writes_with_work_due_now_wake_workers(built: Callable[[], Any], wakes: bool) -> None:
+    assert due_when_written(row_from_operation(built().op)) is wakes
+
