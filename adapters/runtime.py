@@ -273,8 +273,8 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             # worker when status rows change; polling stays as the fallback.
             events_channel = getattr(store.app.recorder, "channel_name", None)
             wakeups = {status_channel(settings.database.schema): [worker.wake]}
-            if events_channel:  # a new intent: the worker can claim it from the log's tail at once
-                wakeups[events_channel] = [projection.wake, worker.wake]
+            if events_channel:  # while the projection stands still, the worker reads the log's tail
+                wakeups[events_channel] = [projection.wake, worker.wake_for_log]
             Listener(settings.database.conninfo(), wakeups).start(stop)
         # The metrics projection is kept where it is served: by `opledger serve` on PostgreSQL
         # (a leadership lease picks one server); here only by the SQLite owner. In every worker

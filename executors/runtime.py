@@ -41,10 +41,10 @@ log = structlog.get_logger("opledger.worker")
 DEFAULT_GRACE_SECONDS = 10.0
 """How long a stopping worker waits for calls in flight to finish and be recorded, seconds."""
 STOP_POLL_SECONDS = 0.05
+"""How often a stopping worker records what finished, seconds."""
 COALESCE_SECONDS = 0.02
 """A woken worker starts its next cycle at least this long after the last one began, seconds:
-wake-ups (one per NOTIFY) then cost at most 100 cycles a second, each taking what arrived."""
-"""How often a stopping worker records what finished, seconds."""
+wake-ups (one per NOTIFY) then cost at most 50 cycles a second, each taking what arrived."""
 
 
 @dataclass(frozen=True)
@@ -231,6 +231,14 @@ class Worker:
     def wake(self) -> None:
         """Make an idle worker look for work now (a NOTIFY said something changed); thread-safe."""
         self.egress.wake.set()
+
+    def wake_for_log(self) -> None:
+        """Make an idle worker look for work now if the status projection stands still (a
+        NOTIFY said events were appended; the log's tail is read only then). While the
+        projection moves, its own NOTIFY of due rows is the wake-up that matters: waking every
+        worker for every event appended cost a cycle each. Thread-safe."""
+        if self.claims.tail.stalled:
+            self.wake()
 
     def close(self) -> None:
         """Stop the egress threads (calls under way finish on their own, unrecorded)."""

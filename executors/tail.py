@@ -60,13 +60,17 @@ class LogTail:
         self._position = -1  # the projection's position when last read, and since when
         self._since: datetime | None = None
         self._checked: datetime | None = None  # when the position was last read
+        self.stalled = False
+        """Whether the projection stood still when last looked at: only then are new events in
+        the log worth waking the worker for (``Worker.wake_for_log``)."""
         self._cursor = 0  # every intent up to here is handled
         self._passed: set[UUID] = set()
         self._ids: dict[Any, UUID] = {}  # ``select_records``' memo of stored ids
         self._topics = topics_of([Operation.Intended])
 
     def _stalled(self, now: datetime) -> bool:
-        return self._since is not None and (now - self._since).total_seconds() >= TAIL_AFTER_STALL_SECONDS
+        self.stalled = self._since is not None and (now - self._since).total_seconds() >= TAIL_AFTER_STALL_SECONDS
+        return self.stalled
 
     def passed(self, op_id: UUID) -> None:
         """Remember that another worker holds ``op_id`` (its due work is to wait), so the tail
