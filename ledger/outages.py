@@ -70,12 +70,12 @@ def refresh_connections(*holders: object) -> None:
 
     Args:
         holders: objects holding a pool: a ``LedgerApplication`` (its recorder's datastore pool),
-            a status view (its ``_pool``), or a pool; anything else is ignored (SQLite).
+            a status view (its ``pool``), or a pool; anything else is ignored (SQLite).
     """
     for holder in holders:
         recorder = getattr(holder, "recorder", None)
         datastore = getattr(recorder, "datastore", None)
-        for pool in (getattr(datastore, "pool", None), getattr(holder, "_pool", None), holder):
+        for pool in (getattr(datastore, "pool", None), getattr(holder, "pool", None), holder):
             if isinstance(pool, psycopg_pool.ConnectionPool):
                 try:
                     pool.check()

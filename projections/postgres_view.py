@@ -47,6 +47,12 @@ class PostgresStatusView(SqlStatusView):
         self._pool = ConnectionPool(database.conninfo(), min_size=1, max_size=max_size, kwargs=kwargs,
                                     check=ConnectionPool.check_connection, open=True)
 
+    @property
+    def pool(self) -> ConnectionPool:
+        """The view's connection pool (``ledger.outages.refresh_connections`` checks it after an
+        outage)."""
+        return self._pool
+
     @contextmanager
     def _transaction(self) -> Iterator[Any]:
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
