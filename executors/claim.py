@@ -38,7 +38,7 @@ from executors.secrets import MissingSecretError, SecretResolver, resolve_payloa
 from executors.settlement import SettlementService, first_per_entity
 from ledger.application import LedgerApplication
 from ledger.approvals import void_reason
-from ledger.budgets import CallWindow
+from ledger.budgets import CallWindow, LevelWindow
 from ledger.config import DEFAULT_LEASE_SECONDS
 from ledger.decisions import (
     Cancel,
@@ -54,6 +54,7 @@ from ledger.decisions import (
 from ledger.declarations import RetryPolicy
 from ledger.egress import Adapter, EgressRequest
 from ledger.errors import ConfigurationError, DeclarationMismatchError, UnknownIntegrationError
+from ledger.modes import AfterLostResponse, rules_for
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState
@@ -103,6 +104,7 @@ class _Plan:
     calls: dict[UUID, InFlight] = field(default_factory=dict)
     deferred: dict[UUID, str] = field(default_factory=dict)
     windows: dict[str, CallWindow] = field(default_factory=dict)  # call budget windows of this pass
+    budget_waits: dict[UUID, LevelWindow] = field(default_factory=dict)  # reclaims whose call did not fit
 
 
 class ClaimService:
@@ -255,6 +257,12 @@ class ClaimService:
             self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
         for op_id in result.failed:
             self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
+        for op_id, limiting in plan.budget_waits.items():
+            # A reclaim whose call (a new attempt, or the lookup of an open one) did not fit a
+            # call budget: left alone until the limiting window ends (executors.budgets).
+            log.info("reclaim waits for a call budget", operation_id=str(op_id), scope=limiting.level.scope,
+                     level=limiting.level.level.value, until=limiting.end.isoformat())
+            self._deferred[op_id] = limiting.end
         for op_id, op in result.committed.items():
             call = plan.calls.get(op_id)
             if call is None:
@@ -304,15 +312,20 @@ class ClaimService:
         return None
 
     def _budget(self, op: Operation, now: datetime) -> Budget | None:
-        """The call budget a send of ``op`` at ``now`` counts against, or None (no budget, or
-        the work is not a send)."""
-        if op.execution not in (E.PENDING, E.CLAIMED) or op.cancel_requested or op.attempts >= op.max_attempts:
+        """The call budgets a call for ``op`` at ``now`` counts against, or None (no budget, or
+        the work makes no call: a send, or the lookup a reclaim of a ``look_up`` mode may make)."""
+        if op.cancel_requested:
+            return None
+        if op.execution is E.DISPATCHING:
+            if rules_for(op.delivery_mode).after_lost_response is not AfterLostResponse.LOOK_UP:
+                return None
+        elif op.execution not in (E.PENDING, E.CLAIMED) or op.attempts >= op.max_attempts:
             return None
         try:
             declaration = self.app.registry.get(op.integration_name, op.integration_version)
         except UnknownIntegrationError:
             return None  # the claim change defers it
-        return budget_of(declaration, op.tenant, now)
+        return budget_of(declaration, op.tenant, now, self.app.global_budget)
 
     def _drifted(self, op: Operation) -> str | None:
         """This worker's digest of ``op``'s declaration when it differs from the recorded one,
