@@ -132,6 +132,7 @@ def test_a_call_fits_the_tenant_the_integration_and_the_global_budget(modes_db: 
         assert GLOBAL_SCOPE in waited  # 9 calls, 4 a window: the global budget limits
         assert waited <= {GLOBAL_SCOPE, "test.idempotent", "test.idempotent|tenant=acme",
                           "test.idempotent|tenant=beta"}
+        _check_metrics(app, view, waited=len(waited_events(app, ids)))
     finally:
         for worker in workers:
             worker.close()
@@ -208,3 +209,35 @@ def _window_events(app: ModesApp) -> list[Any]:
     from eventsourcing.utils import get_topic
     topics = {get_topic(CallWindow.Opened), get_topic(CallWindow.CallTaken)}
     return [app.mapper.to_domain_event(n) for n in app.recorder.select_notifications(1, 10_000, topics=list(topics))]
+
+
+def waited_events(app: ModesApp, ids: list[Any]) -> list[Any]:
+    """Every BudgetWaited of ``ids``."""
+    return [e for i in ids for e in app.events.get(i) if isinstance(e, Operation.BudgetWaited)]
+
+
+def _check_metrics(app: ModesApp, view: Any, *, waited: int) -> None:
+    """The metrics projection counts each level's calls and the waits by level; a rebuild from
+    the log gives the same; ``/metrics`` shows them with a ``level`` label."""
+    from adapters.http.metrics import LedgerCollector, render
+    from projections.metrics import MetricsProjection
+    from projections.metrics_store import MetricsStore
+    store = MetricsStore(view)
+    MetricsProjection(app=app, store=store).catch_up()
+    totals = store.totals()
+    calls = {(i, t, d): v for (n, i, t, _m, d), v in totals.items() if n == "opledger_budget_calls"}
+    assert calls == {("", "", "global"): 9, ("test.idempotent", "", "integration"): 6,
+                     ("test.idempotent", "acme", "tenant"): 3, ("test.idempotent", "beta", "tenant"): 3}
+    waits: Counter[str] = Counter()
+    for (name, _i, _t, _m, level), value in totals.items():
+        if name == "opledger_budget_waits":
+            waits[level] += int(value)
+    assert sum(waits.values()) == waited and waits.get("global", 0) >= 1
+    MetricsProjection(app=app, store=store).rebuild()
+    assert store.totals() == totals
+    text = render(LedgerCollector(store=store, now=app.clock.now)).decode()
+    from prometheus_client.parser import text_string_to_metric_families
+    shown = {(sample.labels["level"], sample.labels["integration"], sample.labels["tenant"]): sample.value
+             for family in text_string_to_metric_families(text) if family.name == "opledger_budget_calls"
+             for sample in family.samples if sample.name == "opledger_budget_calls_total"}
+    assert shown == {(level, i, t): v for (i, t, level), v in calls.items()}
