@@ -155,6 +155,7 @@ def test_a_tenant_at_its_limit_waits_while_others_use_the_integrations_calls(mod
         waits = [e for i in acme for e in app.events.get(i) if isinstance(e, Operation.BudgetWaited)]
         assert [w.scope for w in waits] == ["test.idempotent|tenant=acme"]  # its own level, not the integration's
         assert waits[0].until == window_bounds(clock.now(), WINDOW)[1]
+        _check_shown(app, waits[0].originator_id)
         beta = _intend(app, DeliveryMode.IDEMPOTENT, "beta", 9)
         worker.run_once()
         worker.egress.wait(1.0)
@@ -241,3 +242,19 @@ def _check_metrics(app: ModesApp, view: Any, *, waited: int) -> None:
              for family in text_string_to_metric_families(text) if family.name == "opledger_budget_calls"
              for sample in family.samples if sample.name == "opledger_budget_calls_total"}
     assert shown == {(level, i, t): v for (i, t, level), v in calls.items()}
+
+
+def _check_shown(app: ModesApp, waiting: Any) -> None:
+    """``ops show`` (and the API) list the levels outermost first, each window's use, and the
+    level the operation waits for."""
+    from adapters.cli.ops import _budgets_text
+    from adapters.operator import describe
+    shown = describe(app, app.get_operation(waiting), None)
+    levels = [(b["level"], b["scope"], b["calls_per_window"], b["calls_used"], b["waiting_until"] is not None)
+              for b in shown["budgets"]]
+    assert levels == [("global", GLOBAL_SCOPE, 4, 2, False), ("integration", "test.idempotent", 3, 2, False),
+                      ("tenant", "test.idempotent|tenant=acme", 2, 2, True)]
+    assert shown["budget_wait"] == "test.idempotent|tenant=acme"
+    text = _budgets_text(shown["budgets"])
+    assert text is not None and "tenant test.idempotent|tenant=acme: 2/2 calls in the 10 s window" in text
+    assert "waiting until" in text.splitlines()[2] and "waiting" not in text.splitlines()[0]
