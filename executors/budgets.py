@@ -22,7 +22,7 @@ Source: issue 14 item 1; DESIGN §7; ledger/budgets.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -133,9 +133,13 @@ def check_calls(app: LedgerApplication, budget: Budget, now: datetime,
                            for slot, window in zip(budget.slots, loaded, strict=True)], now)
 
 
-def budgeted(app: LedgerApplication, budget: Budget, claim: Change, plan: _Plan, now: datetime,
-             windows: dict[str, CallWindow]) -> Change:
-    """Wrap a claim change so that a call it plans takes a call from every level of ``budget``.
+def budgeted(app: LedgerApplication, budget_for: Callable[[Operation], Budget | None], claim: Change, plan: _Plan,
+             now: datetime, windows: dict[str, CallWindow]) -> Change:
+    """Wrap a claim change so that a call it plans takes a call from every level of the
+    operation's budget, ``budget_for(op)``. It is asked inside the change, of the operation as
+    this run of the change sees it: a decision taken before, on a stale copy (the worker's
+    memory, or a run before a version conflict), could let a send through unbudgeted (found by
+    the simulator: an operation known as ``dispatching`` was pending again when committed).
 
     A pending operation is checked first: when a level has no call left it records
     ``BudgetWaited`` (naming the limiting level's scope, due when its window ends) instead of
@@ -152,6 +156,9 @@ def budgeted(app: LedgerApplication, budget: Budget, claim: Change, plan: _Plan,
         # A call an earlier run of this change planned (before a conflict) is not this run's.
         plan.calls.pop(op.id, None)
         plan.budget_waits.pop(op.id, None)
+        budget = budget_for(op)
+        if budget is None:
+            return claim(op)
         if op.execution is E.PENDING:
             limiting = check_calls(app, budget, now, windows)
             if limiting is not None:

@@ -305,10 +305,9 @@ class ClaimService:
             return self._mismatch_change(now, plan), 0
         if void_reason(op, now) is not None:
             return _void_approval_change(now), 0
-        budget = self._budget(op, now)
         if capacity > 0 and self._host_slot(op, by_host):
             change = self._claim_change(now, plan)
-            return (change if budget is None else budgeted(self.app, budget, change, plan, now, plan.windows)), 1
+            return budgeted(self.app, lambda o: self._budget(o, now), change, plan, now, plan.windows), 1
         return None
 
     def _budget(self, op: Operation, now: datetime) -> Budget | None:

@@ -37,6 +37,17 @@ PLANTED: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "windows_never_fill": windows_never_fill, "lookups_take_no_call": lookups_take_no_call}
 
 
+REGRESSION_SEEDS = {
+    505166: "a claim whose budget was decided on the worker's stale copy (dispatching, so no budget) "
+            "committed as a pending operation's send, unbudgeted: 7 requests in a global window of 6",
+}
+
+
+@pytest.mark.parametrize("seed", sorted(REGRESSION_SEEDS))
+def test_seeds_that_found_budget_bugs_stay_clean(seed: int) -> None:
+    assert run_seed(seed).violation is None, REGRESSION_SEEDS[seed]
+
+
 def test_ordinary_seeds_use_up_budgets_and_wait() -> None:
     result = run_seed(1)
     assert result.violation is None
