@@ -22,7 +22,7 @@ Source: issue 14 item 1; DESIGN §7; ledger/budgets.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -35,7 +35,8 @@ from executors.commit import Change
 from ledger.application import LedgerApplication
 from ledger.budgets import BudgetLevel, CallWindow, LevelWindow, budget_levels, limiting_level, window_bounds, window_id
 from ledger.declarations import CallBudget, Integration
-from ledger.errors import IllegalTransitionError
+from ledger.errors import IllegalTransitionError, UnknownIntegrationError
+from ledger.modes import AfterLostResponse, rules_for
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 
@@ -97,6 +98,24 @@ def budget_of(declaration: Integration, tenant: str, now: datetime,
     return Budget(tuple(slots)) if slots else None
 
 
+def claim_budget(app: LedgerApplication, op: Operation, now: datetime) -> Budget | None:
+    """The call budgets a claim of ``op`` at ``now`` may make a call against, or None (no
+    budget applies, or the claim makes no call: only a send, or the lookup a reclaim of a
+    ``look_up`` mode may make, is a call). Ask it of the operation the claim change sees."""
+    if op.cancel_requested:
+        return None
+    if op.execution is E.DISPATCHING:
+        if rules_for(op.delivery_mode).after_lost_response is not AfterLostResponse.LOOK_UP:
+            return None
+    elif op.execution not in (E.PENDING, E.CLAIMED) or op.attempts >= op.max_attempts:
+        return None
+    try:
+        declaration = app.registry.get(op.integration_name, op.integration_version)
+    except UnknownIntegrationError:
+        return None  # the claim change defers it
+    return budget_of(declaration, op.tenant, now, app.global_budget)
+
+
 def take_calls(app: LedgerApplication, budget: Budget, op_id: UUID, now: datetime,
                windows: dict[str, CallWindow], kind: str = "send") -> list[CallWindow] | LevelWindow:
     """Take one call for ``op_id`` from every level's window, or none.
@@ -133,10 +152,10 @@ def check_calls(app: LedgerApplication, budget: Budget, now: datetime,
                            for slot, window in zip(budget.slots, loaded, strict=True)], now)
 
 
-def budgeted(app: LedgerApplication, budget_for: Callable[[Operation], Budget | None], claim: Change, plan: _Plan,
-             now: datetime, windows: dict[str, CallWindow]) -> Change:
+def budgeted(app: LedgerApplication, claim: Change, plan: _Plan, now: datetime,
+             windows: dict[str, CallWindow]) -> Change:
     """Wrap a claim change so that a call it plans takes a call from every level of the
-    operation's budget, ``budget_for(op)``. It is asked inside the change, of the operation as
+    operation's budget (:func:`claim_budget`). It is asked inside the change, of the operation as
     this run of the change sees it: a decision taken before, on a stale copy (the worker's
     memory, or a run before a version conflict), could let a send through unbudgeted (found by
     the simulator: an operation known as ``dispatching`` was pending again when committed).
@@ -156,7 +175,7 @@ def budgeted(app: LedgerApplication, budget_for: Callable[[Operation], Budget | 
         # A call an earlier run of this change planned (before a conflict) is not this run's.
         plan.calls.pop(op.id, None)
         plan.budget_waits.pop(op.id, None)
-        budget = budget_for(op)
+        budget = claim_budget(app, op, now)
         if budget is None:
             return claim(op)
         if op.execution is E.PENDING:

@@ -28,7 +28,7 @@ from uuid import UUID
 import structlog
 from eventsourcing.domain import Aggregate
 
-from executors.budgets import Budget, budget_of, budgeted
+from executors.budgets import budgeted
 from executors.commit import Change, CommitResult, Committer, Counts, describe
 from executors.deadlines import cancel_change, exceed_deadline_change
 from executors.egress import EgressService, InFlight, target_host
@@ -54,7 +54,6 @@ from ledger.decisions import (
 from ledger.declarations import RetryPolicy
 from ledger.egress import Adapter, EgressRequest
 from ledger.errors import ConfigurationError, DeclarationMismatchError, UnknownIntegrationError
-from ledger.modes import AfterLostResponse, rules_for
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState
@@ -307,24 +306,8 @@ class ClaimService:
             return _void_approval_change(now), 0
         if capacity > 0 and self._host_slot(op, by_host):
             change = self._claim_change(now, plan)
-            return budgeted(self.app, lambda o: self._budget(o, now), change, plan, now, plan.windows), 1
+            return budgeted(self.app, change, plan, now, plan.windows), 1
         return None
-
-    def _budget(self, op: Operation, now: datetime) -> Budget | None:
-        """The call budgets a call for ``op`` at ``now`` counts against, or None (no budget, or
-        the work makes no call: a send, or the lookup a reclaim of a ``look_up`` mode may make)."""
-        if op.cancel_requested:
-            return None
-        if op.execution is E.DISPATCHING:
-            if rules_for(op.delivery_mode).after_lost_response is not AfterLostResponse.LOOK_UP:
-                return None
-        elif op.execution not in (E.PENDING, E.CLAIMED) or op.attempts >= op.max_attempts:
-            return None
-        try:
-            declaration = self.app.registry.get(op.integration_name, op.integration_version)
-        except UnknownIntegrationError:
-            return None  # the claim change defers it
-        return budget_of(declaration, op.tenant, now, self.app.global_budget)
 
     def _drifted(self, op: Operation) -> str | None:
         """This worker's digest of ``op``'s declaration when it differs from the recorded one,
