@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from executors.budgets import budget_of
 from ledger.budgets import (
@@ -159,3 +161,23 @@ def test_a_call_counts_until_the_first_of_its_windows_ends() -> None:
     assert budget is not None
     assert [s.level.level for s in budget.slots] == [G, INT, T]
     assert budget.send_by == T0 + timedelta(seconds=1)
+
+
+_levels = st.lists(st.tuples(st.sampled_from(list(Level)), st.integers(0, 3), st.floats(0.5, 120),
+                             st.floats(0.0, 0.2)), max_size=3)
+
+
+@given(levels=_levels, now=st.floats(0, 130))
+def test_the_limiting_level_is_one_that_stops_the_call_and_ends_last(
+        levels: list[tuple[Level, int, float, float]], now: float) -> None:
+    seen = [LevelWindow(BudgetLevel(level, f"{level.value}{n}", 10, end), T0, T0 + timedelta(seconds=end),
+                        T0 + timedelta(seconds=end - guard), left)
+            for n, (level, left, end, guard) in enumerate(levels)]
+    at = T0 + timedelta(seconds=now)
+    stops = [w for w in seen if w.left <= 0 or at >= w.closes_at]
+    found = limiting_level(seen, at)
+    if not stops:
+        assert found is None
+    else:
+        assert found in stops and all(found.end >= w.end for w in stops)
+        assert found is next(w for w in stops if w.end == found.end)  # a tie: the outermost
