@@ -315,16 +315,22 @@ class MetricsProjection:
 
     def _fold_window(self, increments: dict[LabelKey, float], window_id: UUID, version: int, topic: str,
                      state: bytes) -> None:
-        """A call budget window's event: each ``CallTaken`` is one call of its level."""
-        event = self._decode(window_id, version, topic, state)
-        known = self._scopes.get(window_id)
-        if isinstance(event, CallWindow.Opened):
-            scope: str = event.scope
-        elif known is not None:
-            scope = known
-        else:
-            window: CallWindow = self.app.repository.get(window_id, version=1)
-            scope = window.scope
+        """A call budget window's event: each ``CallTaken`` is one call of its level. A window
+        record that does not decode is skipped (logged): a count, not an operation, is lost."""
+        try:
+            event = self._decode(window_id, version, topic, state)
+            known = self._scopes.get(window_id)
+            if isinstance(event, CallWindow.Opened):
+                scope: str = event.scope
+            elif known is not None:
+                scope = known
+            else:
+                window: CallWindow = self.app.repository.get(window_id, version=1)
+                scope = window.scope
+        except CorruptRecordError as exc:
+            log.warning("metrics skip a call window record that does not decode", window_id=str(window_id),
+                        version=version, error=str(exc))
+            return
         self._scopes[window_id] = scope
         self._scopes.move_to_end(window_id)
         if len(self._scopes) > self.config.cache_size:
