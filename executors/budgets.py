@@ -133,10 +133,7 @@ def take_calls(app: LedgerApplication, budget: Budget, op_id: UUID, now: datetim
         call left, the limiting level's window (``ledger.budgets.limiting_level``) and nothing
         is taken.
     """
-    loaded = [_window(app, slot, windows) for slot in budget.slots]
-    seen = [LevelWindow(slot.level, slot.start, slot.end, slot.closes_at, window.left)
-            for slot, window in zip(budget.slots, loaded, strict=True)]
-    limiting = limiting_level(seen, now)
+    loaded, limiting = _limiting(app, budget, now, windows)
     if limiting is not None:
         return limiting
     for window in loaded:
@@ -147,9 +144,16 @@ def take_calls(app: LedgerApplication, budget: Budget, op_id: UUID, now: datetim
 def check_calls(app: LedgerApplication, budget: Budget, now: datetime,
                 windows: dict[str, CallWindow]) -> LevelWindow | None:
     """The limiting level's window if a call at ``now`` would not fit, else None; takes nothing."""
+    return _limiting(app, budget, now, windows)[1]
+
+
+def _limiting(app: LedgerApplication, budget: Budget, now: datetime,
+              windows: dict[str, CallWindow]) -> tuple[list[CallWindow], LevelWindow | None]:
+    """Every level's window (loaded or this pass's) and the limiting one at ``now``, if any."""
     loaded = [_window(app, slot, windows) for slot in budget.slots]
-    return limiting_level([LevelWindow(slot.level, slot.start, slot.end, slot.closes_at, window.left)
-                           for slot, window in zip(budget.slots, loaded, strict=True)], now)
+    seen = [LevelWindow(slot.level, slot.start, slot.end, slot.closes_at, window.left)
+            for slot, window in zip(budget.slots, loaded, strict=True)]
+    return loaded, limiting_level(seen, now)
 
 
 def budgeted(app: LedgerApplication, claim: Change, plan: _Plan, now: datetime,
