@@ -181,3 +181,26 @@ def test_the_limiting_level_is_one_that_stops_the_call_and_ends_last(
     else:
         assert found in stops and all(found.end >= w.end for w in stops)
         assert found is next(w for w in stops if w.end == found.end)  # a tie: the outermost
+
+
+@pytest.mark.parametrize("declared", [{"calls_per_window": 0}, {"window_seconds": 2}, {"calls": 5}, 5])
+def test_a_global_budget_that_is_not_one_is_refused_when_the_application_is_built(declared: object) -> None:
+    from ledger.application import LedgerApplication
+    from ledger.errors import ConfigurationError
+
+    class App(LedgerApplication):
+        global_call_budget = declared  # type: ignore[assignment]
+
+    with pytest.raises(ConfigurationError, match="global_call_budget"):
+        App(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
+
+
+def test_a_global_budget_is_read_from_the_application_class() -> None:
+    from ledger.application import LedgerApplication
+
+    class App(LedgerApplication):
+        global_call_budget = {"calls_per_window": 100, "window_seconds": 60}
+
+    app = App(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
+    assert app.global_budget == GLOBAL
+    assert LedgerApplication(env={"PERSISTENCE_MODULE": "eventsourcing.popo"}).global_budget is None
