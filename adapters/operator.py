@@ -17,7 +17,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID, uuid4
 
+from eventsourcing.application import AggregateNotFoundError
+
 from ledger.approvals import ApprovalPolicy, default_policy, load_policy, purpose_of
+from ledger.budgets import budget_levels, window_bounds, window_id
 from ledger.declarations import DEFAULT_APPROVAL_VALID_SECONDS, Classification
 from ledger.errors import (
     ApprovalRefusedError,
@@ -28,6 +31,7 @@ from ledger.errors import (
 )
 from ledger.operation import Operation
 from ledger.redaction import mask_url
+from ledger.status import ExecutionState
 from projections.rows import AttentionMark, StatusRow
 from projections.status import StatusProjection
 
@@ -91,6 +95,7 @@ def describe(app: Any, op: Operation, row: StatusRow | None) -> dict[str, Any]:
         "last_retry_reason": op.last_retry_reason, "ambiguity_reason": op.ambiguity_reason,
         "remote_id": op.remote_id, "target": mask_url(op.target) if op.target else op.target,
         "approval_detail": approval_detail(app, op), "budget_wait": op.budget_wait,
+        "budgets": budget_detail(app, op),
         "payload": redacted(app, op.integration_name, op.integration_version, op.payload),
         "source": {"entity_type": op.source.entity_type, "entity_id": str(op.source.entity_id),
                    "entity_version": op.source.entity_version, "effect_index": op.source.effect_index,
@@ -114,6 +119,32 @@ def approval_detail(app: Any, op: Operation) -> dict[str, Any] | None:
             "fingerprint": op.fingerprint, "approved_by": op.approved_by,
             "expires_at": op.approval_expires_at.isoformat() if op.approval_expires_at else None,
             "voided": op.approval_voided}
+
+
+def budget_detail(app: Any, op: Operation) -> list[dict[str, Any]]:
+    """The call budgets a call of ``op`` counts against, outermost first (global, integration,
+    tenant: ``ledger.budgets.budget_levels``), each with its current window (UTC, by the
+    application's clock), the calls given out in it, and whether ``op`` waits for it now
+    (its last ``BudgetWaited`` named it and it is still pending before that window's end).
+    Empty when no budget applies or the declaration is unknown (issue 14 item 1)."""
+    try:
+        declaration = app.registry.get(op.integration_name, op.integration_version)
+    except UnknownIntegrationError:
+        return []
+    now = app.clock.now()
+    waiting = op.budget_wait if op.execution is ExecutionState.PENDING and op.due_at and op.due_at > now else None
+    out = []
+    for level in budget_levels(declaration, op.tenant, getattr(app, "global_budget", None)):
+        start, end = window_bounds(now, level.window_seconds)
+        try:
+            used = app.repository.get(window_id(level.scope, start)).calls
+        except AggregateNotFoundError:
+            used = 0
+        out.append({"level": level.level.value, "scope": level.scope, "calls_per_window": level.limit,
+                    "window_seconds": level.window_seconds, "window_start": start.isoformat(),
+                    "window_end": end.isoformat(), "calls_used": used,
+                    "waiting_until": op.due_at.isoformat() if waiting == level.scope and op.due_at else None})
+    return out
 
 
 def describe_undecodable(row: StatusRow, exc: CorruptRecordError) -> dict[str, Any]:

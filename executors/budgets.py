@@ -1,14 +1,21 @@
-"""Call budgets in the due-work pass (issue 14 item 1): a send takes a call from its budget's
-current window in the same ``save()`` as its claim and ``AttemptStarted``, or the operation
-records ``BudgetWaited`` and is due when the next window opens.
+"""Call budgets in the executors (issue 14 item 1): a request to the provider (a send, or the
+lookup of a ``recoverable_remote_id`` attempt) takes one call from the current window of every
+budget level that applies, in the same ``save()`` as the fact it goes with, or none; when any
+level has none left the operation waits for that level's next window.
 
-The window is a ``ledger.budgets.CallWindow`` aggregate loaded fresh each time the change runs
-(the committer re-runs changes after a version conflict), so a worker that lost a race for a
-window's last call sees it full on the retry. The changes of one batch share one instance of a
-window, so a batch never conflicts with itself over it. The last tenth of a window (at most
-1 s) starts no call, and a call still waiting for egress when its window ends is not made
-(``InFlight.send_by``: it fails as not sent and is retried), so a call reaches the provider inside
-the window it was counted in.
+Levels (``ledger.budgets.budget_levels``): the application's global budget, the integration's,
+and each tenant's inside it. Their windows are ``ledger.budgets.CallWindow`` aggregates, loaded
+fresh each time a change runs (the committer re-runs changes after a version conflict), so a
+worker that lost a race for any level's last call sees it full on the retry; the changes of one
+batch share one instance of each window, so a batch never conflicts with itself over one.
+Windows are always taken and listed outermost first; on PostgreSQL every event insert also takes
+the events table's lock first (the library's, for notification order), so two workers' commits
+over the same windows serialize instead of deadlocking, and a conflict only ever follows another
+worker's successful commit (progress, no livelock).
+
+The last tenth of a window (at most 1 s) starts no call, and a call still waiting for egress when
+any of its windows ends is not made (``InFlight.send_by``), so a call reaches the provider inside
+every window it was counted in.
 
 Source: issue 14 item 1; DESIGN §7; ledger/budgets.py.
 """
@@ -19,15 +26,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
+from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.domain import Aggregate
 
 from executors.commit import Change
 from ledger.application import LedgerApplication
-from ledger.budgets import CallWindow, budget_scope, window_bounds, window_id
-from ledger.declarations import Integration
-from ledger.errors import IllegalTransitionError
+from ledger.budgets import BudgetLevel, CallWindow, LevelWindow, budget_levels, limiting_level, window_bounds, window_id
+from ledger.declarations import CallBudget, Integration
+from ledger.errors import IllegalTransitionError, UnknownIntegrationError
+from ledger.modes import AfterLostResponse, rules_for
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 
@@ -40,46 +49,127 @@ saw 11 requests in a 2 s window of a 10-per-window budget (tests/process)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Budget:
-    """The window a send at ``now`` would take its call from.
+class LevelSlot:
+    """One level's window a call at some instant would take from.
 
     Attributes:
-        scope: the budget key (``ledger.budgets.budget_scope``).
-        window: the window's key in the pass (scope and start), for one call per window per pass.
+        level: the budget (``ledger.budgets.BudgetLevel``).
         start, end: the window, UTC.
         closes_at: after this no call of the window starts (the guard before ``end``).
-        limit: calls per window.
     """
 
-    scope: str
-    window: str
+    level: BudgetLevel
     start: datetime
     end: datetime
     closes_at: datetime
-    limit: int
+
+    @property
+    def key(self) -> str:
+        """The window's key in a pass (scope and start): one instance per window per pass."""
+        return f"budget:{self.level.scope}:{self.start.isoformat()}"
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """The windows a call at one instant takes from, outermost level first."""
+
+    slots: tuple[LevelSlot, ...]
+
+    @property
+    def send_by(self) -> datetime:
+        """The first of the windows' ends: a call not made by then is not made."""
+        return min(slot.end for slot in self.slots)
 
 
 class _Plan(Protocol):
     calls: dict[Any, Any]
+    budget_waits: dict[UUID, LevelWindow]
 
 
-def budget_of(declaration: Integration, tenant: str, now: datetime) -> Budget | None:
-    """The budget and window of a send at ``now``, or None when the declaration has none. Pure."""
-    scope = budget_scope(declaration, tenant)
-    limit = declaration.budgets.calls_per_window
-    if scope is None or limit is None:
+def budget_of(declaration: Integration, tenant: str, now: datetime,
+              global_budget: CallBudget | None = None) -> Budget | None:
+    """The windows a call at ``now`` for ``tenant`` of ``declaration`` takes from, or None when
+    no budget applies. Pure."""
+    slots = []
+    for level in budget_levels(declaration, tenant, global_budget):
+        start, end = window_bounds(now, level.window_seconds)
+        guard = min(level.window_seconds * GUARD_FRACTION, MAX_GUARD_SECONDS)
+        slots.append(LevelSlot(level, start, end, end - timedelta(seconds=guard)))
+    return Budget(tuple(slots)) if slots else None
+
+
+def claim_budget(app: LedgerApplication, op: Operation, now: datetime) -> Budget | None:
+    """The call budgets a claim of ``op`` at ``now`` may make a call against, or None (no
+    budget applies, or the claim makes no call: only a send, or the lookup a reclaim of a
+    ``look_up`` mode may make, is a call). Ask it of the operation the claim change sees."""
+    if op.cancel_requested:
         return None
-    seconds = declaration.budgets.window_seconds
-    start, end = window_bounds(now, seconds)
-    closes_at = end - timedelta(seconds=min(seconds * GUARD_FRACTION, MAX_GUARD_SECONDS))
-    return Budget(scope=scope, window=f"budget:{scope}:{start.isoformat()}", start=start, end=end,
-                  closes_at=closes_at, limit=limit)
+    if op.execution is E.DISPATCHING:
+        if rules_for(op.delivery_mode).after_lost_response is not AfterLostResponse.LOOK_UP:
+            return None
+    elif op.execution not in (E.PENDING, E.CLAIMED) or op.attempts >= op.max_attempts:
+        return None
+    try:
+        declaration = app.registry.get(op.integration_name, op.integration_version)
+    except UnknownIntegrationError:
+        return None  # the claim change defers it
+    return budget_of(declaration, op.tenant, now, app.global_budget)
 
 
-def budgeted(app: LedgerApplication, budget: Budget, claim: Change, plan: _Plan, now: datetime,
+def take_calls(app: LedgerApplication, budget: Budget, op_id: UUID, now: datetime,
+               windows: dict[str, CallWindow], kind: str = "send") -> list[CallWindow] | LevelWindow:
+    """Take one call for ``op_id`` from every level's window, or none.
+
+    Args:
+        app: where the windows are stored.
+        budget: from :func:`budget_of`.
+        op_id: the operation the call is for.
+        now: UTC-aware instant.
+        windows: the pass's window instances by key (shared by the changes of one batch).
+        kind: ``"send"`` or ``"lookup"`` (recorded on ``CallTaken``).
+
+    Returns:
+        The windows to save with the call's fact, outermost first; or, when some level has no
+        call left, the limiting level's window (``ledger.budgets.limiting_level``) and nothing
+        is taken.
+    """
+    loaded, limiting = _limiting(app, budget, now, windows)
+    if limiting is not None:
+        return limiting
+    for window in loaded:
+        window.take(op_id, kind)
+    return loaded
+
+
+def check_calls(app: LedgerApplication, budget: Budget, now: datetime,
+                windows: dict[str, CallWindow]) -> LevelWindow | None:
+    """The limiting level's window if a call at ``now`` would not fit, else None; takes nothing."""
+    return _limiting(app, budget, now, windows)[1]
+
+
+def _limiting(app: LedgerApplication, budget: Budget, now: datetime,
+              windows: dict[str, CallWindow]) -> tuple[list[CallWindow], LevelWindow | None]:
+    """Every level's window (loaded or this pass's) and the limiting one at ``now``, if any."""
+    loaded = [_window(app, slot, windows) for slot in budget.slots]
+    seen = [LevelWindow(slot.level, slot.start, slot.end, slot.closes_at, window.left)
+            for slot, window in zip(budget.slots, loaded, strict=True)]
+    return loaded, limiting_level(seen, now)
+
+
+def budgeted(app: LedgerApplication, claim: Change, plan: _Plan, now: datetime,
              windows: dict[str, CallWindow]) -> Change:
-    """Wrap a claim change: take a call from ``budget``'s window with the attempt, or record
-    ``BudgetWaited`` (a pending operation) instead of claiming when the window is full.
+    """Wrap a claim change so that a call it plans takes a call from every level of the
+    operation's budget (:func:`claim_budget`). It is asked inside the change, of the operation as
+    this run of the change sees it: a decision taken before, on a stale copy (the worker's
+    memory, or a run before a version conflict), could let a send through unbudgeted (found by
+    the simulator: an operation known as ``dispatching`` was pending again when committed).
+
+    A pending operation is checked first: when a level has no call left it records
+    ``BudgetWaited`` (naming the limiting level's scope, due when its window ends) instead of
+    claiming. A reclaimed one (an expired lease: a new attempt, or the lookup of an open one) is
+    claimed first, since only the recovery decision says whether a call is needed; if one is and
+    does not fit, the change is rejected (nothing recorded) and the worker leaves the operation
+    until the limiting window ends (``plan.budget_waits``).
 
     ``windows`` is the pass's: the changes of one batch share one window instance, so a worker
     takes as many calls of a window in one commit as it has left.
@@ -88,29 +178,43 @@ def budgeted(app: LedgerApplication, budget: Budget, claim: Change, plan: _Plan,
     def change(op: Operation) -> Sequence[Aggregate]:
         # A call an earlier run of this change planned (before a conflict) is not this run's.
         plan.calls.pop(op.id, None)
-        window = windows.get(budget.window)
-        if window is None or not window.pending_events:
-            # First use in this commit attempt: a saved instance, or one whose save failed (the
-            # library then drops its pending events; its version ran ahead), is loaded again.
-            window = windows[budget.window] = _load_window(app, budget)
-        if window.left <= 0 or now >= budget.closes_at:
-            if op.execution is E.PENDING:
-                op.wait_for_budget(now=now, scope=budget.scope, until=budget.end)
+        plan.budget_waits.pop(op.id, None)
+        budget = claim_budget(app, op, now)
+        if budget is None:
+            return claim(op)
+        if op.execution is E.PENDING:
+            limiting = check_calls(app, budget, now, windows)
+            if limiting is not None:
+                op.wait_for_budget(now=now, scope=limiting.level.scope, until=limiting.end)
                 return []
-            raise IllegalTransitionError("claim", op.execution.value, f"call budget {budget.scope} is used up")
         others = claim(op)
-        if op.id not in plan.calls:  # no attempt started (recovered, cancelled, exhausted): no call
+        call = plan.calls.get(op.id)
+        if call is None:  # no call planned (cancelled, exhausted, decided without a lookup)
             return others
-        window.take(op.id)
-        plan.calls[op.id].send_by = budget.end
-        return [window, *others]
+        taken = take_calls(app, budget, op.id, now, windows, call.kind)
+        if isinstance(taken, LevelWindow):
+            plan.calls.pop(op.id, None)
+            plan.budget_waits[op.id] = taken
+            raise IllegalTransitionError("claim", op.execution.value,
+                                         f"call budget {taken.level.scope} is used up until {taken.end.isoformat()}")
+        call.send_by = budget.send_by
+        return [*taken, *others]
 
     return change
 
 
-def _load_window(app: LedgerApplication, budget: Budget) -> CallWindow:
+def _window(app: LedgerApplication, slot: LevelSlot, windows: dict[str, CallWindow]) -> CallWindow:
+    window = windows.get(slot.key)
+    if window is None or not window.pending_events:
+        # First use in this commit attempt: a saved instance, or one whose save failed (the
+        # library then drops its pending events; its version ran ahead), is loaded again.
+        window = windows[slot.key] = _load_window(app, slot)
+    return window
+
+
+def _load_window(app: LedgerApplication, slot: LevelSlot) -> CallWindow:
     try:
-        window: CallWindow = app.repository.get(window_id(budget.scope, budget.start))
+        window: CallWindow = app.repository.get(window_id(slot.level.scope, slot.start))
     except AggregateNotFoundError:
-        return CallWindow.open(scope=budget.scope, start=budget.start, end=budget.end, limit=budget.limit)
+        return CallWindow.open(scope=slot.level.scope, start=slot.start, end=slot.end, limit=slot.level.limit)
     return window

@@ -27,7 +27,7 @@ from uuid import UUID
 import structlog
 from eventsourcing.domain import Aggregate
 
-from executors.budgets import Budget, budget_of, budgeted
+from executors.budgets import budgeted
 from executors.commit import Change, CommitResult, Committer, Counts, describe
 from executors.deadlines import cancel_change, exceed_deadline_change
 from executors.egress import EgressService, InFlight, target_host
@@ -38,7 +38,7 @@ from executors.settlement import SettlementService, first_per_entity
 from executors.tail import LogTail
 from ledger.application import LedgerApplication
 from ledger.approvals import void_reason
-from ledger.budgets import CallWindow
+from ledger.budgets import CallWindow, LevelWindow
 from ledger.config import DEFAULT_LEASE_SECONDS
 from ledger.decisions import (
     Cancel,
@@ -97,6 +97,7 @@ class _Plan:
     calls: dict[UUID, InFlight] = field(default_factory=dict)
     deferred: dict[UUID, str] = field(default_factory=dict)
     windows: dict[str, CallWindow] = field(default_factory=dict)  # call budget windows of this pass
+    budget_waits: dict[UUID, LevelWindow] = field(default_factory=dict)  # reclaims whose call did not fit
 
 
 class ClaimService:
@@ -235,6 +236,12 @@ class ClaimService:
             self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
         for op_id in result.failed:
             self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
+        for op_id, limiting in plan.budget_waits.items():
+            # A reclaim whose call (a new attempt, or the lookup of an open one) did not fit a
+            # call budget: left alone until the limiting window ends (executors.budgets).
+            log.info("reclaim waits for a call budget", operation_id=str(op_id), scope=limiting.level.scope,
+                     level=limiting.level.level.value, until=limiting.end.isoformat())
+            self._deferred[op_id] = limiting.end
         for op_id, op in result.committed.items():
             call = plan.calls.get(op_id)
             if call is None:
@@ -277,22 +284,10 @@ class ClaimService:
             return self._mismatch_change(now, plan), 0
         if void_reason(op, now) is not None:
             return _void_approval_change(now), 0
-        budget = self._budget(op, now)
         if capacity > 0 and self._host_slot(op, by_host):
             change = self._claim_change(now, plan)
-            return (change if budget is None else budgeted(self.app, budget, change, plan, now, plan.windows)), 1
+            return budgeted(self.app, change, plan, now, plan.windows), 1
         return None
-
-    def _budget(self, op: Operation, now: datetime) -> Budget | None:
-        """The call budget a send of ``op`` at ``now`` counts against, or None (no budget, or
-        the work is not a send)."""
-        if op.execution not in (E.PENDING, E.CLAIMED) or op.cancel_requested or op.attempts >= op.max_attempts:
-            return None
-        try:
-            declaration = self.app.registry.get(op.integration_name, op.integration_version)
-        except UnknownIntegrationError:
-            return None  # the claim change defers it
-        return budget_of(declaration, op.tenant, now)
 
     def _drifted(self, op: Operation) -> str | None:
         """This worker's digest of ``op``'s declaration when it differs from the recorded one,

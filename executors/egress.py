@@ -313,9 +313,14 @@ class EgressService:
             return Finished(request.operation_id, Failed(
                 FailureCategory.CONNECT, retryable=True, egress=False,
                 detail="lease expired before egress; nothing was sent"))
-        if flight.send_by is not None and flight.kind == "send" and self.clock.now() >= flight.send_by:
-            # Counted in a call budget window that closed while this worker was slow: sending
-            # now would spend the next window's calls. Nothing leaves; the mode retries later.
+        if flight.send_by is not None and self.clock.now() >= flight.send_by:
+            # Counted in a call budget window that closed while this worker was slow: calling
+            # now would spend the next window's calls. Nothing leaves.
+            if flight.kind == "lookup":
+                # As above: record nothing; whoever reclaims the operation asks again.
+                flight.lost = True
+                return Finished(request.operation_id, None)
+            # A send fails as not sent; the mode retries it later.
             return Finished(request.operation_id, Failed(
                 FailureCategory.CONNECT, retryable=True, egress=False,
                 detail="the call budget window closed before egress; nothing was sent"))

@@ -3,7 +3,10 @@ in one fenced batch per cycle (DESIGN §5; ``ledger.decisions.decide``).
 
 An outcome that cannot be stored as received is recorded as ``Ambiguous`` with reason
 ``outcome_unstorable`` and the error, so the operation goes to the attention queue and every
-other outcome of the batch commits. A lookup decision sends the lookup and records nothing yet.
+other outcome of the batch commits. A lookup decision sends the lookup and records nothing yet;
+a lookup is a request to the provider, so it takes a call from every call budget that applies in
+that same commit (``executors.budgets``). When one has none left, no lookup is sent and the lease
+is left to run out: the worker that reclaims the operation looks it up under the same budgets.
 
 Source: DESIGN §5, §7; docs/adr/0002-executor-services.md.
 """
@@ -19,9 +22,11 @@ from uuid import UUID
 import structlog
 from eventsourcing.domain import Aggregate
 
+from executors.budgets import budget_of, take_calls
 from executors.commit import Change, Committer, Counts
 from executors.egress import EgressService, Finished, InFlight
 from executors.settlement import SettlementService
+from ledger.budgets import CallWindow, LevelWindow
 from ledger.decisions import AwaitCallback, Decision, GiveUp, Lookup, Record, Retry, after_lookup, decide
 from ledger.modes import rules_for
 from ledger.operation import Operation
@@ -121,11 +126,14 @@ class OutcomeService:
         finished = self.egress.take_finished()
         if not finished:
             return counts
-        lookups: dict[UUID, InFlight] = {}
+        lookups: dict[UUID, tuple[InFlight, datetime | None]] = {}
+        waits: dict[UUID, LevelWindow] = {}
+        windows: dict[str, CallWindow] = {}  # call budget windows of this batch
         flights = {flight.op.id: flight for flight, _ in finished}
         try:
             result = self.committer.commit(
-                [(flight.op, self._change(flight, item, now, lookups)) for flight, item in finished], counts)
+                [(flight.op, self._change(flight, item, now, lookups, waits, windows)) for flight, item in finished],
+                counts)
         except BaseException:
             # The store did not take the batch (an outage, or this process stopping): keep the
             # outcomes in hand for the next cycle rather than let recovery call them lost.
@@ -138,16 +146,25 @@ class OutcomeService:
             self._record_unstorable(result.failed, flights, now, counts)
         for op_id, op in result.committed.items():
             if op_id in lookups:
-                flight = lookups[op_id]
+                flight, send_by = lookups[op_id]
                 self.egress.submit(InFlight(op=op, epoch=flight.epoch, kind="lookup", request=flight.request,
-                                            policy=flight.policy, adapter=flight.adapter, started_at=now))
+                                            policy=flight.policy, adapter=flight.adapter, started_at=now,
+                                            send_by=send_by))
+            elif op_id in waits:
+                limiting = waits[op_id]
+                log.info("lookup waits for a call budget; the lease is left to run out and the reclaim looks it up",
+                         operation_id=str(op_id), scope=limiting.level.scope, level=limiting.level.level.value,
+                         until=limiting.end.isoformat())
             else:
                 self.settlement.offer(op)
         return counts
 
-    def _change(self, flight: InFlight, item: Finished, now: datetime, lookups: dict[UUID, InFlight]) -> Change:
+    def _change(self, flight: InFlight, item: Finished, now: datetime,
+                lookups: dict[UUID, tuple[InFlight, datetime | None]], waits: dict[UUID, LevelWindow],
+                windows: dict[str, CallWindow]) -> Change:
         def change(op: Operation) -> Sequence[Aggregate]:
             lookups.pop(op.id, None)
+            waits.pop(op.id, None)
             if flight.kind == "lookup":
                 decision = after_lookup(found=item.outcome, policy=flight.policy, attempts=op.attempts,
                                         now=now, rng=self.rng)
@@ -156,12 +173,29 @@ class OutcomeService:
                 decision = decide(outcome=item.outcome, mode=op.delivery_mode, policy=flight.policy,
                                   attempts=op.attempts, now=now, rng=self.rng)
             if isinstance(decision, Lookup):
-                lookups[op.id] = flight
-            else:
-                apply_decision(op, flight.epoch, decision, now)
+                return self._lookup(op, flight, now, lookups, waits, windows)
+            apply_decision(op, flight.epoch, decision, now)
             return []
 
         return change
+
+    def _lookup(self, op: Operation, flight: InFlight, now: datetime,
+                lookups: dict[UUID, tuple[InFlight, datetime | None]], waits: dict[UUID, LevelWindow],
+                windows: dict[str, CallWindow]) -> Sequence[Aggregate]:
+        """Plan ``op``'s lookup, taking a call from each budget level in this commit (the
+        windows returned are saved with it), or note the limiting level when one is used up."""
+        app = self.committer.app
+        budget = budget_of(app.registry.get(op.integration_name, op.integration_version), op.tenant, now,
+                           app.global_budget)
+        if budget is None:
+            lookups[op.id] = (flight, None)
+            return []
+        taken = take_calls(app, budget, op.id, now, windows, "lookup")
+        if isinstance(taken, LevelWindow):
+            waits[op.id] = taken
+            return []
+        lookups[op.id] = (flight, budget.send_by)
+        return taken
 
     def _record_unstorable(self, failed: dict[UUID, str], flights: dict[UUID, InFlight], now: datetime,
                            counts: Counts) -> None:

@@ -19,12 +19,13 @@ from eventsourcing.application import AggregateNotFoundError, Application, Proce
 from eventsourcing.domain import Aggregate, BaseAggregate
 from eventsourcing.persistence import Mapper, Recording
 from eventsourcing.utils import get_topic
+from pydantic import ValidationError
 
 from ledger import failpoints
 from ledger.clock import Clock, SystemClock
 from ledger.config import Database, Settings
-from ledger.declarations import Integration, Registry
-from ledger.errors import IntentConflictError, InvalidArgumentError, OperationNotFoundError
+from ledger.declarations import CallBudget, Integration, Registry
+from ledger.errors import ConfigurationError, IntentConflictError, InvalidArgumentError, OperationNotFoundError
 from ledger.identity import Source, fingerprint, operation_id
 from ledger.operation import Operation
 from ledger.persistence import StoreLock
@@ -59,11 +60,16 @@ class LedgerApplication(Application):
 
     integrations: ClassVar[Sequence[Integration | Mapping[str, Any]]] = ()
     tenant: ClassVar[str] = "default"
+    global_call_budget: ClassVar[CallBudget | Mapping[str, Any] | None] = None
+    """Calls to every provider together, per window (``{"calls_per_window": N,
+    "window_seconds": S}``): the outermost level of the call budgets (``ledger.budgets``).
+    Declared in code with the integrations, so every worker of the application agrees on it."""
 
     def __init__(self, env: Mapping[str, str] | None = None, *, clock: Clock | None = None) -> None:
         self.registry = Registry()
         for declaration in type(self).integrations:
             self.registry.declare(declaration)
+        self.global_budget: CallBudget | None = _global_budget(type(self).global_call_budget)
         self.clock: Clock = clock or SystemClock()
         if env is None and "PERSISTENCE_MODULE" not in os.environ and "PERSISTENCE_MODULE" not in type(self).env:
             settings = Settings()
@@ -235,3 +241,14 @@ def _owner_lock(database: Database) -> AbstractContextManager[object]:
     if database.backend == "sqlite" and database.path is not None:
         return StoreLock(database.path)
     return nullcontext()
+
+
+def _global_budget(declared: CallBudget | Mapping[str, Any] | None) -> CallBudget | None:
+    """``global_call_budget`` checked. Raises ``ConfigurationError`` naming what is wrong."""
+    if declared is None or isinstance(declared, CallBudget):
+        return declared
+    try:
+        return CallBudget.model_validate(dict(declared))
+    except (ValidationError, TypeError, ValueError) as exc:
+        raise ConfigurationError(f"global_call_budget is not a call budget ({{calls_per_window: N >= 1, "
+                                 f"window_seconds: S}}): {exc}") from None

@@ -39,9 +39,11 @@ MAX_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
 DEFAULT_APPROVAL_VALID_SECONDS = 86_400.0
 """How long an approval allows egress unless declared otherwise, seconds (a day)."""
 _DIGEST_DEFAULTS: dict[str, Any] = {"max_payload_bytes": DEFAULT_MAX_PAYLOAD_BYTES, "approval_purpose": "",
-                                    "approval_valid_seconds": DEFAULT_APPROVAL_VALID_SECONDS}
-"""Fields added after digests were first recorded: left out of the digest while at their
-default, so a declaration written before them keeps its recorded digest (no false drift)."""
+                                    "approval_valid_seconds": DEFAULT_APPROVAL_VALID_SECONDS,
+                                    "budgets.per_tenant": None}
+"""Fields added after digests were first recorded (dotted: a nested field): left out of the
+digest while at their default, so a declaration written before them keeps its recorded digest
+(no false drift)."""
 SECRET_REF_PREFIX = "secretref:"
 """Secret payload fields hold a reference (``secretref:NAME``) resolved at egress, never a value."""
 
@@ -136,12 +138,39 @@ class SettlementAction(_Strict):
         return value
 
 
+class CallBudget(_Strict):
+    """One call budget: at most ``calls_per_window`` requests to the provider (sends and
+    lookups) in each ``window_seconds`` window, windows aligned to the Unix epoch (UTC)."""
+
+    calls_per_window: int = Field(ge=1)
+    window_seconds: float = Field(default=60.0, gt=0, le=MAX_BUDGET_WINDOW_SECONDS)
+
+
 class Budgets(_Strict):
-    """Call budgets checked before egress, never after (DESIGN §7)."""
+    """Call budgets checked before egress, never after (DESIGN §7; issue 14 item 1).
+
+    ``calls_per_window``/``window_seconds`` are the integration's budget (``scope:
+    integration``) or, with ``scope: tenant``, each tenant's. ``per_tenant`` adds each tenant's
+    own budget inside the integration's: a call must fit both (and the application's global
+    budget, ``LedgerApplication.global_call_budget``).
+    """
 
     calls_per_window: int | None = Field(default=None, ge=1)
     window_seconds: float = Field(default=60.0, gt=0, le=MAX_BUDGET_WINDOW_SECONDS)
     scope: str = Field(default="integration", pattern=r"^(integration|tenant)$")
+    per_tenant: CallBudget | None = None
+
+    @field_validator("per_tenant")
+    @classmethod
+    def _inside_the_integrations(cls, value: CallBudget | None, info: ValidationInfo) -> CallBudget | None:
+        if value is None:
+            return value
+        if info.data.get("calls_per_window") is None:
+            raise ValueError("a per-tenant budget sits inside the integration's: declare calls_per_window too")
+        if info.data.get("scope") != "integration":
+            raise ValueError("scope: tenant already makes calls_per_window each tenant's; per_tenant needs "
+                             "scope: integration")
+        return value
 
 
 class Integration(_Strict):
@@ -231,8 +260,12 @@ class Integration(_Strict):
         # Computed once: the model is frozen, and every intent records it.
         data = self.model_dump(mode="json")
         for name, default in _DIGEST_DEFAULTS.items():
-            if data.get(name) == default:
-                del data[name]
+            *path, key = name.split(".")
+            parent = data
+            for part in path:
+                parent = parent.get(part) or {}
+            if key in parent and parent[key] == default:
+                del parent[key]
         return "sha256:" + hashlib.sha256(canonical_json(data)).hexdigest()
 
     def classification_of(self, field: str) -> Classification | None:

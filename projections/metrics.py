@@ -24,10 +24,12 @@ from uuid import UUID
 import structlog
 
 from ledger.application import LedgerApplication
+from ledger.budgets import CallWindow, scope_labels, scope_level
 from ledger.errors import CorruptRecordError
 from ledger.operation import Operation
 from ledger.outcomes import FailureCategory
 from ledger.status import ExecutionState
+from ledger.topics import topics_of
 from projections.loading import record_decoder, select_records
 from projections.metrics_store import LabelKey, MetricsStore, PositionMovedError
 from projections.rows import read_topics
@@ -56,6 +58,9 @@ COUNTERS: dict[str, str] = {
     "opledger_settlements_blocked": "settlements that kept failing and wait for an operator",
     "opledger_settled": "outcomes settled into their source entity",
     "opledger_attention_entries": "times an operation went onto the attention queue, by reason",
+    "opledger_budget_calls": "calls given out by call budgets (sends and lookups), by budget level; the "
+                             "global level has no integration label, the integration level no tenant",
+    "opledger_budget_waits": "times an operation waited for a call budget (BudgetWaited), by the level that limited it",
 }
 """Counter names (exposed with ``_total``) and their help text."""
 
@@ -69,7 +74,7 @@ HISTOGRAMS: dict[str, str] = {
 
 DETAIL_LABEL: dict[str, str] = {
     "opledger_outcomes": "outcome", "opledger_retries": "category", "opledger_ambiguous": "reason",
-    "opledger_attention_entries": "reason",
+    "opledger_attention_entries": "reason", "opledger_budget_calls": "level", "opledger_budget_waits": "level",
 }
 """The counters with a label of their own, and its name."""
 
@@ -83,6 +88,8 @@ _COUNTED: dict[type, str] = {
     Operation.BudgetExhausted: "opledger_budget_exhausted",
 }
 """Events counted one for one, by the counter they add to."""
+_WINDOW_TOPICS = topics_of([CallWindow.Opened, CallWindow.CallTaken])
+"""Call budget window events, folded into ``opledger_budget_calls``."""
 _OUTCOME_EVENTS = (Operation.Succeeded, Operation.Failed, Operation.Ambiguous, Operation.Accepted,
                    Operation.RetryScheduled, Operation.BudgetExhausted)
 
@@ -138,6 +145,8 @@ def metric_deltas(before: Operation | None, event: Any, after: Operation) -> lis
         out.append(("opledger_retries", bounded(event.category, _CATEGORIES), 1.0))
     elif isinstance(event, Operation.Settled):
         _observe(out, "opledger_settlement_latency_seconds", (at - before.state_entered_at).total_seconds())
+    elif isinstance(event, Operation.BudgetWaited):
+        out.append(("opledger_budget_waits", scope_level(event.scope).value, 1.0))
     if isinstance(event, _OUTCOME_EVENTS) and before.execution is ExecutionState.DISPATCHING:
         _observe(out, "opledger_dispatch_latency_seconds", (at - before.state_entered_at).total_seconds())
     if after.execution is not before.execution and after.execution in _TERMINAL:
@@ -200,6 +209,7 @@ class MetricsProjection:
         self._decode = record_decoder(app)
         self._ids: dict[Any, UUID] = {}
         self._cache: OrderedDict[UUID, Operation] = OrderedDict()
+        self._scopes: OrderedDict[UUID, str] = OrderedDict()  # call window id -> its budget scope
         self.skipped: set[UUID] = set()
         """Operations with a record that does not decode: the status projection puts them on
         the attention queue; their later events are not counted here."""
@@ -274,12 +284,15 @@ class MetricsProjection:
     def _read(self, position: int, limit: int) -> list[tuple[int, UUID, int, str, bytes]]:
         if len(self._ids) > 100_000:
             self._ids.clear()
-        return select_records(self.app, position, limit, read_topics(), self._ids)
+        return select_records(self.app, position, limit, read_topics() + _WINDOW_TOPICS, self._ids)
 
     def _fold(self, records: Iterable[tuple[int, UUID, int, str, bytes]]) -> dict[LabelKey, float]:
         increments: dict[LabelKey, float] = defaultdict(float)
         for _position, op_id, version, topic, state in records:
             if op_id in self.skipped:
+                continue
+            if topic in _WINDOW_TOPICS:
+                self._fold_window(increments, op_id, version, topic, state)
                 continue
             try:
                 event = self._decode(op_id, version, topic, state)
@@ -299,6 +312,32 @@ class MetricsProjection:
             if len(self._cache) > self.config.cache_size:
                 self._cache.popitem(last=False)
         return dict(increments)
+
+    def _fold_window(self, increments: dict[LabelKey, float], window_id: UUID, version: int, topic: str,
+                     state: bytes) -> None:
+        """A call budget window's event: each ``CallTaken`` is one call of its level. A window
+        record that does not decode is skipped (logged): a count, not an operation, is lost."""
+        try:
+            event = self._decode(window_id, version, topic, state)
+            known = self._scopes.get(window_id)
+            if isinstance(event, CallWindow.Opened):
+                scope: str = event.scope
+            elif known is not None:
+                scope = known
+            else:
+                window: CallWindow = self.app.repository.get(window_id, version=1)
+                scope = window.scope
+        except CorruptRecordError as exc:
+            log.warning("metrics skip a call window record that does not decode", window_id=str(window_id),
+                        version=version, error=str(exc))
+            return
+        self._scopes[window_id] = scope
+        self._scopes.move_to_end(window_id)
+        if len(self._scopes) > self.config.cache_size:
+            self._scopes.popitem(last=False)
+        if isinstance(event, CallWindow.CallTaken):
+            integration, tenant = scope_labels(scope)
+            increments[("opledger_budget_calls", integration, tenant, "", scope_level(scope).value)] += 1.0
 
     def _before(self, op_id: UUID, version: int) -> Operation | None:
         """The operation just before its event ``version`` (None before its first)."""

@@ -111,3 +111,23 @@ class BudgetApp(ModesApp):
 
     name = "modes"
     integrations = [declaration(DeliveryMode.IDEMPOTENT, budgets={"calls_per_window": 10, "window_seconds": 2.0})]
+
+
+class NestedBudgetApp(ModesApp):
+    """Hierarchical call budgets (issue 14): 8 calls per 2 s in all; the idempotent integration
+    6 of them, each tenant 3; the non-idempotent integration has no budget of its own."""
+
+    name = "modes"
+    global_call_budget = {"calls_per_window": 8, "window_seconds": 2.0}
+    integrations = [
+        declaration(DeliveryMode.IDEMPOTENT, budgets={"calls_per_window": 6, "window_seconds": 2.0,
+                                                      "per_tenant": {"calls_per_window": 3, "window_seconds": 2.0}}),
+        declaration(DeliveryMode.NON_IDEMPOTENT)]
+
+    def make_for(self, mode: DeliveryMode | str, target: str, tenant: str, *, n: int = 0) -> UUID:
+        """``make`` for ``tenant``. Returns the operation id."""
+        thing = Thing(label=f"thing-{n}")
+        op = self.intend(thing, f"test.{DeliveryMode(mode).value}", target=target, tenant=tenant,
+                         payload={"n": n, "note": "internal note", "token": "secretref:test-token"})
+        self.save(thing, op)
+        return op.id

@@ -83,6 +83,19 @@ def _detail_text(detail: dict[str, Any] | None) -> str | None:
     return " ".join(f"{key}={value}" for key, value in detail.items() if value is not None)
 
 
+def _budgets_text(budgets: list[dict[str, Any]]) -> str | None:
+    """Each call budget level on a line: ``tenant t.x|tenant=acme: 2/2 calls in 10 s window to
+    <end>, waiting until <end>`` (outermost first)."""
+    if not budgets:
+        return None
+    lines = []
+    for b in budgets:
+        wait = f", waiting until {b['waiting_until']}" if b["waiting_until"] else ""
+        lines.append(f"{b['level']} {b['scope']}: {b['calls_used']}/{b['calls_per_window']} calls in the "
+                     f"{b['window_seconds']:g} s window to {b['window_end']}{wait}")
+    return "\n".join(lines)
+
+
 def _warn_lag(store: Store) -> None:
     """Say on stderr how far the status view is behind the log (no worker keeping it, say)."""
     position = store.view.position(PROJECTION_NAME, store.app.name)
@@ -138,7 +151,8 @@ def show_op(operation_id: str, database_url: str = DatabaseOption, json_output: 
         return
     table = Table(show_header=False, title=f"operation {op_id}")
     for key, value in data.items():
-        table.add_row(key, cell(_detail_text(value) if key == "attention_detail" else value))
+        text = _detail_text(value) if key == "attention_detail" else _budgets_text(value) if key == "budgets" else value
+        table.add_row(key, cell(text))
     print_table(table, wide=wide)
 
 

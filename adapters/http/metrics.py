@@ -54,7 +54,8 @@ class LedgerCollector(Collector):
         kept = set(sorted(intents, key=lambda t: (-intents[t], t))[: self.top_tenants])
 
         def fold(tenant: str) -> str:
-            return tenant if tenant in kept else OTHER_TENANT
+            # "" is no tenant (a global or integration call budget's row), never folded.
+            return tenant if tenant in kept or not tenant else OTHER_TENANT
 
         yield from self._counters(totals, fold)
         yield from self._histograms(totals, fold)

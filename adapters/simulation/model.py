@@ -16,6 +16,7 @@ from uuid import UUID
 
 from eventsourcing.domain import Aggregate, event
 
+from adapters.simulation.budgets import GLOBAL_BUDGET, budgets_of, tenant_of
 from ledger.application import LedgerApplication
 from ledger.declarations import DeliveryMode, Integration
 from ledger.settlement import SettlementOutcome
@@ -48,6 +49,7 @@ def _declaration(mode: DeliveryMode) -> Integration:
         "settlement": {"entity_type": f"{__name__}:Account", "method": "on_result", "max_attempts": 3,
                        "backoff_seconds": 1.0},
         "payload": {"n": "public"},
+        "budgets": budgets_of(mode),
     })
 
 
@@ -104,12 +106,14 @@ class SimApp(LedgerApplication):
 
     name = "sim"
     integrations: ClassVar[list[Integration]] = [_declaration(mode) for mode in MODES]
+    global_call_budget = GLOBAL_BUDGET
 
     def open_account(self, seed: int, number: int, mode: DeliveryMode) -> tuple[Account, UUID]:
         """Create account ``number`` of run ``seed`` and intend one operation of ``mode`` for it,
         co-committed. Returns the account and the operation id."""
         account = Account(name=f"{seed}-{number}")
-        op = self.intend(account, integration_name(mode), target=TARGET, payload={"n": number})
+        op = self.intend(account, integration_name(mode), target=TARGET, payload={"n": number},
+                         tenant=tenant_of(number))
         self.save(account, op)
         return account, op.id
 

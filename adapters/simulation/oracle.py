@@ -99,6 +99,8 @@ class Oracle:
                 if not notification.topic.startswith("ledger."):
                     continue
                 event = self.app.mapper.to_domain_event(notification)
+                if not isinstance(event, Operation.Event):
+                    continue  # a call budget window's event (checked by adapters.simulation.budgets)
                 violation = self._event(event)
                 if violation is not None:
                     return violation

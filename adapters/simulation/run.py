@@ -32,6 +32,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import OperationalError
 
+from adapters.simulation.budgets import BudgetWatch
 from adapters.simulation.egress import SimulatedEgress
 from adapters.simulation.faults import (
     CRASH_CHANCE,
@@ -126,6 +127,7 @@ class _World:
     store: MemoryStatusStore
     projection: StatusProjection
     oracle: Oracle
+    budgets: BudgetWatch
     workers: list[_SimWorker | None] = field(default_factory=list)
     restarts: dict[int, datetime] = field(default_factory=dict)
     generations: Counter[int] = field(default_factory=Counter)
@@ -175,7 +177,8 @@ def _build(seed: int, config: SimConfig) -> _World:
     store = MemoryStatusStore(clock=clock)
     projection = StatusProjection(app=app, view=store.open_view())
     world = _World(seed=seed, config=config, rng=rng, faults=faults, clock=clock, app=app, provider=provider,
-                   store=store, projection=projection, oracle=Oracle(app, provider))
+                   store=store, projection=projection, oracle=Oracle(app, provider),
+                   budgets=BudgetWatch(provider, clock, app))
     world.workers = [_start_worker(world, i) for i in range(config.workers)]
     return world
 
@@ -185,7 +188,7 @@ def _start_worker(world: _World, index: int) -> _SimWorker:
     name = f"w{index}.{world.generations[index]}"
     egress = SimulatedEgress(clock=world.clock, faults=world.faults, rng=world.rng, slots=EGRESS_SLOTS,
                              lease_seconds=LEASE_SECONDS)
-    worker = Worker(app=world.app, view=world.store.open_view(), adapters={ADAPTER: world.provider},
+    worker = Worker(app=world.app, view=world.store.open_view(), adapters={ADAPTER: world.budgets},
                     clock=world.clock, rng=random.Random(world.rng.getrandbits(64)), egress=egress,
                     config=WorkerConfig(worker_id=name, lease_seconds=LEASE_SECONDS, egress_slots=EGRESS_SLOTS,
                                         inline_egress=True),
@@ -205,12 +208,18 @@ def _fault_phase(world: _World) -> Violation | None:
 
 def _check(world: _World, step: int | str) -> Violation | None:
     """Run the oracle over what the step committed; its event lines go into the trace."""
-    violation = world.oracle.check()
+    violation = world.oracle.check() or _budget_check(world)
     for source, lines in (("  provider", world.provider.lines), ("  ledger", world.oracle.lines)):
         for line in lines:
             world.log(step, source, line)
         lines.clear()
     return violation
+
+
+def _budget_check(world: _World) -> Violation | None:
+    """The budget oracle over the requests that reached the provider (``adapters.simulation.budgets``)."""
+    found = world.budgets.check()
+    return Violation(*found) if found is not None else None
 
 
 def _step(world: _World, step: int) -> None:

@@ -13,7 +13,7 @@ from adapters.partner import PartnerProcess
 from ledger.budgets import window_bounds
 from ledger.config import Database
 from projections.view import open_view
-from tests.apps import BudgetApp
+from tests.apps import BudgetApp, NestedBudgetApp
 from tests.conftest import wait_until
 from tests.process.conftest import worker_env
 
@@ -67,3 +67,58 @@ def test_four_workers_keep_one_call_budget(modes_db: Database, database_url: str
     assert len(per_window) >= OPERATIONS // LIMIT
     assert all(datetime.fromisoformat(r.received_at) >= window_bounds(attempts[r.attempt_id], WINDOW)[0]
                for r in deliveries), "a request reached the provider before its window opened"
+
+
+NESTED_OPERATIONS = {("idempotent", "acme"): 16, ("idempotent", "beta"): 16, ("non_idempotent", "gamma"): 16}
+NESTED_LIMITS = {"global": 8, "integration": 6, "tenant": 3}
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_four_workers_keep_hierarchical_budgets(modes_db: Database, database_url: str, partner: PartnerProcess,
+                                                workers) -> None:
+    """Tenant inside integration inside global, four workers: no level's window gives out more
+    calls than its limit (each request counted in the window its attempt was), every request
+    carries an attempt the ledger recorded, all settle."""
+    app = NestedBudgetApp(env=modes_db.library_env(create_table=False))
+    try:
+        ids = {app.make_for(mode, f"{partner.url}/pay", tenant, n=n): (mode, tenant)
+               for (mode, tenant), count in NESTED_OPERATIONS.items() for n in range(count)}
+    finally:
+        app.close()
+    env = worker_env(database_url, app="tests.apps:NestedBudgetApp", lease_seconds=5.0)
+    for _ in range(4):
+        workers(env)
+    view = open_view(modes_db)
+    try:
+        def settled() -> bool:
+            return len(view.list(status="settled", limit=len(ids) + 10)) == len(ids)
+
+        try:
+            # 48 calls at 8 per 2 s take 12 s; the rest is start-up and settling (slower on a loaded machine).
+            wait_until(settled, timeout=150, interval=0.5, what="every operation settled")
+        except pytest.fail.Exception:
+            statuses = Counter(row.status for row in view.list(limit=len(ids) + 10))
+            raise AssertionError(f"not all settled: {dict(statuses)}") from None
+    finally:
+        view.close()
+    app = NestedBudgetApp(env=modes_db.library_env(create_table=False))
+    try:
+        attempts = {str(e.attempt_id): (e.timestamp, *ids[i]) for i in ids for e in app.events.get(i)
+                    if type(e).__name__ == "AttemptStarted"}
+        waits = Counter(e.scope for i in ids for e in app.events.get(i) if type(e).__name__ == "BudgetWaited")
+    finally:
+        app.close()
+    deliveries = [r for r in partner.log.requests() if r.kind == "delivery"]
+    unknown = [r.attempt_id for r in deliveries if r.attempt_id not in attempts]
+    assert not unknown, f"{len(unknown)} requests carry attempt ids the ledger never recorded"
+    per_level: Counter[tuple[str, str, datetime]] = Counter()
+    for r in deliveries:
+        at, mode, tenant = attempts[r.attempt_id]
+        start = window_bounds(at, WINDOW)[0]
+        per_level[("global", "", start)] += 1
+        if mode == "idempotent":
+            per_level[("integration", mode, start)] += 1
+            per_level[("tenant", tenant, start)] += 1
+    for (level, _key, _start), count in per_level.items():
+        assert count <= NESTED_LIMITS[level], sorted(per_level.items())
+    assert waits, "no operation waited: the budgets did not limit"
