@@ -17,8 +17,11 @@ Source: issue 15; docs/adr/0006-idempotency-receipts.md.
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
@@ -28,6 +31,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adapters.http.auth import TokenGrant, principal_with
 from adapters.http.problems import MEDIA_TYPE, PROBLEM_RESPONSES, reject_unknown_query
+from adapters.runtime import Store
+from executors.receipt_leases import DEFAULT_RENEW_INTERVAL_SECONDS, ReceiptLeaseConfig, ReceiptLeaseService
+from executors.receipt_recovery import ReceiptRecoveryConfig, ReceiptRecoveryService
+from executors.receipt_retention import DEFAULT_RETENTION_SECONDS, ReceiptRetentionConfig, ReceiptRetentionService
 from ledger.clock import SystemClock
 from ledger.errors import CommandIncompleteError, ReceiptMismatchError, ReceiptPendingError
 from ledger.inbound import UnknownCommandError, problem_body
@@ -42,10 +49,6 @@ KEY_PATTERN = r'^"[A-Za-z0-9_.:+/=-]{1,255}"$'
 characters is accepted (``parse_key``), this is the portable subset clients should use."""
 REPLAYED_HEADER = "Idempotent-Replayed"
 TRANSACTION_HEADER = "Opledger-Transaction-Id"
-DEFAULT_RETENTION_SECONDS = 24 * 3600.0
-"""How long a completed receipt is replayed before the retention sweep expires it, seconds."""
-DEFAULT_RENEW_INTERVAL_SECONDS = 10.0
-"""How often the owner's supervisor renews its pending receipts (clamped to a third of the lease)."""
 
 
 class ReceiptSettings(BaseSettings):
@@ -213,3 +216,34 @@ async def run_command(
         return problem(503, "Service unavailable", "command_incomplete", str(exc), retryable=True,
                        retry_after=exc.retry_after_seconds)
     return envelope_response(answer.envelope, replayed=answer.replayed)
+
+
+def start_receipt_services(store: Store, settings: ReceiptSettings, stop: threading.Event, *,
+                           max_clock_skew_seconds: float) -> tuple[ReceiptRunner, list[threading.Thread]]:
+    """The receipt runner of a writing ``serve`` process and its three services, each in its own
+    thread until ``stop``: owner-lease renewal, recovery, retention (so that neither renewal nor
+    recovery can starve the other).
+
+    Leases are judged by the store's clock (the database's on PostgreSQL; DESIGN §7).
+
+    Returns:
+        ``(runner, threads)``; put the runner on ``app.state.receipt_runner``.
+    """
+    clock = store.view.lease_clock(SystemClock(), max_skew_seconds=max_clock_skew_seconds)
+    runner = ReceiptRunner(app=store.app, clock=clock, lease_seconds=settings.lease_seconds,
+                           owner_prefix=f"serve:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:4]}")
+    services: list[tuple[str, Callable[[threading.Event], None]]] = [
+        ("receipt-leases", ReceiptLeaseService(runner=runner, config=ReceiptLeaseConfig(
+            lease_seconds=settings.lease_seconds, interval_seconds=settings.renew_interval_seconds)).run),
+        ("receipt-recovery", ReceiptRecoveryService(runner=runner, config=ReceiptRecoveryConfig(
+            interval_seconds=min(1.0, settings.lease_seconds / 3), max_adoptions=settings.max_adoptions)).run),
+        ("receipt-retention", ReceiptRetentionService(runner=runner, config=ReceiptRetentionConfig(
+            retention_seconds=settings.retention_seconds)).run),
+    ]
+    threads = []
+    if runner.commands:  # a host application without commands needs none of them
+        for name, loop in services:
+            thread = threading.Thread(target=loop, args=(stop,), name=name, daemon=True)
+            thread.start()
+            threads.append(thread)
+    return runner, threads
