@@ -26,7 +26,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adapters.http.auth import TokenGrant, principal_with
@@ -36,7 +36,7 @@ from executors.receipt_leases import DEFAULT_RENEW_INTERVAL_SECONDS, ReceiptLeas
 from executors.receipt_recovery import ReceiptRecoveryConfig, ReceiptRecoveryService
 from executors.receipt_retention import DEFAULT_RETENTION_SECONDS, ReceiptRetentionConfig, ReceiptRetentionService
 from ledger.clock import SystemClock
-from ledger.errors import CommandIncompleteError, ReceiptMismatchError, ReceiptPendingError
+from ledger.errors import CommandIncompleteError, ConfigurationError, ReceiptMismatchError, ReceiptPendingError
 from ledger.inbound import UnknownCommandError, problem_body
 from ledger.receipt_runner import DEFAULT_RECEIPT_LEASE_SECONDS, ReceiptRunner
 from ledger.receipts import Envelope
@@ -68,6 +68,19 @@ class ReceiptSettings(BaseSettings):
     renew_interval_seconds: float = Field(default=DEFAULT_RENEW_INTERVAL_SECONDS, gt=0, le=86400)
     retention_seconds: float = Field(default=DEFAULT_RETENTION_SECONDS, gt=0, le=366 * 86400)
     max_adoptions: int = Field(default=3, ge=1, le=1000)
+
+
+def load_receipt_settings() -> ReceiptSettings:
+    """``ReceiptSettings`` from the environment.
+
+    Raises:
+        ConfigurationError: a setting is malformed (the message names it).
+    """
+    try:
+        return ReceiptSettings()
+    except ValidationError as exc:
+        problems = [f"OPLEDGER_RECEIPT_{str(e['loc'][0]).upper()}={e.get('input')!r}: {e['msg']}" for e in exc.errors()]
+        raise ConfigurationError("invalid settings: " + "; ".join(problems)) from None
 
 
 router = APIRouter(prefix="/v1/commands", tags=["commands"], dependencies=[Depends(reject_unknown_query)])

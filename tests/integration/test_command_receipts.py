@@ -239,3 +239,10 @@ def test_an_ambiguous_publication_of_the_receipt_converges(desk: ReceiptDesk, bo
         assert response.status_code == 201
     assert post(desk, {"label": "a"}, "k-22").content == response.content
     assert desk.tickets() == 1
+
+
+def test_a_read_only_server_refuses_commands_without_running_them(desk: ReceiptDesk) -> None:
+    desk.app.state.writable = False  # `opledger serve` without --write beside a SQLite worker
+    response = post(desk, {"label": "a"}, "k-ro")
+    assert response.status_code == 409 and response.json()["code"] == "store_read_only"
+    assert desk.tickets() == 0 and desk.runner.load(receipt_id("vera", "make_ticket", "k-ro")) is None
