@@ -7,7 +7,8 @@ Source: issue 15 items 1-4 and its acceptance ("reuse tests", "ambiguity test").
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -16,6 +17,7 @@ from eventsourcing.persistence import OperationalError
 
 from ledger import failpoints
 from ledger.receipts import COMPLETED, NOT_APPLIED, PENDING, Receipt, receipt_id
+from tests.apps import RUNS_FILE_ENV
 from tests.desk import auth
 from tests.receipt_desk import ReceiptDesk, receipt_desk
 
@@ -208,19 +210,31 @@ def test_an_unknown_command_is_404_and_needs_a_token(desk: ReceiptDesk) -> None:
 # ------------------------------------------------------------------ commits of unknown fate
 
 
-def test_a_completion_that_landed_but_raised_is_read_back_not_rerun(desk: ReceiptDesk) -> None:
+@pytest.fixture
+def handler_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """How many times a handler ran (``tests.apps`` appends a line per run)."""
+    path = tmp_path / "runs.txt"
+    monkeypatch.setenv(RUNS_FILE_ENV, str(path))
+    return lambda: len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_a_completion_that_landed_but_raised_is_read_back_not_rerun(
+        desk: ReceiptDesk, handler_runs: Callable[[], int]) -> None:
     with failpoints.raise_at("receipt_complete:after", OperationalError("connection lost during COMMIT")):
         response = post(desk, {"label": "a"}, "k-20")
     assert response.status_code == 201, response.text
-    assert desk.tickets() == 1
+    assert desk.tickets() == 1 and handler_runs() == 1  # settled by reading back, not by running again
     assert post(desk, {"label": "a"}, "k-20").content == response.content
+    assert handler_runs() == 1
 
 
-def test_a_completion_that_did_not_land_stays_pending_and_a_retry_converges(desk: ReceiptDesk) -> None:
+def test_a_completion_that_did_not_land_stays_pending_and_a_retry_converges(
+        desk: ReceiptDesk, handler_runs: Callable[[], int]) -> None:
     with failpoints.raise_at("receipt_complete:before", OperationalError("connection lost before COMMIT")):
         response = post(desk, {"label": "a"}, "k-21")
     assert response.status_code == 503 and response.json()["code"] == "command_incomplete"
     assert desk.tickets() == 0 and stored(desk, "k-21").state == PENDING
+    assert handler_runs() == 1  # the server did not run it again on its own guess
     retried = post(desk, {"label": "a"}, "k-21")
     assert retried.status_code == 201 and desk.tickets() == 1
     assert post(desk, {"label": "a"}, "k-21").content == retried.content
