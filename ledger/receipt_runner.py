@@ -269,7 +269,11 @@ class ReceiptRunner:
                                                  "the command did not complete; retry with the same key") from exc
                 operation_ids = [a.id for a in staged if isinstance(a, Operation)]
                 with ownership.lock:  # no renewal of this receipt while its completion commits
-                    current = self.load(rid)
+                    try:
+                        current = self.load(rid)
+                    except Exception as exc:  # nothing was written: pending, the lease decides
+                        raise CommandIncompleteError(RETRY_AFTER_INCOMPLETE_SECONDS, "the store could not be "
+                                                     "read to complete the command; retry with the same key") from exc
                     if current is None or current.state != PENDING or current.epoch != epoch:
                         return self._fenced(current)
                     current.complete(epoch=epoch, envelope=envelope, operation_ids=operation_ids,
