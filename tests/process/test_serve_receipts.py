@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from adapters.processes import WorkerProcess
-from ledger.config import Database, Settings
-from tests.apps import RUNS_FILE_ENV, CommandsApp, Ticket
+from ledger.config import Settings
+from tests.apps import RUNS_FILE_ENV, Ticket
 from tests.conftest import wait_until
 from tests.process.conftest import worker_env
 from tests.receipt_desk import APP_TOPIC, migrate_commands
@@ -146,37 +146,29 @@ def test_twenty_concurrent_requests_with_one_key_across_two_servers_run_the_hand
         drop_schema(schema)
 
 
-@pytest.mark.postgres
 def test_a_successor_completes_a_killed_owners_command_without_the_client(
-        serve: Callable[..., tuple[WorkerProcess, str]], tmp_path: Path) -> None:
+        database_url: str, serve: Callable[..., tuple[WorkerProcess, str]], tmp_path: Path) -> None:
+    from adapters.runtime import open_store
+    from ledger.receipt_runner import ReceiptRunner
     from ledger.receipts import COMPLETED, receipt_id
-    from tests.conftest import drop_schema, new_postgres_url, require_postgres
 
-    require_postgres()
-    url, schema = new_postgres_url()
-    try:
-        migrate_commands(url)
-        lease = {"OPLEDGER_RECEIPT_LEASE_SECONDS": "2"}
-        owner, base = serve(url, OPLEDGER_FAILPOINT="receipt_complete:before", **lease)
-        with pytest.raises(httpx.TransportError):  # the owner dies mid-request
-            command(base, "crash-1", {"label": "survivor"})
-        owner.process.wait(10)
-        assert not owner.alive()
-        assert len(runs(tmp_path)) == 1 and tickets(url) == 0  # ReceiptOpened committed, nothing else
-        serve(url, **lease)  # the successor: no client request from here on
-        app = CommandsApp(env=Database.parse(url).library_env(create_table=False))
-        try:
-            rid = receipt_id("cli", "make_ticket", "crash-1")
+    migrate_commands(database_url)
+    lease = {"OPLEDGER_RECEIPT_LEASE_SECONDS": "2"}
+    owner, base = serve(database_url, OPLEDGER_FAILPOINT="receipt_complete:before", **lease)
+    with pytest.raises(httpx.TransportError):  # the owner dies mid-request
+        command(base, "crash-1", {"label": "survivor"})
+    owner.process.wait(10)
+    assert not owner.alive()
+    assert len(runs(tmp_path)) == 1 and tickets(database_url) == 0  # ReceiptOpened committed, nothing else
+    serve(database_url, **lease)  # the successor: no client request from here on
+    rid = receipt_id("cli", "make_ticket", "crash-1")
 
-            def completed() -> bool:
-                return app.repository.get(rid).state == COMPLETED
+    def receipt() -> Any:
+        with open_store(Settings(database_url=database_url, app=APP_TOPIC), write=False) as store:
+            return ReceiptRunner(app=store.app, clock=store.app.clock, owner_prefix="test").load(rid)
 
-            wait_until(completed, timeout=30, what="the successor to complete the receipt")
-            receipt = app.repository.get(rid)
-            assert receipt.epoch == 2 and receipt.envelope.status == 201
-        finally:
-            app.close()
-        assert tickets(url) == 1  # one execution committed
-        assert len(runs(tmp_path)) == 2  # the killed run (nothing committed) and the successor's
-    finally:
-        drop_schema(schema)
+    wait_until(lambda: receipt().state == COMPLETED, timeout=30, what="the successor to complete the receipt")
+    completed = receipt()
+    assert completed.epoch == 2 and completed.envelope.status == 201
+    assert tickets(database_url) == 1  # one execution committed
+    assert len(runs(tmp_path)) == 2  # the killed run (nothing committed) and the successor's
