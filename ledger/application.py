@@ -122,7 +122,7 @@ class LedgerApplication(Application):
                 others.append(obj)
         processing_event.collect_events(*others, **kwargs)
         boundary = None
-        if failpoints.ARMED is not None:  # process tests only: SIGKILL at a commit boundary
+        if failpoints.ACTIVE:  # tests only: SIGKILL (or raise, in-process) at a commit boundary
             boundary = failpoints.commit_boundary(type(e).__name__ for e in processing_event.events)
             failpoints.reached(f"{boundary}:before")
         recordings = self._record(processing_event)

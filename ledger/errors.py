@@ -307,3 +307,57 @@ class StoreError(LedgerError):
     Fix: read the error; migrate the store (``opledger migrate``), grant the permission or
     restore the file, then start again (docs/operations.md, "Database outages").
     """
+
+
+class ReceiptFencedError(LedgerError):
+    """A receipt command came from an owner whose epoch is no longer the receipt's (a successor
+    adopted it), or the receipt is no longer pending (completed or expired). Nothing was recorded.
+
+    Source: issue 15 item 5 (owner leases fenced by epoch). Fix: reload the receipt and answer from
+    its current state (``ledger.receipt_decisions.decide_request``); never run the handler again
+    under the stale epoch.
+    """
+
+    def __init__(self, receipt_id: UUID, command: str, epoch: int, current_epoch: int, state: str) -> None:
+        self.receipt_id = receipt_id
+        self.epoch = epoch
+        self.current_epoch = current_epoch
+        self.state = state
+        super().__init__(f"cannot {command} receipt {receipt_id} under epoch {epoch}: it is {state} "
+                         f"under epoch {current_epoch}")
+
+
+class ReceiptMismatchError(LedgerError):
+    """An ``Idempotency-Key`` was reused for another request (another body, principal-visible
+    parameter or route): the fingerprint differs from the receipt's. Nothing was recorded.
+
+    Source: IETF draft-ietf-httpapi-idempotency-key-header-07 (422); issue 15 item 3. Fix: send a
+    fresh key for a new request; reuse a key only to retry the very same request.
+    """
+
+
+class ReceiptPendingError(LedgerError):
+    """The request with this key is being executed by its owner (its lease is live): answer 409
+    ``idempotency_receipt_pending``, retryable after ``retry_after_seconds``.
+
+    Source: IETF draft-07 (409 for a concurrent request); issue 15 item 3. Fix: retry the same
+    request with the same key after ``Retry-After``.
+    """
+
+    def __init__(self, retry_after_seconds: int, message: str = "") -> None:
+        self.retry_after_seconds = retry_after_seconds
+        super().__init__(message or "a request with this idempotency key is still being processed; "
+                                    f"retry after {retry_after_seconds}s with the same key")
+
+
+class CommandIncompleteError(LedgerError):
+    """The command's execution threw (the store failed, or the handler has a bug) or its commit's
+    fate is not known yet: the receipt stays pending, nothing was guessed. Answer 503, retryable.
+
+    Source: issue 15 item 4 ("thrown errors stay pending and retryable"). Fix: retry the same
+    request with the same key after ``retry_after_seconds``; it converges on the one outcome.
+    """
+
+    def __init__(self, retry_after_seconds: int, message: str) -> None:
+        self.retry_after_seconds = retry_after_seconds
+        super().__init__(message)

@@ -13,13 +13,19 @@ a boundary costs one comparison. The boundaries:
 ``outcome:after``      the outcome committed, before settlement
 ``settlement:before``  mid-settlement: the entity's action applied in memory, neither it nor
                        ``Settled`` committed (they commit together)
+``receipt_open:*``     an idempotency receipt's ``ReceiptOpened`` (``:before`` / ``:after`` its commit)
+``receipt_complete:*`` a command's effects and its ``ReceiptCompleted`` (one commit), before / after
 ``projection``         mid-projection-batch: status rows written, the batch not committed
 ``migration``          mid-migration: ``@1`` after the library's tables, before the read-model
                        migrations; ``@2`` after them, before the identity is recorded
 ``import``             mid-import: ``@1`` .. ``@5``, see ``migrations.legacy_import``
 =====================  =========================================================================
 
-Source: issue 16 item 6.
+In-process tests may instead make a boundary *raise* once (:func:`raise_at`), e.g. an
+``OperationalError`` after ``receipt_complete:after`` is a commit whose fate the caller cannot
+know (it landed); before it, one that did not land.
+
+Source: issue 16 item 6; issue 15 item 4 (commits of unknown fate).
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 FAILPOINT_ENV = "OPLEDGER_FAILPOINT"
 OUTCOME_EVENTS = frozenset({"Succeeded", "Failed", "Ambiguous", "Accepted", "RetryScheduled"})
@@ -45,12 +52,36 @@ ARMED = _parse(os.environ.get(FAILPOINT_ENV))
 """``(boundary, n)`` when this process was started with a failpoint, else None (read once)."""
 _hits = 0
 _guard = threading.Lock()
+_raising: dict[str, BaseException] = {}
+ACTIVE = ARMED is not None
+"""Whether any boundary is armed (a SIGKILL failpoint or an in-process :func:`raise_at`)."""
+
+
+@contextmanager
+def raise_at(boundary: str, error: BaseException) -> Iterator[None]:
+    """In-process tests: the next time this process reaches ``boundary``, raise ``error``
+    (once); disarmed when the block ends."""
+    global ACTIVE
+    with _guard:
+        _raising[boundary] = error
+        ACTIVE = True
+    try:
+        yield
+    finally:
+        with _guard:
+            _raising.pop(boundary, None)
+            ACTIVE = ARMED is not None or bool(_raising)
 
 
 def reached(boundary: str) -> None:
     """Mark that this process reached ``boundary``; SIGKILL it if that is the armed failpoint
     and this is its n-th time."""
     global _hits
+    if _raising:
+        with _guard:
+            error = _raising.pop(boundary, None)
+        if error is not None:
+            raise error
     if ARMED is None or ARMED[0] != boundary:
         return
     with _guard:
@@ -60,8 +91,13 @@ def reached(boundary: str) -> None:
 
 
 def commit_boundary(event_names: Iterable[str]) -> str | None:
-    """Which ledger commit a batch of events is: ``claim``, ``settlement``, ``outcome``, or None."""
+    """Which ledger commit a batch of events is: ``receipt_complete``, ``receipt_open``, ``claim``,
+    ``settlement``, ``outcome``, or None."""
     names = set(event_names)
+    if "ReceiptCompleted" in names:
+        return "receipt_complete"
+    if "ReceiptOpened" in names:
+        return "receipt_open"
     if "Claimed" in names:
         return "claim"
     if "Settled" in names:

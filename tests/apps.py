@@ -6,13 +6,17 @@ Importable by worker processes as ``tests.apps:ModesApp`` (they run with the rep
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import Aggregate, event
+from pydantic import BaseModel, Field
 
 from ledger.application import LedgerApplication
 from ledger.declarations import DeliveryMode, Integration
+from ledger.inbound import CommandContext, CommandRefused, Reply, command
 from ledger.settlement import SettlementOutcome
 
 MAX_ATTEMPTS = 3
@@ -131,3 +135,75 @@ class NestedBudgetApp(ModesApp):
                          payload={"n": n, "note": "internal note", "token": "secretref:test-token"})
         self.save(thing, op)
         return op.id
+
+
+# ---------------------------------------------------------------------------------------------
+# Inbound commands (issue 15): a host application whose commands run under idempotency receipts.
+
+RUNS_FILE_ENV = "OPLEDGER_TEST_RUNS_FILE"
+"""When set, every handler run appends ``<pid> <command> <label>`` to this file (across processes)."""
+
+
+class Ticket(Aggregate):
+    """A source entity created and renamed by commands."""
+
+    @event("Opened")
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    @event("Renamed")
+    def rename(self, label: str) -> None:
+        self.label = label
+
+
+class MakeTicket(BaseModel):
+    label: str = Field(min_length=1, max_length=100)
+    n: int = Field(default=0, ge=0, le=10**9)
+    sleep_seconds: float = Field(default=0.0, ge=0, le=30)
+
+
+class RenameTicket(BaseModel):
+    ticket_id: UUID
+    label: str = Field(min_length=1, max_length=100)
+
+
+def _record_run(name: str, label: str) -> None:
+    path = os.environ.get(RUNS_FILE_ENV)
+    if path:
+        with open(path, "a") as runs:
+            runs.write(f"{os.getpid()} {name} {label}\n")
+
+
+class CommandsApp(LedgerApplication):
+    """Commands over tickets: ``make_ticket`` (201, Location, ETag, an intended operation;
+    label ``taken`` is refused with a typed 409, ``boom`` raises), ``rename_ticket`` (key
+    required; an unknown ticket is a 404 refusal)."""
+
+    name = "commands"
+    integrations = [declaration(DeliveryMode.IDEMPOTENT)]
+
+    @command("make_ticket", request=MakeTicket, summary="Open a ticket and intend its webhook")
+    def make_ticket(self, ctx: CommandContext, request: MakeTicket) -> Reply:
+        _record_run("make_ticket", request.label)
+        if request.sleep_seconds:
+            time.sleep(request.sleep_seconds)
+        if request.label == "taken":
+            raise CommandRefused("label_taken", "a ticket with this label exists", status=409, retryable=False)
+        if request.label == "boom":
+            raise RuntimeError("the handler failed on purpose")
+        ticket = Ticket(label=request.label)
+        op = self.intend(ticket, "test.idempotent", target="https://partner.test/tickets", principal=ctx.principal,
+                         payload={"n": request.n, "note": "", "token": "secretref:test-token"}, now=ctx.now)
+        ctx.stage(ticket, op)
+        return Reply(201, body={"ticket_id": str(ticket.id), "label": ticket.label, "operation_id": str(op.id)},
+                     headers={"Location": f"/tickets/{ticket.id}", "ETag": f'"{ticket.version}"',
+                              "X-Ticket-Label": ticket.label})
+
+    @command("rename_ticket", request=RenameTicket, key_required=True, summary="Rename a ticket")
+    def rename_ticket(self, ctx: CommandContext, request: RenameTicket) -> Reply:
+        _record_run("rename_ticket", request.label)
+        ticket: Ticket = self.repository.get(request.ticket_id)
+        ticket.rename(request.label)
+        ctx.stage(ticket)
+        return Reply(200, body={"ticket_id": str(ticket.id), "label": ticket.label},
+                     headers={"ETag": f'"{ticket.version}"'})

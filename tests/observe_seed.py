@@ -20,10 +20,12 @@ from collections.abc import Callable
 from uuid import UUID, uuid4
 
 from eventsourcing.domain import Aggregate, event
+from pydantic import BaseModel, Field
 
 from adapters.demo.orders import NOTIFICATIONS, PAYMENTS, OrdersApp
 from ledger.clock import FakeClock
 from ledger.declarations import Integration
+from ledger.inbound import CommandContext, Reply, command
 from ledger.operation import Operation
 from ledger.settlement import SettlementOutcome
 
@@ -56,6 +58,13 @@ class Refund(Aggregate):
         self.result = result
 
 
+class RefundRequest(BaseModel):
+    """The ``request_refund`` command's body."""
+
+    amount_cents: int = Field(ge=1, le=10**9)
+    note: str = Field(default="", max_length=200)
+
+
 class DeskApp(OrdersApp):
     """The demo's orders with refunds that need approval (the operator's desk tests)."""
 
@@ -70,6 +79,16 @@ class DeskApp(OrdersApp):
                          traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
         self.save(refund, op)
         return op.id
+
+    @command("request_refund", request=RefundRequest, summary="Request a refund (it awaits an approver)")
+    def request_refund_command(self, ctx: CommandContext, request: RefundRequest) -> Reply:
+        """The same as :meth:`request_refund`, as an inbound command (issue 15)."""
+        refund = Refund(amount_cents=request.amount_cents)
+        op = self.intend(refund, "refunds.issue", target="http://p/refund", principal=ctx.principal, now=ctx.now,
+                         payload={"amount_cents": request.amount_cents, "note": request.note, "iban": CANARY_SECRET})
+        ctx.stage(refund, op)
+        return Reply(201, body={"refund_id": str(refund.id), "operation_id": str(op.id)},
+                     headers={"Location": f"/v1/operations/{op.id}", "ETag": f'"{refund.version}"'})
 
 EXPECTED_COUNTERS: dict[tuple[str, str, str], float] = {
     # (name, integration, detail): the total over tenants and modes after ``seed``

@@ -6,13 +6,17 @@ This is what a user's own application looks like; the demo and the tests drive i
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
 from eventsourcing.domain import Aggregate, event
+from pydantic import BaseModel, Field
 
 from ledger.application import LedgerApplication
 from ledger.declarations import Integration
+from ledger.inbound import CommandContext, CommandRefused, Reply, command
+from ledger.operation import Operation
 from ledger.settlement import SettlementOutcome
 
 PAYMENTS = Integration.parse({
@@ -70,6 +74,19 @@ class Order(Aggregate):
         self.notification = result
 
 
+ORDER_LIMIT_CENTS = 1_000_000
+"""The demo's largest order, cents (a larger one is a typed refusal)."""
+
+
+class PlaceOrder(BaseModel):
+    """The ``place_order`` command's body."""
+
+    customer_email: str = Field(min_length=3, max_length=200)
+    amount_cents: int = Field(gt=0, le=10**12)
+    payments_url: str = Field(min_length=1, max_length=2000)
+    notify_url: str = Field(min_length=1, max_length=2000)
+
+
 class OrdersApp(LedgerApplication):
     """The demo host application."""
 
@@ -85,8 +102,31 @@ class OrdersApp(LedgerApplication):
         Returns:
             ``(order id, [payment operation id, notification operation id])``.
         """
+        order, pay, note = self._placed(customer_email=customer_email, amount_cents=amount_cents,
+                                        payments_url=payments_url, notify_url=notify_url, principal=principal,
+                                        traceparent=traceparent)
+        self.save(order, pay, note)
+        return order.id, [pay.id, note.id]
+
+    @command("place_order", request=PlaceOrder, key_required=True,
+             summary="Place an order: its payment and notification are intended in the same commit")
+    def place_order_command(self, ctx: CommandContext, request: PlaceOrder) -> Reply:
+        """``POST /v1/commands/place_order`` (issue 15): 201 with ``Location`` and ``ETag``; an
+        order over the demo's limit is refused (``amount_over_limit``, not retryable)."""
+        if request.amount_cents > ORDER_LIMIT_CENTS:
+            raise CommandRefused("amount_over_limit", f"orders are limited to {ORDER_LIMIT_CENTS} cents")
+        order, pay, note = self._placed(customer_email=request.customer_email, amount_cents=request.amount_cents,
+                                        payments_url=request.payments_url, notify_url=request.notify_url,
+                                        principal=ctx.principal, traceparent=None, now=ctx.now)
+        ctx.stage(order, pay, note)
+        return Reply(201, body={"order_id": str(order.id), "operation_ids": [str(pay.id), str(note.id)]},
+                     headers={"Location": f"/orders/{order.id}", "ETag": f'"{order.version}"'})
+
+    def _placed(self, *, customer_email: str, amount_cents: int, payments_url: str, notify_url: str,
+                principal: str, traceparent: str | None,
+                now: datetime | None = None) -> tuple[Order, Operation, Operation]:
         order = Order(customer_email=customer_email, amount_cents=amount_cents)
-        common: dict[str, Any] = {"principal": principal, "traceparent": traceparent}
+        common: dict[str, Any] = {"principal": principal, "traceparent": traceparent, "now": now}
         pay = self.intend(order, "payments.charge", target=payments_url, effect_index=0, payload={
             "order_id": str(order.id), "amount_cents": amount_cents, "currency": order.currency,
             "card_token": "secretref:demo-card",
@@ -94,8 +134,7 @@ class OrdersApp(LedgerApplication):
         note = self.intend(order, "notifications.send", target=notify_url, effect_index=1, payload={
             "order_id": str(order.id), "email": customer_email, "template": "order_placed",
         }, **common)
-        self.save(order, pay, note)
-        return order.id, [pay.id, note.id]
+        return order, pay, note
 
 
 def new_email() -> str:

@@ -19,7 +19,7 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-from adapters.http import actions, console, observe, problems
+from adapters.http import actions, commands, console, observe, problems
 from adapters.http.auth import TokenGrant
 from adapters.http.metrics import DEFAULT_TOP_TENANTS, LedgerCollector, render
 from adapters.http.schemas import Health
@@ -140,4 +140,5 @@ def build_app() -> FastAPI:
     problems.install(app)
     for router in (health_router, metrics_router, observe.router, actions.router, console.router):
         app.include_router(router)
+    app.include_router(commands.router)  # keyed commands with idempotency receipts (issue 15)
     return app

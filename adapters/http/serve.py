@@ -17,6 +17,7 @@ import uvicorn
 
 from adapters.followers import follow_metrics
 from adapters.http.app import ServeConfig, ServeSettings, create_app
+from adapters.http.commands import load_receipt_settings, start_receipt_services
 from adapters.runtime import open_store
 from ledger.config import Settings
 from projections.status import StatusProjection
@@ -42,6 +43,7 @@ def run_serve(settings: Settings, serve_settings: ServeSettings, *, host: str, p
     writable = postgres or write
     if not serve_settings.api_tokens:
         log.warning("no OPLEDGER_API_TOKENS configured: every /v1 route and the console answer 401")
+    receipt_settings = load_receipt_settings()  # a malformed setting stops serve before it opens the store
     stop = threading.Event()
     with open_store(settings, write=writable) as store:
         followers: list[threading.Thread] = []
@@ -54,6 +56,11 @@ def run_serve(settings: Settings, serve_settings: ServeSettings, *, host: str, p
         app = create_app(store=store, config=ServeConfig(tokens=serve_settings.api_tokens,
                                                          top_tenants=serve_settings.metrics_top_tenants,
                                                          writable=writable))
+        if writable:  # keyed commands (issue 15): the runner, owner-lease renewal, recovery, retention
+            runner, receipt_threads = start_receipt_services(
+                store, receipt_settings, stop, max_clock_skew_seconds=settings.max_clock_skew_seconds)
+            app.state.receipt_runner = runner
+            followers.extend(receipt_threads)
         log.info("serving", url=f"http://{host}:{port}", backend=settings.database.backend, writable=writable)
         try:
             uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,99 @@
+"""The one receipt decision, table-tested; the renewal clamp; the retention rule (issue 15)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ledger import failpoints
+from ledger.receipt_decisions import (
+    Adopt,
+    InFlight,
+    Mismatch,
+    Open,
+    Reopen,
+    Replay,
+    decide_request,
+    expirable,
+    renewal_interval,
+)
+from ledger.receipts import Envelope, Receipt, receipt_id, request_fingerprint
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+REQUEST = {"route": "r", "command": "c", "principal": "p", "body": {"a": 1}, "body_error": None}
+FP = request_fingerprint(REQUEST)
+
+
+def opened(lease: float = 10) -> Receipt:
+    return Receipt.open(principal="p", scope="c", key="k", request=REQUEST, owner="o", now=T0, lease_seconds=lease)
+
+
+def completed() -> Receipt:
+    r = opened()
+    r.complete(epoch=1, envelope=Envelope(201, (("location", "/x"),), b"{}"), operation_ids=[], now=T0)
+    return r
+
+
+def expired() -> Receipt:
+    r = completed()
+    r.expire(now=T0 + timedelta(days=2))
+    return r
+
+
+def released() -> Receipt:
+    r = opened()
+    r.release(epoch=1, reason="boom", now=T0)
+    return r
+
+
+@pytest.mark.parametrize("receipt, fingerprint, now, expected", [
+    (None, FP, T0, Open()),
+    (expired(), FP, T0, Reopen()),
+    (expired(), "sha256:other", T0, Reopen()),
+    (completed(), "sha256:other", T0, Mismatch(FP)),
+    (opened(), "sha256:other", T0, Mismatch(FP)),
+    (opened(), FP, T0 + timedelta(seconds=2.5), InFlight(8)),
+    (opened(lease=100), FP, T0, InFlight(30)),  # capped
+    (opened(), FP, T0 + timedelta(seconds=9.9), InFlight(1)),
+    (opened(), FP, T0 + timedelta(seconds=10), Adopt()),
+    (released(), FP, T0, Adopt()),
+    (opened(), None, T0 + timedelta(seconds=11), Adopt()),  # recovery compares no fingerprint
+])
+def test_decide_request(receipt: Receipt | None, fingerprint: str | None, now: datetime, expected: object) -> None:
+    assert decide_request(receipt, fingerprint, now) == expected
+
+
+def test_a_completed_receipt_replays_its_envelope_with_its_transaction_id() -> None:
+    r = completed()
+    decision = decide_request(r, FP, T0)
+    assert isinstance(decision, Replay)
+    assert decision.envelope.status == 201 and decision.envelope.transaction_id == r.id == receipt_id("p", "c", "k")
+
+
+def test_renewal_interval_is_clamped_to_a_third_of_the_lease() -> None:
+    assert renewal_interval(10, 30) == 10
+    assert renewal_interval(10, 6) == 2
+    with pytest.raises(ValueError):
+        renewal_interval(1, 0)
+
+
+def test_only_completed_receipts_past_retention_expire() -> None:
+    assert not expirable(opened(), T0 + timedelta(days=9), 60)
+    assert not expirable(completed(), T0 + timedelta(seconds=59), 60)
+    assert expirable(completed(), T0 + timedelta(seconds=60), 60)
+
+
+def test_receipt_ids_are_scoped_by_principal_command_and_key() -> None:
+    ids = {receipt_id(*parts) for parts in (("p", "c", "k"), ("q", "c", "k"), ("p", "d", "k"), ("p", "c", "l"))}
+    assert len(ids) == 4 and receipt_id("p", "c", "k") == receipt_id("p", "c", "k")
+
+
+def test_receipt_commits_are_failpoint_boundaries() -> None:
+    assert failpoints.commit_boundary(["ReceiptOpened"]) == "receipt_open"
+    assert failpoints.commit_boundary(["Opened", "Intended", "ReceiptCompleted"]) == "receipt_complete"
+    with failpoints.raise_at("receipt_open:before", RuntimeError("x")):
+        with pytest.raises(RuntimeError):
+            failpoints.reached("receipt_open:before")
+        failpoints.reached("receipt_open:before")  # once only
+    assert failpoints.ACTIVE is (failpoints.ARMED is not None)
