@@ -53,7 +53,8 @@ def run_serve(settings: Settings, serve_settings: ServeSettings, *, host: str, p
             followers.append(follow_metrics(settings.database, store.app, stop, holder=holder))
         app = create_app(store=store, config=ServeConfig(tokens=serve_settings.api_tokens,
                                                          top_tenants=serve_settings.metrics_top_tenants,
-                                                         writable=writable))
+                                                         writable=writable,
+                                                         callback_tolerance_seconds=serve_settings.callback_tolerance_seconds))
         log.info("serving", url=f"http://{host}:{port}", backend=settings.database.backend, writable=writable)
         try:
             uvicorn.run(app, host=host, port=port, log_level="warning")
