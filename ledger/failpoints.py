@@ -13,6 +13,8 @@ a boundary costs one comparison. The boundaries:
 ``outcome:after``      the outcome committed, before settlement
 ``settlement:before``  mid-settlement: the entity's action applied in memory, neither it nor
                        ``Settled`` committed (they commit together)
+``callback:before``    ``opledger serve``: an authenticated callback decided, not yet committed
+``callback:after``     the callback's fact committed, before the HTTP response
 ``projection``         mid-projection-batch: status rows written, the batch not committed
 ``migration``          mid-migration: ``@1`` after the library's tables, before the read-model
                        migrations; ``@2`` after them, before the identity is recorded
@@ -32,6 +34,8 @@ from collections.abc import Iterable
 FAILPOINT_ENV = "OPLEDGER_FAILPOINT"
 OUTCOME_EVENTS = frozenset({"Succeeded", "Failed", "Ambiguous", "Accepted", "RetryScheduled"})
 """Events of an outcome commit (a claim commit may decide a reclaimed attempt ambiguous too)."""
+CALLBACK_EVENTS = frozenset({"CallbackReceived", "LateObservationRecorded"})
+"""Events of a callback commit (``opledger serve``, ``adapters.http.callbacks``)."""
 
 
 def _parse(value: str | None) -> tuple[str, int] | None:
@@ -60,7 +64,8 @@ def reached(boundary: str) -> None:
 
 
 def commit_boundary(event_names: Iterable[str]) -> str | None:
-    """Which ledger commit a batch of events is: ``claim``, ``settlement``, ``outcome``, or None."""
+    """Which ledger commit a batch of events is: ``claim``, ``settlement``, ``outcome``,
+    ``callback``, or None."""
     names = set(event_names)
     if "Claimed" in names:
         return "claim"
@@ -68,4 +73,6 @@ def commit_boundary(event_names: Iterable[str]) -> str | None:
         return "settlement"
     if names & OUTCOME_EVENTS:
         return "outcome"
+    if names & CALLBACK_EVENTS:
+        return "callback"
     return None
