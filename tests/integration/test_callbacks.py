@@ -159,7 +159,7 @@ def test_a_read_only_server_answers_503_and_writes_nothing(database_url: str) ->
 
 
 def test_callbacks_without_a_configured_secret_are_refused(database_url: str, monkeypatch) -> None:
-    from adapters.http.app import ServeConfig, attach, build_app
+    from adapters.http.app import ServeConfig, attach
     from executors.secrets import EnvironmentSecrets
 
     monkeypatch.delenv("OPLEDGER_SECRET_CALLBACK_TEST_CALLBACK", raising=False)
