@@ -20,8 +20,9 @@ The route, in order, and what it answers:
 
 Nothing is written before step 7, and every refusal is problem+json. The decision in steps 5-6 is
 ``ledger.callbacks.classify_callback`` on the operation as stored, so it holds across restarts
-and across several ``serve`` processes; a concurrent duplicate loses on the operation's version
-and is answered as a duplicate.
+and across several ``serve`` processes; a concurrent duplicate loses on the operation's version,
+is decided again on what the winner recorded, and is answered as a duplicate (re-signed) or a
+replay (the same bytes).
 
 Source: issue 12 item 3; Standard Webhooks; RFC 9457.
 """
@@ -125,8 +126,8 @@ def _receive(request: Request, integration: str, raw: bytes) -> CallbackReceipt:
         raise Problem(503, "Store read-only", "this server opened the SQLite store read-only (a worker owns it): "
                       "callbacks need `opledger serve --write` (no worker running meanwhile) or PostgreSQL",
                       headers={"Retry-After": str(RETRY_AFTER_SECONDS * 5)})
-    for retry in range(MAX_CONFLICT_RETRIES):
-        receipt = _record_once(store, integration, body, signed, now, first=retry == 0)
+    for _ in range(MAX_CONFLICT_RETRIES):
+        receipt = _record_once(store, integration, body, signed, now)
         if receipt is not None:
             return receipt
     raise Problem(503, "Store busy", f"operation {body.operation_id} kept changing; retry the callback",
@@ -156,8 +157,8 @@ def _parsed(raw: bytes) -> CallbackBody:
                       errors=errors) from None
 
 
-def _record_once(store: Store, integration: str, body: CallbackBody, signed: SignedMessage, now: datetime, *,
-                 first: bool) -> CallbackReceipt | None:
+def _record_once(store: Store, integration: str, body: CallbackBody, signed: SignedMessage,
+                 now: datetime) -> CallbackReceipt | None:
     """Decide and record on the operation as stored; None when another writer won the version."""
     try:
         op = store.app.get_operation(body.operation_id)
@@ -167,11 +168,13 @@ def _record_once(store: Store, integration: str, body: CallbackBody, signed: Sig
         raise Problem(404, "Not found", f"no operation {body.operation_id} of integration {integration!r}")
     verdict = classify_callback(op, callback_id=signed.callback_id, attempt_id=body.attempt_id,
                                 signed_at=signed.signed_at)
-    if verdict is CallbackVerdict.REPLAYED and first:
+    if verdict is CallbackVerdict.REPLAYED:
+        # The very bytes again (also when they raced their own first copy): refused, whichever
+        # process recorded the first, so the answer does not depend on timing.
         log.warning("replayed callback refused", operation_id=str(op.id), callback_id=signed.callback_id)
         raise Problem(401, "Unauthenticated", f"replayed callback: message {signed.callback_id!r} with this "
                       "webhook-timestamp was already received; a provider's retry is signed again")
-    if verdict in (CallbackVerdict.DUPLICATE, CallbackVerdict.REPLAYED):  # replayed: it lost a race to itself
+    if verdict is CallbackVerdict.DUPLICATE:
         return _receipt(op, signed.callback_id, "duplicate", None)
     if verdict is CallbackVerdict.UNKNOWN_ATTEMPT:
         raise Problem(404, "Not found", f"attempt {body.attempt_id} is not the latest attempt of operation {op.id}")
