@@ -121,13 +121,18 @@ def partner(
     port: int = typer.Option(0, help="0 picks a free port"),
     log: str = typer.Option(..., help="SQLite file of the partner's durable request log"),
     secret: str = typer.Option(None, envvar="OPLEDGER_PARTNER_SECRET", help="Standard Webhooks secret"),
+    callback_secret: str = typer.Option(None, envvar="OPLEDGER_PARTNER_CALLBACK_SECRET",
+                                        help="secret its callbacks are signed with (default: --secret)"),
 ) -> None:
-    """Run the reference partner server (prints its URL when ready)."""
+    """Run the reference partner server (prints its URL when ready). A delivery carrying
+    X-Callback-Url is accepted (202) and answered by a signed callback."""
     from adapters.partner import main as partner_main
 
     args = ["--host", host, "--port", str(port), "--log", log]
     if secret:
         args += ["--secret", secret]
+    if callback_secret:
+        args += ["--callback-secret", callback_secret]
     raise typer.Exit(partner_main(args))
 
 

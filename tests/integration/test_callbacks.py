@@ -185,3 +185,13 @@ def test_a_late_observation_is_a_timeline_fact(desk: CallbackDesk) -> None:
     last = list(desk.ledger.events.get(op_id))[-1]
     assert isinstance(last, Operation.LateObservationRecorded)
     assert (last.outcome, last.recorded_outcome, last.attempt_id) == ("failed", "succeeded", attempt)
+
+
+def test_ready_is_503_when_the_schema_is_not_this_codes(desk: CallbackDesk, database_url: str) -> None:
+    from ledger.config import Database
+    from tests.integration.test_store import _set_schema_version
+
+    _set_schema_version(Database.parse(database_url), "999")
+    response = desk.client.get("/health/ready")
+    refused(response, 503, "schema version 999")
+    assert desk.client.get("/health/live").status_code == 200
