@@ -29,6 +29,7 @@ Source: issue 12 item 3; Standard Webhooks; RFC 9457.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
@@ -44,6 +45,7 @@ from adapters.http.callback_auth import CallbackSecretUnavailable, SignedMessage
 from adapters.http.problems import PROBLEM_RESPONSES, RETRY_AFTER_SECONDS, Problem
 from adapters.runtime import Store
 from executors.secrets import SecretProvider
+from ledger.application import LedgerApplication
 from ledger.callbacks import CallbackVerdict, classify_callback
 from ledger.declarations import NAME_PATTERN
 from ledger.errors import IllegalTransitionError, OperationNotFoundError, UnknownIntegrationError
@@ -118,25 +120,65 @@ async def _bounded_body(request: Request) -> bytes:
 def _receive(request: Request, integration: str, raw: bytes) -> CallbackReceipt:
     state = request.app.state
     store: Store = state.store
-    now = state.clock.now()
-    signed = authenticate(_verifier(store, integration, state.callback_secrets), request.headers, raw, now=now,
-                          tolerance_seconds=state.callback_tolerance_seconds)
-    body = _parsed(raw)
-    if not state.writable:
+    signed, body = authenticated(store.app, integration=integration, headers=request.headers, raw=raw,
+                                 now=state.clock.now(), secrets=state.callback_secrets,
+                                 tolerance_seconds=state.callback_tolerance_seconds)
+    if not state.writable:  # after authentication, so a stranger learns nothing of the store
         raise Problem(503, "Store read-only", "this server opened the SQLite store read-only (a worker owns it): "
                       "callbacks need `opledger serve --write` (no worker running meanwhile) or PostgreSQL",
                       headers={"Retry-After": str(RETRY_AFTER_SECONDS * 5)})
+    return record(store.app, integration=integration, signed=signed, body=body, now=state.clock.now())
+
+
+def authenticated(app: LedgerApplication, *, integration: str, headers: Mapping[str, str], raw: bytes,
+                  now: datetime, secrets: SecretProvider,
+                  tolerance_seconds: float) -> tuple[SignedMessage, CallbackBody]:
+    """Steps 1-4 of the module docstring: the integration, its secret, the signature and the body.
+
+    Args:
+        app: the host application (its registry).
+        integration: the path's integration name.
+        headers: the request headers (any case).
+        raw: the raw body.
+        now: UTC-aware instant (the injected clock).
+        secrets: where the callback secret comes from.
+        tolerance_seconds: the timestamp tolerance, seconds.
+
+    Returns:
+        The signed message's id and time, and the parsed body.
+
+    Raises:
+        Problem: 404 (integration), 503 (no secret), 401 (headers, time, signature), 422 (body).
+    """
+    signed = authenticate(_verifier(app, integration, secrets), headers, raw, now=now,
+                          tolerance_seconds=tolerance_seconds)
+    return signed, _parsed(raw)
+
+
+def record(app: LedgerApplication, *, integration: str, signed: SignedMessage, body: CallbackBody,
+           now: datetime) -> CallbackReceipt:
+    """Steps 5-7 of the module docstring on an authenticated callback: decide on the operation
+    as stored and record what it says, deciding again after a version conflict. The
+    deterministic simulator calls this and :func:`authenticated` too, so it checks this path.
+
+    Returns:
+        The :class:`CallbackReceipt`.
+
+    Raises:
+        Problem: 404 (operation or attempt), 401 (replayed), 409 (not waiting for a callback),
+            503 (the operation kept changing); nothing was written then.
+    """
     for _ in range(MAX_CONFLICT_RETRIES):
-        receipt = _record_once(store, integration, body, signed, now)
+        receipt = _record_once(app, integration, body, signed, now)
         if receipt is not None:
             return receipt
     raise Problem(503, "Store busy", f"operation {body.operation_id} kept changing; retry the callback",
                   headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
-def _verifier(store: Store, integration: str, secrets: SecretProvider) -> Webhook:
+def _verifier(app: LedgerApplication, integration: str, secrets: SecretProvider) -> Webhook:
     try:
-        store.app.registry.get(integration)
+        app.registry.get(integration)
     except UnknownIntegrationError:
         raise Problem(404, "Not found", f"no integration named {integration!r} is declared") from None
     try:
@@ -157,11 +199,11 @@ def _parsed(raw: bytes) -> CallbackBody:
                       errors=errors) from None
 
 
-def _record_once(store: Store, integration: str, body: CallbackBody, signed: SignedMessage,
+def _record_once(app: LedgerApplication, integration: str, body: CallbackBody, signed: SignedMessage,
                  now: datetime) -> CallbackReceipt | None:
     """Decide and record on the operation as stored; None when another writer won the version."""
     try:
-        op = store.app.get_operation(body.operation_id)
+        op = app.get_operation(body.operation_id)
     except OperationNotFoundError:
         op = None
     if op is None or op.integration_name != integration:
@@ -188,7 +230,7 @@ def _record_once(store: Store, integration: str, body: CallbackBody, signed: Sig
         return _receipt(op, signed.callback_id, "agrees_with_outcome", None)
     fact = type(op.pending_events[-1]).__name__
     try:
-        store.app.save(op)
+        app.save(op)
     except IntegrityError:
         return None  # another writer moved the operation on: decide again on what it recorded
     log.info("callback recorded", operation_id=str(op.id), callback_id=signed.callback_id, fact=fact,
