@@ -99,7 +99,10 @@ def test_a_body_that_is_not_a_callback_is_422_once_authenticated(desk: CallbackD
 
 def test_a_callback_after_the_deadline_is_a_late_observation_never_the_outcome(desk: CallbackDesk) -> None:
     op_id, attempt = desk.accepted()
-    desk.clock.advance(61)  # the accepted deadline (60 s) passes: the deadline's outcome is recorded
+    # The accepted deadline (60 s) passes and its outcome is recorded (today: ambiguous). Should the
+    # accepted deadline stop ending the operation (issue 12's remote_unknown), a later callback is
+    # no longer late: it records the outcome, and this test must follow.
+    desk.clock.advance(61)
     op = desk.ledger.get_operation(op_id)
     op.exceed_deadline(now=desk.clock.now())
     desk.ledger.save(op)
@@ -195,3 +198,32 @@ def test_ready_is_503_when_the_schema_is_not_this_codes(desk: CallbackDesk, data
     response = desk.client.get("/health/ready")
     refused(response, 503, "schema version 999")
     assert desk.client.get("/health/live").status_code == 200
+
+
+def test_a_callback_for_an_attempt_closed_for_a_retry_is_409_and_writes_nothing(desk: CallbackDesk) -> None:
+    op_id = desk.ledger.make("callback", "http://provider.invalid/hook", n=7)
+    op = desk.ledger.get_operation(op_id)
+    now = desk.clock.now()
+    epoch = op.claim(now=now, worker_id="w1", lease_seconds=30)
+    attempt = uuid4()
+    op.start_attempt(epoch=epoch, now=now, attempt_id=attempt, request_fingerprint="r")
+    op.schedule_retry(epoch=epoch, now=now, attempt_id=attempt, retry_at=now, category="throttled",
+                      reason="503", possibly_applied=False)
+    desk.ledger.save(op)
+    length = desk.log_length()
+    refused(desk.post(op_id, attempt), 409, "expects no callback now")
+    assert desk.log_length() == length
+
+
+def test_a_malformed_callback_secret_is_never_shown(database_url: str) -> None:
+    from adapters.http.app import ServeConfig, attach
+    from executors.secrets import EnvironmentSecrets
+
+    bad = "whsec_c2hvcnQ="  # base64 of 5 bytes: too short to be a Standard Webhooks secret
+    with callback_desk(database_url) as d:
+        attach(d.app, store=d.store, clock=d.clock,
+               config=ServeConfig(callback_secrets=EnvironmentSecrets({"callback.test.callback": bad})))
+        op_id, attempt = d.accepted()
+        response = d.post(op_id, attempt)
+        refused(response, 503, "is not 'whsec_'")
+        assert bad not in response.text and "c2hvcnQ" not in response.text
