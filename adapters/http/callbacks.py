@@ -3,20 +3,22 @@
 A provider that reports results by calling us (delivery mode ``callback``) posts a JSON body
 naming the operation and the attempt it answers, signed with Standard Webhooks under the
 integration's callback secret (``adapters.http.callback_auth``; docs/adr/0005-callback-authentication.md).
-The route, in order, and what it answers:
+The route, in order, and what it answers (a body over 64 KiB: 413, unread):
 
 1. an undeclared integration: 404;
 2. no callback secret configured for it on this server: 503 (a deployment problem; logged);
 3. missing headers, a stale timestamp (beyond the tolerance, default 300 s) or no matching
    signature: 401;
-4. an authenticated body that is not a callback: 422;
+4. an authenticated body that is not a callback: 422; a server that opened the SQLite store
+   read-only: 503 with ``Retry-After`` (the provider retries until a writing ``serve`` runs);
 5. an operation that does not exist or is not of this integration, or an attempt that is not
    its latest: 404; the same message again (same ``webhook-id`` and ``webhook-timestamp``): 401
    (replayed);
 6. the same ``webhook-id`` re-signed (the provider's retry): 200, nothing recorded;
 7. otherwise ``Operation.receive_callback`` decides: ``CallbackReceived`` while the operation waits
    for its result, ``LateObservationRecorded`` after an outcome it contradicts, nothing after one
-   it agrees with. 200 says which.
+   it agrees with. 200 says which; an operation expecting no callback (pending or claimed, its
+   attempt closed for a retry) is 409.
 
 Nothing is written before step 7, and every refusal is problem+json. The decision in steps 5-6 is
 ``ledger.callbacks.classify_callback`` on the operation as stored, so it holds across restarts
