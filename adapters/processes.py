@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,3 +69,83 @@ def spawn_worker(env: Mapping[str, str], log_path: Path) -> WorkerProcess:
         process = subprocess.Popen([sys.executable, "-m", "adapters.cli", "worker"], env=full_env,
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     return WorkerProcess(process=process, log_path=log_path)
+
+
+@dataclass
+class ServeProcess:
+    """A running ``opledger serve`` child process.
+
+    Attributes:
+        process: the child.
+        url: its base URL, ``http://127.0.0.1:<port>``.
+        log_path: where its stderr goes.
+    """
+
+    process: subprocess.Popen[bytes] = field(repr=False)
+    url: str
+    log_path: Path
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL (a crash)."""
+        if self.alive():
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def terminate(self, timeout_seconds: float = 10.0) -> int:
+        """SIGTERM, then wait; SIGKILL after ``timeout_seconds``. Returns the exit code."""
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout_seconds)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (another process may take it before it is bound)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def spawn_serve(env: Mapping[str, str], log_path: Path, *, port: int | None = None, write: bool = False,
+                ready_timeout_seconds: float = 30.0) -> ServeProcess:
+    """Start ``opledger serve`` and wait until ``/health/live`` answers.
+
+    Args:
+        env: ``OPLEDGER_*`` settings added to this process's environment.
+        log_path: file for its stderr (appended).
+        port: the port to bind; a free one when None.
+        write: pass ``--write`` (SQLite: own the store).
+        ready_timeout_seconds: how long to wait for it to answer.
+
+    Returns:
+        The :class:`ServeProcess`.
+
+    Raises:
+        RuntimeError: it exited or did not answer in time (its log says why).
+    """
+    import httpx
+
+    port = port or free_port()
+    command = [sys.executable, "-m", "adapters.cli", "serve", "--port", str(port)] + (["--write"] if write else [])
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(command, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    served = ServeProcess(process=process, url=f"http://127.0.0.1:{port}", log_path=log_path)
+    deadline = time.monotonic() + ready_timeout_seconds
+    while time.monotonic() < deadline:
+        if not served.alive():
+            raise RuntimeError(f"opledger serve exited with {process.returncode}; see {log_path}")
+        try:
+            if httpx.get(served.url + "/health/live", timeout=1).status_code == 200:
+                return served
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    served.kill()
+    raise RuntimeError(f"opledger serve did not answer within {ready_timeout_seconds} s; see {log_path}")

@@ -27,6 +27,7 @@ from executors.runtime import Worker, WorkerConfig
 from ledger.application import LedgerApplication
 from ledger.clock import Clock, SystemClock
 from ledger.config import Database, Settings
+from ledger.declarations import DeliveryMode
 from ledger.egress import Adapter
 from ledger.errors import ConfigurationError, LedgerError, StoreDamagedError, StoreError
 from ledger.operation import Operation
@@ -202,8 +203,14 @@ def build_adapters(settings: Settings, app: LedgerApplication, clock: Clock) -> 
                 raise ConfigurationError(
                     "integrations use the webhook adapter: set OPLEDGER_WEBHOOK_SECRET (whsec_...)")
             from adapters.webhook import WebhookAdapter
+            from adapters.webhook.adapter import WebhookConfig
 
-            adapters[name] = WebhookAdapter(secret=settings.webhook_secret.get_secret_value(), clock=clock)
+            adapters[name] = WebhookAdapter(secret=settings.webhook_secret.get_secret_value(), clock=clock,
+                                            config=WebhookConfig(callback_base_url=settings.callback_base_url))
+            if settings.callback_base_url is None and any(
+                    i.adapter == "webhook" and i.delivery_mode is DeliveryMode.CALLBACK for i in app.registry):
+                log.warning("callback-mode integrations but no OPLEDGER_CALLBACK_BASE_URL: requests carry no "
+                            "X-Callback-Url, so providers must know where to call back")
         elif name == "fake":
             from adapters.fake import FakeAdapter
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from ledger import lifecycle
+from ledger import decisions, lifecycle
 from ledger.approvals import ApprovalPolicy, ApprovalRequest, default_policy, purpose_of, roles_of, void_reason
 from ledger.clock import require_utc
 from ledger.declarations import DEFAULT_APPROVAL_VALID_SECONDS, DeliveryMode, Integration
@@ -59,6 +59,8 @@ E = ExecutionState
 
 RESOLUTIONS_FOR_AMBIGUOUS = ("succeeded", "failed", "retry", "abandon")
 RESOLUTIONS_FOR_BLOCKED = ("retry_settlement", "abandon")
+RESOLUTIONS_FOR_LATE_OBSERVATION = ("acknowledge",)
+"""An operator saw a late observation (``LateObservationRecorded``) and keeps the outcome."""
 
 
 class OperationCommands:
@@ -101,6 +103,8 @@ class OperationCommands:
     remote_id: str | None
     remote_status: str | None
     callback_ids: set[str]
+    callback_signed_at: dict[str, datetime]
+    late_observation: dict[str, Any] | None
     cancel_requested: bool
     cancel_reason: str | None
     failure: dict[str, Any] | None
@@ -141,6 +145,7 @@ class OperationCommands:
         DeadlineExceeded: type[Any]
         Failed: type[Any]
         Intended: type[Any]
+        LateObservationRecorded: type[Any]
         LeaseRenewed: type[Any]
         RemoteStatusObserved: type[Any]
         Resolved: type[Any]
@@ -483,31 +488,59 @@ class OperationCommands:
         return True
 
     def receive_callback(self, *, now: datetime, callback_id: str, outcome: str,
-                         remote_status: str | None = None, detail: str = "") -> bool:
-        """Record an *authenticated* callback (``CallbackReceived``). Authentication is the
-        inbound adapter's job; a duplicate ``callback_id`` changes nothing (invariant 4).
+                         remote_status: str | None = None, detail: str = "", attempt_id: UUID | None = None,
+                         signed_at: datetime | None = None) -> bool:
+        """Record an *authenticated* callback. Authentication is the inbound adapter's job
+        (``adapters.http.callbacks``); a duplicate ``callback_id`` changes nothing (invariant 4).
+
+        While the operation waits for its result (dispatching, accepted) the callback is
+        recorded as ``CallbackReceived`` and a final outcome ends the operation. Once an outcome
+        is recorded, a callback that contradicts it
+        (``ledger.decisions.late_callback_contradicts``) is recorded as
+        ``LateObservationRecorded``: it never changes the outcome and never settles twice, and
+        the operation goes on the attention queue (``late_observation``).
 
         Args:
+            now: UTC-aware instant of receipt.
+            callback_id: the callback's ``webhook-id``: the provider's id for the message, the
+                same on its retries.
             outcome: ``succeeded``, ``failed`` or ``progress``.
+            remote_status: the provider's status word, if any.
+            detail: the provider's text for operators.
+            attempt_id: the attempt the callback answers; when given it must be the latest.
+            signed_at: the callback's ``webhook-timestamp`` (UTC), kept to tell a replayed
+                message from a re-signed retry (``ledger.callbacks.classify_callback``).
 
         Returns:
-            True when recorded; False for a duplicate, or a late callback agreeing with the
-            outcome already recorded.
+            True when a fact was recorded; False for a duplicate, a late callback that agrees
+            with (or adds nothing to) the recorded outcome.
 
         Raises:
-            IllegalTransitionError: a late callback contradicting a recorded outcome, or a state
-                that expects no callback.
+            InvalidArgumentError: an unknown outcome.
+            IllegalTransitionError: ``attempt_id`` is not the latest attempt, or a state that
+                expects no callback (pending, claimed: nothing was sent yet).
+
+        Source: issue 12 item 3; docs/adr/0005-callback-authentication.md.
         """
         if outcome not in ("succeeded", "failed", "progress"):
             raise InvalidArgumentError("outcome must be 'succeeded', 'failed' or 'progress'")
         if callback_id in self.callback_ids:
             return False
-        if self.execution in OUTCOME_STATES and outcome == self.execution.value:
-            return False
+        self._attempt(attempt_id, "receive_callback")
+        now = require_utc(now)
+        signed_at = require_utc(signed_at, "signed_at") if signed_at is not None else None
+        if self.execution in OUTCOME_STATES:
+            if not decisions.late_callback_contradicts(self.execution, outcome):
+                return False
+            self.trigger_event(self.LateObservationRecorded, timestamp=now, callback_id=callback_id,
+                               attempt_id=attempt_id, signed_at=signed_at, outcome=outcome,
+                               remote_status=storable_fact_or_none(remote_status, FactKind.STATUS),
+                               detail=storable_fact(detail, FactKind.DETAIL), recorded_outcome=self.execution.value)
+            return True
         self._allow("receive_callback")
-        self.trigger_event(self.CallbackReceived, timestamp=require_utc(now), callback_id=callback_id,
+        self.trigger_event(self.CallbackReceived, timestamp=now, callback_id=callback_id,
                            outcome=outcome, remote_status=storable_fact_or_none(remote_status, FactKind.STATUS),
-                           detail=storable_fact(detail, FactKind.DETAIL))
+                           detail=storable_fact(detail, FactKind.DETAIL), attempt_id=attempt_id, signed_at=signed_at)
         return True
 
     def succeed(self, *, epoch: int, now: datetime, attempt_id: UUID | None = None,
@@ -685,7 +718,9 @@ class OperationCommands:
         Args:
             resolution: for an ambiguous operation ``succeeded``, ``failed``, ``retry`` (the
                 operator asserts nothing applied; needs an attempt left) or ``abandon``; for a
-                blocked settlement ``retry_settlement`` or ``abandon``.
+                blocked settlement ``retry_settlement`` or ``abandon``; for a late observation
+                (``LateObservationRecorded``) ``acknowledge``, which keeps the outcome. Every
+                resolution clears a late observation.
             evidence: what the operator checked (required, shown on the timeline).
 
         Raises:
@@ -695,10 +730,9 @@ class OperationCommands:
             raise InvalidArgumentError("evidence is required: say what was checked")
         check_operator_text("evidence", evidence, MAX_EVIDENCE_CHARS, required=True)
         require_principal(principal)
-        if resolution not in RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED:
-            raise InvalidArgumentError(
-                f"unknown resolution {resolution!r}: one of "
-                f"{', '.join(dict.fromkeys(RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED))}")
+        known = RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED + RESOLUTIONS_FOR_LATE_OBSERVATION
+        if resolution not in known:
+            raise InvalidArgumentError(f"unknown resolution {resolution!r}: one of {', '.join(dict.fromkeys(known))}")
         if self.disposition == "abandoned":
             raise IllegalTransitionError("resolve", self.status.value, "already abandoned")
         allowed: tuple[str, ...]
@@ -707,6 +741,10 @@ class OperationCommands:
         elif self.settlement in lifecycle.RESOLVABLE_SETTLEMENT:
             allowed = RESOLUTIONS_FOR_BLOCKED
         else:
+            allowed = ()
+        if self.late_observation is not None and self.execution not in lifecycle.RESOLVABLE_EXECUTION:
+            allowed += RESOLUTIONS_FOR_LATE_OBSERVATION
+        if not allowed:
             raise IllegalTransitionError("resolve", self.status.value, "nothing to resolve")
         if resolution not in allowed:
             raise IllegalTransitionError("resolve", self.status.value,

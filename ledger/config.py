@@ -207,6 +207,9 @@ class Settings(BaseSettings):
             database's logs a warning at start and every minute, seconds. Leases are judged by the
             database's clock either way (DESIGN §7).
         webhook_secret: the Standard Webhooks signing secret (``whsec_...``) of the webhook adapter.
+        callback_base_url: where providers reach ``opledger serve`` (``http(s)://host:port``):
+            a ``callback``-mode request carries ``X-Callback-Url: <base>/callbacks/<integration>``.
+            None sends no callback URL (the provider must know it otherwise).
         log_format: ``json`` (production), ``console``, or ``auto`` (JSON unless standard error
             is a terminal).
         allow_unreadable_events: start ``migrate`` and workers even when the store holds ledger
@@ -235,6 +238,7 @@ class Settings(BaseSettings):
     grace_seconds: float = Field(default=10.0, ge=0, le=MAX_GRACE_SECONDS)
     max_clock_skew_seconds: float = Field(default=DEFAULT_MAX_SKEW_SECONDS, gt=0, allow_inf_nan=False)
     webhook_secret: SecretStr | None = None
+    callback_base_url: str | None = Field(default=None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
     log_format: str = Field(default="auto", pattern=r"^(json|console|auto)$")
     allow_unreadable_events: bool = False
     store_id: str | None = None

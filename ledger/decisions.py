@@ -317,6 +317,33 @@ def _retry_or_give_up(policy: RetryPolicy, attempts: int, now: datetime, rng: Ra
     return Retry(at=at, category=outcome.category, reason=reason, possibly_applied=possibly_applied)
 
 
+# ---------------------------------------------------------------------------- late callbacks
+
+def late_callback_contradicts(recorded: ExecutionState, reported: str) -> bool:
+    """Whether a callback reporting ``reported`` after the outcome ``recorded`` contradicts it,
+    and so is recorded as ``LateObservationRecorded`` and goes to attention.
+
+    ``succeeded`` contradicts every recorded outcome but ``succeeded``; ``failed`` contradicts
+    ``succeeded`` and ``ambiguous`` (which says the effect may have happened); ``failed`` after
+    ``failed`` or ``cancelled`` agrees (no effect either way); ``progress`` never contradicts.
+
+    Args:
+        recorded: the operation's execution state, one of ``OUTCOME_STATES``.
+        reported: the callback's outcome: ``succeeded``, ``failed`` or ``progress``.
+
+    Returns:
+        True when the callback must be recorded as a late observation.
+
+    Source: issue 12 item 3 ("recorded as a late observation fact when it contradicts the
+    recorded outcome"); docs/adr/0005-callback-authentication.md.
+    """
+    if reported == "succeeded":
+        return recorded is not E.SUCCEEDED
+    if reported == "failed":
+        return recorded in (E.SUCCEEDED, E.AMBIGUOUS)
+    return False
+
+
 # ---------------------------------------------------------------------------- settlement
 
 class SettlementSource(Protocol):

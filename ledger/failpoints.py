@@ -15,6 +15,8 @@ a boundary costs one comparison. The boundaries:
                        ``Settled`` committed (they commit together)
 ``receipt_open:*``     an idempotency receipt's ``ReceiptOpened`` (``:before`` / ``:after`` its commit)
 ``receipt_complete:*`` a command's effects and its ``ReceiptCompleted`` (one commit), before / after
+``callback:before``    ``opledger serve``: an authenticated callback decided, not yet committed
+``callback:after``     the callback's fact committed, before the HTTP response
 ``projection``         mid-projection-batch: status rows written, the batch not committed
 ``migration``          mid-migration: ``@1`` after the library's tables, before the read-model
                        migrations; ``@2`` after them, before the identity is recorded
@@ -39,6 +41,8 @@ from contextlib import contextmanager
 FAILPOINT_ENV = "OPLEDGER_FAILPOINT"
 OUTCOME_EVENTS = frozenset({"Succeeded", "Failed", "Ambiguous", "Accepted", "RetryScheduled"})
 """Events of an outcome commit (a claim commit may decide a reclaimed attempt ambiguous too)."""
+CALLBACK_EVENTS = frozenset({"CallbackReceived", "LateObservationRecorded"})
+"""Events of a callback commit (``opledger serve``, ``adapters.http.callbacks``)."""
 
 
 def _parse(value: str | None) -> tuple[str, int] | None:
@@ -92,7 +96,7 @@ def reached(boundary: str) -> None:
 
 def commit_boundary(event_names: Iterable[str]) -> str | None:
     """Which ledger commit a batch of events is: ``receipt_complete``, ``receipt_open``, ``claim``,
-    ``settlement``, ``outcome``, or None."""
+    ``settlement``, ``outcome``, ``callback``, or None."""
     names = set(event_names)
     if "ReceiptCompleted" in names:
         return "receipt_complete"
@@ -104,4 +108,6 @@ def commit_boundary(event_names: Iterable[str]) -> str | None:
         return "settlement"
     if names & OUTCOME_EVENTS:
         return "outcome"
+    if names & CALLBACK_EVENTS:
+        return "callback"
     return None

@@ -143,6 +143,8 @@ class Operation(OperationCommands, Aggregate):
             op.remote_id = None
             op.remote_status = None
             op.callback_ids = set()
+            op.callback_signed_at = {}
+            op.late_observation = None
             op.cancel_requested = False
             op.cancel_reason = None
             op.failure = None
@@ -306,19 +308,53 @@ class Operation(OperationCommands, Aggregate):
             op.remote_status = self.remote_status
 
     class CallbackReceived(Event):
+        """An authenticated callback reported on the operation (``ledger.callbacks``).
+
+        Class version 2 added ``attempt_id`` (the attempt it answers) and ``signed_at`` (its
+        ``webhook-timestamp``, which tells a replayed message from the provider's re-signed
+        retry); version 1 records upcast with both None."""
+
+        class_version = 2
         callback_id: str
         outcome: str  # "succeeded", "failed" or "progress"
         remote_status: str | None
         detail: str
+        attempt_id: UUID | None
+        signed_at: datetime | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["attempt_id"] = None
+            state["signed_at"] = None
 
         def apply(self, op: Operation) -> None:
-            op.callback_ids = op.callback_ids | {self.callback_id}  # assign-only: copies share values
+            op._remember_callback(self.callback_id, self.signed_at)
             if self.remote_status is not None:
                 op.remote_status = self.remote_status
             if self.outcome == "succeeded":
                 op._reach_outcome(E.SUCCEEDED, self.timestamp)
             elif self.outcome == "failed":
                 op._end_failed(self.timestamp, FailureCategory.REMOTE_FAILED, self.detail)
+
+    class LateObservationRecorded(Event):
+        """An authenticated callback arrived after the operation's outcome was recorded, and
+        contradicts it (``ledger.decisions.late_callback_contradicts``). A fact for operators:
+        it never changes the outcome or settles; the operation goes on the attention queue as
+        ``late_observation`` until an operator resolves or acknowledges it (issue 12 item 3)."""
+
+        callback_id: str
+        attempt_id: UUID | None
+        signed_at: datetime | None
+        outcome: str
+        remote_status: str | None
+        detail: str
+        recorded_outcome: str
+
+        def apply(self, op: Operation) -> None:
+            op._remember_callback(self.callback_id, self.signed_at)
+            op.late_observation = {"callback_id": self.callback_id, "outcome": self.outcome,
+                                   "recorded_outcome": self.recorded_outcome, "remote_status": self.remote_status,
+                                   "detail": self.detail}
 
     class Succeeded(Event):
         epoch: int
@@ -458,6 +494,7 @@ class Operation(OperationCommands, Aggregate):
 
         def apply(self, op: Operation) -> None:
             op.resolution = self.resolution
+            op.late_observation = None  # the operator decided with the late observation in view
             if self.resolution == "succeeded":
                 op._reach_outcome(E.SUCCEEDED, self.timestamp)
                 op.disposition = "resolved"
@@ -483,6 +520,12 @@ class Operation(OperationCommands, Aggregate):
     def __init__(self) -> None:
         # State is assigned by ``Intended.apply``; the annotations above only document it.
         pass
+
+    def _remember_callback(self, callback_id: str, signed_at: datetime | None) -> None:
+        # Called only from ``apply`` bodies; assign-only: copies share the old values.
+        self.callback_ids = self.callback_ids | {callback_id}
+        if signed_at is not None:
+            self.callback_signed_at = {**self.callback_signed_at, callback_id: signed_at}
 
     def _end_failed(self, at: datetime, category: FailureCategory | str, detail: str, *,
                     retryable: bool = False, status_code: int | None = None) -> None:
@@ -548,6 +591,8 @@ class Operation(OperationCommands, Aggregate):
             return None
         if self.execution is E.AMBIGUOUS:
             return "budget_exhausted" if self.ambiguity_reason == "budget_exhausted" else "ambiguous"
+        if self.late_observation is not None:
+            return "late_observation"
         if self.settlement is S.BLOCKED:
             return "settlement_blocked"
         if self.execution is E.FAILED and self.settlement is S.NOT_REQUIRED:

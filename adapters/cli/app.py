@@ -91,14 +91,16 @@ def worker(
 
 @app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1", help="interface to bind"),
-    port: int = typer.Option(8000, min=0, max=65535, help="TCP port"),
+    host: str = typer.Option(None, help="interface to bind (default: $OPLEDGER_HTTP_HOST or 127.0.0.1)"),
+    port: int = typer.Option(None, min=0, max=65535, help="TCP port (default: $OPLEDGER_HTTP_PORT or 8000)"),
     write: bool = typer.Option(False, "--write", help="SQLite: own the store (operator actions work; no worker "
                                "may run meanwhile). PostgreSQL always writes."),
     database_url: str = DatabaseOption,
 ) -> None:
-    """Serve the observe API (/v1, OpenAPI at /openapi.json), operator actions, /metrics, /health and the
-    console (/console) until SIGINT/SIGTERM. Tokens: OPLEDGER_API_TOKENS (docs/operations.md).
+    """Serve the observe API (/v1, OpenAPI at /openapi.json), operator actions, /metrics, /health (live,
+    ready), the console (/console) and providers' signed callbacks (/callbacks/{integration}) until
+    SIGINT/SIGTERM. Tokens: OPLEDGER_API_TOKENS (docs/operations.md); callback secrets:
+    OPLEDGER_SECRET_CALLBACK_<INTEGRATION> (docs/guide.md, "Callbacks").
 
     Logs go to stderr (JSON with OPLEDGER_LOG_FORMAT=json); there is no --json output."""
     from adapters.http.app import load_serve_settings
@@ -109,7 +111,8 @@ def serve(
     with UserErrors():
         serve_settings = load_serve_settings()
         configure_logging(config.log_format)
-        run_serve(config, serve_settings, host=host, port=port, write=write)
+        run_serve(config, serve_settings, host=host if host is not None else serve_settings.http_host,
+                  port=port if port is not None else serve_settings.http_port, write=write)
 
 
 @app.command()
@@ -118,13 +121,18 @@ def partner(
     port: int = typer.Option(0, help="0 picks a free port"),
     log: str = typer.Option(..., help="SQLite file of the partner's durable request log"),
     secret: str = typer.Option(None, envvar="OPLEDGER_PARTNER_SECRET", help="Standard Webhooks secret"),
+    callback_secret: str = typer.Option(None, envvar="OPLEDGER_PARTNER_CALLBACK_SECRET",
+                                        help="secret its callbacks are signed with (default: --secret)"),
 ) -> None:
-    """Run the reference partner server (prints its URL when ready)."""
+    """Run the reference partner server (prints its URL when ready). A delivery carrying
+    X-Callback-Url is accepted (202) and answered by a signed callback."""
     from adapters.partner import main as partner_main
 
     args = ["--host", host, "--port", str(port), "--log", log]
     if secret:
         args += ["--secret", secret]
+    if callback_secret:
+        args += ["--callback-secret", callback_secret]
     raise typer.Exit(partner_main(args))
 
 

@@ -219,7 +219,8 @@ def _act(database_url: str | None, operation_id: str, action: OperatorAction, js
 
 def resolve(
     operation_id: str,
-    resolution: str = typer.Option(..., help="succeeded | failed | retry | abandon | retry_settlement"),
+    resolution: str = typer.Option(
+        ..., help="succeeded | failed | retry | abandon | retry_settlement | acknowledge (a late observation)"),
     evidence: str = typer.Option(..., help="what you checked (shown on the timeline)"),
     principal: str = typer.Option("operator", help="who decides"),
     database_url: str = DatabaseOption,

@@ -45,6 +45,20 @@ NOTIFICATIONS = Integration.parse({
     "payload": {"order_id": "public", "email": "internal", "template": "public"},
 })
 
+FULFILMENT = Integration.parse({
+    "name": "orders.fulfil",
+    "version": 1,
+    "adapter": "webhook",
+    "delivery_mode": "callback",  # the warehouse accepts, then calls back with the result
+    "request_timeout_seconds": 2.0,
+    "retry": {"max_attempts": 3, "base_backoff_seconds": 0.2, "max_backoff_seconds": 2.0, "jitter": 0.2},
+    "deadlines": {"pending": 600, "claimed": 60, "dispatching": 120, "accepted": 600},
+    "settlement": {"entity_type": "adapters.demo.orders:Order", "method": "on_fulfilled", "max_attempts": 5,
+                   "backoff_seconds": 0.2},
+    "payload": {"order_id": "public", "items": "public"},
+})
+"""The demo's ``callback``-mode integration (``adapters.demo.callback_flow``)."""
+
 
 class Order(Aggregate):
     """An order. Its settlement actions only record what the ledger reports."""
@@ -56,6 +70,7 @@ class Order(Aggregate):
         self.currency = currency
         self.payment: str | None = None
         self.notification: str | None = None
+        self.fulfilment: str | None = None
 
     def on_payment(self, outcome: SettlementOutcome) -> None:
         """Settlement action for ``payments.charge``."""
@@ -64,6 +79,18 @@ class Order(Aggregate):
     def on_notified(self, outcome: SettlementOutcome) -> None:
         """Settlement action for ``notifications.send``."""
         self._notification_settled(str(outcome.operation_id), outcome.result)
+
+    def on_fulfilled(self, outcome: SettlementOutcome) -> None:
+        """Settlement action for ``orders.fulfil``."""
+        self._fulfilment_settled(str(outcome.operation_id), outcome.result)
+
+    @event("FulfilmentRequested")
+    def request_fulfilment(self) -> None:
+        """The transition that authorizes the fulfilment call."""
+
+    @event("FulfilmentSettled")
+    def _fulfilment_settled(self, operation_id: str, result: str) -> None:
+        self.fulfilment = result
 
     @event("PaymentSettled")
     def _payment_settled(self, operation_id: str, result: str) -> None:
@@ -91,7 +118,7 @@ class OrdersApp(LedgerApplication):
     """The demo host application."""
 
     name = "orders"
-    integrations = [PAYMENTS, NOTIFICATIONS]
+    integrations = [PAYMENTS, NOTIFICATIONS, FULFILMENT]
 
     def place_order(
         self, *, customer_email: str, amount_cents: int, payments_url: str, notify_url: str,
@@ -135,6 +162,16 @@ class OrdersApp(LedgerApplication):
             "order_id": str(order.id), "email": customer_email, "template": "order_placed",
         }, **common)
         return order, pay, note
+
+    def fulfil_order(self, order_id: UUID, *, fulfil_url: str, principal: str = "demo") -> UUID:
+        """Ask the warehouse to fulfil an order; ``FulfilmentRequested`` and the intent commit
+        together. Returns the operation id."""
+        order: Order = self.repository.get(order_id)
+        order.request_fulfilment()
+        op = self.intend(order, "orders.fulfil", target=fulfil_url, principal=principal,
+                         payload={"order_id": str(order.id), "items": 1})
+        self.save(order, op)
+        return op.id
 
 
 def new_email() -> str:

@@ -8,6 +8,9 @@
 3. Start a worker process, SIGKILL it while attempts are in flight, start a new one.
 4. Wait until every operation is settled or needs an operator, and compare the ledger with the
    partner's own durable log: nothing lost, no effect applied twice.
+5. The callback flow (``adapters.demo.callback_flow``): fulfilments in ``callback`` mode,
+   answered by the partner's signed callbacks through ``opledger serve``, which is SIGKILLed
+   mid-callback and restarted; a forged and a replayed callback are refused.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from adapters.cli.common import cell
+from adapters.demo.callback_flow import CallbackFlow
 from adapters.demo.orders import OrdersApp, new_email
 from adapters.operator import timeline_entries
 from adapters.partner import PartnerLog, start_partner_process
@@ -88,15 +92,18 @@ def run_demo(*, database_url: str | None, as_json: bool, orders: int) -> int:
     webhook_secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
     partner_log = DEMO_DIR / f"demo-partner-{run_id}.db"
     say(f"[bold]opledger demo[/] store: {_describe(database)}")
-    with start_partner_process(log_path=partner_log, secret=webhook_secret) as partner:
+    flow = CallbackFlow(directory=DEMO_DIR, run_id=run_id)
+    with start_partner_process(log_path=partner_log, secret=webhook_secret, callback_secret=flow.secret) as partner:
         say(f"partner listening on {partner.url} (log {partner_log})")
         op_ids, modes = _place_orders(database, partner.url, orders)
         say(f"placed {orders} orders: {len(op_ids)} operations intended, each co-committed with its order")
+        fulfilments = flow.request(database, op_ids[0::2], partner.url)
+        say(f"{len(fulfilments)} orders asked the warehouse for fulfilment (callback mode)")
         env = {
             "OPLEDGER_DATABASE_URL": database.url(), "OPLEDGER_APP": APP_TOPIC,
             "OPLEDGER_LEASE_SECONDS": str(LEASE_SECONDS), "OPLEDGER_WEBHOOK_SECRET": webhook_secret,
             "OPLEDGER_SECRET_DEMO_CARD": "tok_demo_4242", "OPLEDGER_POLL_INTERVAL_SECONDS": "0.05",
-            "OPLEDGER_LOG_FORMAT": "json", "OPLEDGER_GRACE_SECONDS": "5",
+            "OPLEDGER_LOG_FORMAT": "json", "OPLEDGER_GRACE_SECONDS": "5", **flow.worker_env(),
         }
         first = spawn_worker(env, DEMO_DIR / f"demo-worker-{run_id}-1.log")
         in_flight = _kill_when_in_flight(first, partner.log, op_ids)
@@ -104,15 +111,24 @@ def run_demo(*, database_url: str | None, as_json: bool, orders: int) -> int:
         second = spawn_worker(env, DEMO_DIR / f"demo-worker-{run_id}-2.log")
         say(f"worker 2 (pid {second.pid}) started; recovering and waiting for every operation to settle")
         rows = _wait_quiescent(database, op_ids, second)
+        flow.wait_accepted(database, second)
         second.terminate()
         summary = _summary(database, op_ids, modes, rows, partner.log)
         summary["partner_log"] = str(partner_log)
         summary["killed_in_flight"] = in_flight
+        summary["callbacks"] = flow.run(database, env, partner.log, partner.url, say)
     if as_json:
         print(json.dumps(summary, indent=2, default=str))
     else:
         _print_summary(console, summary, database)
-    return 0 if summary["lost"] == 0 and summary["duplicate_effects"] == 0 else 1
+    return 0 if _clean(summary) else 1
+
+
+def _clean(summary: dict[str, Any]) -> bool:
+    callbacks = summary["callbacks"]
+    return (summary["lost"] == 0 and summary["duplicate_effects"] == 0 and callbacks["lost"] == 0
+            and callbacks["duplicate_effects"] == 0 and callbacks["forged_accepted"] == 0
+            and callbacks["replayed_accepted"] == 0)
 
 
 def _fresh_database(database_url: str | None) -> Database:
@@ -287,7 +303,14 @@ def _print_summary(console: Console, summary: dict[str, Any], database: Database
             events.add_row(cell(entry["version"]), cell(entry["event"]),
                            cell(", ".join(f"{k}={v}" for k, v in shown.items())))
         console.print(events)
-    clean = summary["lost"] == 0 and summary["duplicate_effects"] == 0
+    callbacks = summary["callbacks"]
+    console.print(f"callbacks: {callbacks['operations']} fulfilments, serve SIGKILLed mid-callback: "
+                  f"{callbacks['serve_killed_mid_callback']}, callbacks recorded {callbacks['callbacks_recorded']} "
+                  f"(partner sends {callbacks['callback_sends']}), lost {callbacks['lost']}, duplicate effects "
+                  f"{callbacks['duplicate_effects']}, forged accepted {callbacks['forged_accepted']} "
+                  f"(answered {callbacks['forged_status']}), replayed accepted {callbacks['replayed_accepted']} "
+                  f"(answered {callbacks['replayed_status']})")
+    clean = _clean(summary)
     verdict = "[bold green]OK[/]" if clean else "[bold red]FAILED[/]"
     console.print(f"{verdict}: {summary['operations']} operations, lost {summary['lost']}, "
                   f"duplicate effects {summary['duplicate_effects']}. Inspect with "

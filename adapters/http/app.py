@@ -1,11 +1,13 @@
 """``opledger serve``: one FastAPI app, composed of routers (DESIGN §9).
 
-Routers: health, ``/metrics`` (Prometheus text), the read-only observe API (``/v1``), operator
-actions (``/v1/operations/{id}/...``) and the console (``/console``). Callbacks and
-receipts-backed commands are meant to join as further routers (``app.include_router``), sharing
-the store on ``app.state``. Errors are problem+json (``adapters.http.problems``).
+Routers: health (``/health``, ``/health/live``, ``/health/ready``), ``/metrics`` (Prometheus
+text), the read-only observe API (``/v1``), operator actions (``/v1/operations/{id}/...``), the
+console (``/console``) and provider callbacks (``/callbacks/{integration}``,
+``adapters.http.callbacks``). Receipts-backed commands are meant to join as further routers
+(``app.include_router``), sharing the store on ``app.state``. Errors are problem+json
+(``adapters.http.problems``).
 
-Source: issue 13 items 1-3; DESIGN §9.
+Source: issue 13 items 1-3; issue 12 item 3; DESIGN §9.
 """
 
 from __future__ import annotations
@@ -19,17 +21,24 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-from adapters.http import actions, commands, console, observe, problems
+from adapters.http import actions, callbacks, commands, console, observe, problems
 from adapters.http.auth import TokenGrant
+from adapters.http.callback_auth import DEFAULT_TOLERANCE_SECONDS, MAX_TOLERANCE_SECONDS
 from adapters.http.metrics import DEFAULT_TOP_TENANTS, LedgerCollector, render
-from adapters.http.schemas import Health
+from adapters.http.schemas import Health, Liveness, Readiness
 from adapters.runtime import Store
+from executors.secrets import EnvironmentSecrets, SecretProvider
 from ledger.clock import Clock, SystemClock
-from ledger.errors import ConfigurationError
+from ledger.errors import ConfigurationError, LedgerError
+from ledger.store_identity import check_store_identity
 from projections.metrics_store import MetricsStore
 
 VERSION = "1"
 """The observe API's version (its paths start ``/v1``)."""
+DEFAULT_HOST = "127.0.0.1"
+"""The interface ``opledger serve`` binds by default (``OPLEDGER_HTTP_HOST``, ``--host``)."""
+DEFAULT_PORT = 8000
+"""The TCP port ``opledger serve`` binds by default (``OPLEDGER_HTTP_PORT``, ``--port``)."""
 
 
 class ServeSettings(BaseSettings):
@@ -41,12 +50,19 @@ class ServeSettings(BaseSettings):
             route answers 401 (health and ``/metrics`` stay open).
         metrics_top_tenants: tenants shown by name on ``/metrics`` (most intents first); the
             rest are summed as ``other``. 1 to 1,000.
+        http_host: the interface ``serve`` binds unless ``--host`` says otherwise.
+        http_port: the TCP port ``serve`` binds unless ``--port`` says otherwise (0: any free one).
+        callback_tolerance_seconds: how far a callback's ``webhook-timestamp`` may be from now,
+            seconds (Standard Webhooks: five minutes); 1 to 3,600.
     """
 
     model_config = SettingsConfigDict(env_prefix="OPLEDGER_", extra="ignore")
 
     api_tokens: dict[str, TokenGrant] = Field(default_factory=dict)
     metrics_top_tenants: int = Field(default=DEFAULT_TOP_TENANTS, ge=1, le=1000)
+    http_host: str = Field(default=DEFAULT_HOST, min_length=1)
+    http_port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    callback_tolerance_seconds: float = Field(default=DEFAULT_TOLERANCE_SECONDS, ge=1, le=MAX_TOLERANCE_SECONDS)
 
 
 def load_serve_settings() -> ServeSettings:
@@ -80,12 +96,18 @@ class ServeConfig:
     Attributes:
         tokens: bearer tokens and their grants.
         top_tenants: see ``ServeSettings.metrics_top_tenants``.
-        writable: whether operator actions may write (False: a read-only SQLite store).
+        writable: whether operator actions and callbacks may write (False: a read-only SQLite
+            store).
+        callback_tolerance_seconds: see ``ServeSettings.callback_tolerance_seconds``.
+        callback_secrets: where callback secrets come from (``callback.<integration>``); the
+            environment (``OPLEDGER_SECRET_CALLBACK_<INTEGRATION>``) by default.
     """
 
     tokens: Mapping[str, TokenGrant] = field(default_factory=dict)
     top_tenants: int = DEFAULT_TOP_TENANTS
     writable: bool = True
+    callback_tolerance_seconds: float = DEFAULT_TOLERANCE_SECONDS
+    callback_secrets: SecretProvider | None = None
 
 
 health_router = APIRouter(tags=["health"])
@@ -97,6 +119,27 @@ def health(request: Request) -> Health:
     store: Store = request.app.state.store
     store.view.counts()  # one read of the status view: a store that cannot answer is a 500
     return Health(status="ok", backend=store.settings.database.backend, writable=request.app.state.writable)
+
+
+@health_router.get("/health/live", response_model=Liveness, summary="Liveness: the process answers (no store access)")
+def live() -> Liveness:
+    return Liveness(status="ok")
+
+
+@health_router.get("/health/ready", response_model=Readiness, responses={503: problems.PROBLEM_RESPONSES[503]},
+                   summary="Readiness: the store is reachable and its schema is the one this code expects")
+def ready(request: Request) -> Readiness:
+    store: Store = request.app.state.store
+    database = store.settings.database
+    try:
+        # The identity table: reachable, migrated, this application's, schema and codec current.
+        identity = check_store_identity(database, store.app.name, store_id=store.settings.store_id)
+        store.view.counts()  # and the status read model answers
+    except LedgerError as exc:
+        raise problems.Problem(503, "Not ready", str(exc), headers={"Retry-After": str(problems.RETRY_AFTER_SECONDS)}) \
+            from None
+    return Readiness(status="ready", backend=database.backend, schema_version=identity.get("schema_version", ""),
+                     writable=request.app.state.writable)
 
 
 @metrics_router.get("/metrics", response_class=Response, summary="Prometheus text exposition",
@@ -126,6 +169,9 @@ def attach(app: FastAPI, *, store: Store, config: ServeConfig | None = None, clo
     app.state.store = store
     app.state.tokens = dict(config.tokens)
     app.state.writable = config.writable
+    app.state.clock = clock
+    app.state.callback_tolerance_seconds = config.callback_tolerance_seconds
+    app.state.callback_secrets = config.callback_secrets or EnvironmentSecrets()
     app.state.collector = LedgerCollector(store=MetricsStore(store.view), now=clock.now,
                                           top_tenants=config.top_tenants)
     return app
@@ -136,9 +182,10 @@ def build_app() -> FastAPI:
     attaches one; ``adapters.http.openapi`` prints the document from this alone)."""
     app = FastAPI(title="opledger", version=VERSION, summary="Observe and operate the ledger of external operations",
                   description="Read-only observe API, operator actions (bearer tokens with roles), Prometheus "
-                              "metrics, health, and the operator console. Errors are RFC 9457 problem+json.")
+                              "metrics, health, the operator console, and providers' signed callbacks "
+                              "(Standard Webhooks). Errors are RFC 9457 problem+json.")
     problems.install(app)
-    for router in (health_router, metrics_router, observe.router, actions.router, console.router):
+    for router in (health_router, metrics_router, observe.router, actions.router, console.router, callbacks.router):
         app.include_router(router)
     app.include_router(commands.router)  # keyed commands with idempotency receipts (issue 15)
     return app

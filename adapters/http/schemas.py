@@ -121,7 +121,7 @@ class ResolveBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    resolution: Literal["succeeded", "failed", "retry", "abandon"]
+    resolution: Literal["succeeded", "failed", "retry", "abandon", "acknowledge"]
     evidence: str = Field(min_length=1, max_length=10_000, pattern=r"\S")
 
 
@@ -147,6 +147,21 @@ class DenyBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(min_length=1, max_length=2_000, pattern=r"\S")
+
+
+class Liveness(BaseModel):
+    """The process answers HTTP; says nothing about the store."""
+
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    """The store is reachable, migrated for this application, and at the schema this code expects."""
+
+    status: Literal["ready"]
+    backend: str
+    schema_version: str
+    writable: bool
 
 
 class Health(BaseModel):

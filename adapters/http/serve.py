@@ -55,7 +55,8 @@ def run_serve(settings: Settings, serve_settings: ServeSettings, *, host: str, p
             followers.append(follow_metrics(settings.database, store.app, stop, holder=holder))
         app = create_app(store=store, config=ServeConfig(tokens=serve_settings.api_tokens,
                                                          top_tenants=serve_settings.metrics_top_tenants,
-                                                         writable=writable))
+                                                         writable=writable,
+                                                         callback_tolerance_seconds=serve_settings.callback_tolerance_seconds))
         if writable:  # keyed commands (issue 15): the runner, owner-lease renewal, recovery, retention
             runner, receipt_threads = start_receipt_services(
                 store, receipt_settings, stop, max_clock_skew_seconds=settings.max_clock_skew_seconds)

@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from adapters.partner.callbacks import CALLBACK_SECRET_ENV
 from adapters.partner.server import SECRET_ENV
 from adapters.partner.store import PartnerLog
 
@@ -76,7 +77,8 @@ class PartnerProcess:
 
 
 def start_partner_process(*, log_path: str | Path, secret: str, host: str = "127.0.0.1", port: int = 0,
-                          ready_timeout_seconds: float = READY_TIMEOUT_SECONDS) -> PartnerProcess:
+                          ready_timeout_seconds: float = READY_TIMEOUT_SECONDS,
+                          callback_secret: str | None = None) -> PartnerProcess:
     """Start ``python -m adapters.partner`` and wait until it listens.
 
     Args:
@@ -85,6 +87,7 @@ def start_partner_process(*, log_path: str | Path, secret: str, host: str = "127
         host: the interface to bind.
         port: the port; 0 lets the partner pick a free one.
         ready_timeout_seconds: how long to wait for it to listen.
+        callback_secret: the secret its callbacks are signed with (default: ``secret``).
 
     Returns:
         The running partner; stop it with ``.stop()`` or use it as a context manager.
@@ -94,8 +97,10 @@ def start_partner_process(*, log_path: str | Path, secret: str, host: str = "127
     """
     command = [sys.executable, "-m", "adapters.partner", "--host", host, "--port", str(port),
                "--log", str(log_path)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
-                               env={**os.environ, SECRET_ENV: secret})
+    env = {**os.environ, SECRET_ENV: secret}
+    if callback_secret is not None:
+        env[CALLBACK_SECRET_ENV] = callback_secret
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     line = _first_line(process, ready_timeout_seconds)
     if not line.startswith("http"):
         process.kill()

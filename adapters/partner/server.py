@@ -8,6 +8,11 @@ Routes:
 - ``GET /idempotency/{key}``: 200 with the stored response when applied, else 404 (signed too).
 - ``POST /_control/faults`` ``{"path": ..., "fault": {...}}``, ``DELETE /_control/faults``
   (``?path=`` for one path), ``GET /_control/health``: the test harness (not signed).
+- ``POST /_control/callbacks/forge`` and ``/_control/callbacks/replay`` ``{"key": ...}``: send a
+  forged or a replayed callback (:mod:`.callbacks`).
+
+A delivery carrying ``X-Callback-Url`` is accepted (202) and answered later by a signed callback
+(:mod:`.callbacks`).
 
 Every request, whatever happens to it, is one row of the durable log (:mod:`.store`), committed
 before any byte of the response is written. Faults: :mod:`.faults`.
@@ -24,6 +29,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -34,6 +40,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from standardwebhooks.webhooks import Webhook
 
+from adapters.partner import callbacks
 from adapters.partner.faults import FAULT_HEADER, ApplyTiming, Fault, FaultBook, FaultError
 from adapters.partner.store import PartnerRequest, PartnerStore, StoredResponse
 from ledger.clock import Clock, SystemClock
@@ -77,20 +84,29 @@ class PartnerServer(ThreadingHTTPServer):
         store: the durable log and effects.
         secret: the Standard Webhooks secret deliveries are verified with.
         clock: the partner's own clock (a remote system's wall clock, UTC), for its log.
+        callback_secret: the secret its callbacks are signed with (default: ``secret``).
     """
 
     daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], *, store: PartnerStore, secret: str,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, callback_secret: str | None = None) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.clock = clock or SystemClock()
         self.store = store
         self.faults = FaultBook()
         self.webhook = Webhook(secret)
+        self.callbacks = store.callback_sender(secret=callback_secret or secret, clock=self.clock)
+        self._stop_callbacks = threading.Event()
+        self._callback_thread = threading.Thread(target=self.callbacks.run, args=(self._stop_callbacks,),
+                                                 name="partner-callbacks", daemon=True)
         super().__init__(address, PartnerHandler)
+
+    def start_callbacks(self) -> None:
+        """Start sending queued callbacks (``serve`` does; tests of the server alone may not)."""
+        self._callback_thread.start()
 
     @property
     def url(self) -> str:
@@ -105,6 +121,10 @@ class PartnerServer(ThreadingHTTPServer):
 
     def server_close(self) -> None:
         super().server_close()
+        self._stop_callbacks.set()
+        if self._callback_thread.is_alive():
+            self._callback_thread.join(timeout=callbacks.SEND_TIMEOUT_SECONDS + 1)
+        self.callbacks.close()
         self.store.close()
 
 
@@ -166,18 +186,25 @@ class PartnerHandler(BaseHTTPRequestHandler):
 
     def _deliver(self, incoming: _Incoming, key: str, fault: Fault) -> None:
         stored = self.server.store.stored(key)
-        normal = stored or _fresh_response(key, accept=fault.accept)
+        wants_callback = callbacks.CALLBACK_URL_HEADER in incoming.headers
+        normal = stored or _fresh_response(key, accept=fault.accept or wants_callback)
         wire = fault.wire_status(normal.status)
         timing = fault.timing(wire)
         entry = incoming.entry("delivery", signature_valid=True, fault=fault.describe() or None, status=wire)
         applied = False
+        on_apply = None
+        if wants_callback:  # queued with the effect, in its transaction: never applied without it
+            due = self.server.clock.now().timestamp() + callbacks.FIRST_DELAY_SECONDS
+
+            def on_apply(db: Any) -> None:
+                callbacks.queue_callback(db, key=key, headers=incoming.headers, due_at=due)
         # The log row is committed with the effect (or alone) before the delay or the response,
         # so a client timeout, a drop or a kill can never hide an applied effect from the log.
         if timing is ApplyTiming.BEFORE:
-            applied, stored = self.server.store.record(entry, apply=normal, payload=incoming.body)
+            applied, stored = self.server.store.record(entry, apply=normal, payload=incoming.body, on_apply=on_apply)
         time.sleep(fault.delay)
         if timing is ApplyTiming.AFTER:
-            applied, stored = self.server.store.record(entry, apply=normal, payload=incoming.body)
+            applied, stored = self.server.store.record(entry, apply=normal, payload=incoming.body, on_apply=on_apply)
         elif timing is ApplyTiming.NEVER:
             self.server.store.record(entry)
         self._respond(wire, fault, stored or normal, replayed=stored is not None and not applied)
@@ -196,6 +223,8 @@ class PartnerHandler(BaseHTTPRequestHandler):
         entry = incoming.entry("control")
         if incoming.path == CONTROL_PREFIX + "health":
             return self._finish(entry, 200, {"ok": True})
+        if incoming.path in (CONTROL_PREFIX + "callbacks/forge", CONTROL_PREFIX + "callbacks/replay"):
+            return self._callback_control(entry, incoming)
         if incoming.path != CONTROL_PREFIX + "faults":
             return self._finish(entry, 404, {"error": "not found"})
         if incoming.method == "DELETE":
@@ -211,6 +240,15 @@ class PartnerHandler(BaseHTTPRequestHandler):
             return self._finish(entry, 400, {"error": f"bad fault request: {exc}"})
         self.server.faults.set_path(path, fault)
         return self._finish(entry, 200, {"path": path, "fault": fault.describe()})
+
+    def _callback_control(self, entry: PartnerRequest, incoming: _Incoming) -> None:
+        try:
+            key = json.loads(incoming.body)["key"]
+            send = self.server.callbacks.forge if incoming.path.endswith("forge") else self.server.callbacks.replay
+            status = send(str(key))
+        except (ValueError, KeyError, TypeError) as exc:
+            return self._finish(entry, 400, {"error": f"bad callback request: {exc}"})
+        return self._finish(entry, 200, {"status": status})
 
     def _finish(self, entry: PartnerRequest, status: int, document: dict) -> None:
         self.server.store.record(replace(entry, status=status))
@@ -274,7 +312,8 @@ def _json(document: dict) -> bytes:
     return json.dumps(document, separators=(",", ":")).encode()
 
 
-def make_server(host: str, port: int, log_path: str | Path, secret: str) -> PartnerServer:
+def make_server(host: str, port: int, log_path: str | Path, secret: str,
+                callback_secret: str | None = None) -> PartnerServer:
     """Bind the partner (not yet serving).
 
     Args:
@@ -282,6 +321,7 @@ def make_server(host: str, port: int, log_path: str | Path, secret: str) -> Part
         port: the port; 0 picks a free one (read it from ``.url``).
         log_path: the SQLite file of the durable log (created if missing).
         secret: the Standard Webhooks secret (``whsec_...``).
+        callback_secret: the secret its callbacks are signed with (default: ``secret``).
 
     Returns:
         The bound server.
@@ -289,11 +329,11 @@ def make_server(host: str, port: int, log_path: str | Path, secret: str) -> Part
     Raises:
         OSError: the address cannot be bound.
     """
-    return PartnerServer((host, port), store=PartnerStore(log_path), secret=secret)
+    return PartnerServer((host, port), store=PartnerStore(log_path), secret=secret, callback_secret=callback_secret)
 
 
 def serve(host: str, port: int, log_path: str | Path, secret: str,
-          ready: Callable[[str], None] | None = None) -> None:
+          ready: Callable[[str], None] | None = None, callback_secret: str | None = None) -> None:
     """Run the partner until interrupted (KeyboardInterrupt or SystemExit in this thread).
 
     Args:
@@ -302,8 +342,10 @@ def serve(host: str, port: int, log_path: str | Path, secret: str,
         log_path: the SQLite file of the durable log.
         secret: the Standard Webhooks secret.
         ready: called with the base URL once the socket is listening.
+        callback_secret: the secret its callbacks are signed with (default: ``secret``).
     """
-    server = make_server(host, port, log_path, secret)
+    server = make_server(host, port, log_path, secret, callback_secret)
+    server.start_callbacks()
     try:
         if ready is not None:
             ready(server.url)
@@ -328,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", required=True, help="SQLite file of the durable request log")
     parser.add_argument("--secret", default=os.environ.get(SECRET_ENV),
                         help=f"Standard Webhooks secret (default: ${SECRET_ENV})")
+    parser.add_argument("--callback-secret", default=os.environ.get(callbacks.CALLBACK_SECRET_ENV),
+                        help=f"secret its callbacks are signed with (default: ${callbacks.CALLBACK_SECRET_ENV}, "
+                             "else --secret)")
     args = parser.parse_args(argv)
     if not args.secret:
         parser.error(f"--secret or ${SECRET_ENV} is required")
@@ -338,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM unwinds through serve()'s finally, closing the store cleanly.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        serve(args.host, args.port, args.log, args.secret, ready=lambda url: print(url, flush=True))
+        serve(args.host, args.port, args.log, args.secret, ready=lambda url: print(url, flush=True),
+              callback_secret=args.callback_secret)
     except KeyboardInterrupt:
         pass
     return 0

@@ -13,8 +13,11 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from adapters.partner import callbacks
 
 BUSY_TIMEOUT_MS = 5000
 
@@ -112,6 +115,7 @@ class PartnerStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        self._db.executescript(callbacks.SCHEMA)
 
     def stored(self, key: str) -> StoredResponse | None:
         """Return the response stored with ``key``'s effect, or None when never applied."""
@@ -120,7 +124,8 @@ class PartnerStore:
         return StoredResponse(row[0], bytes(row[1])) if row else None
 
     def record(self, entry: PartnerRequest, *, apply: StoredResponse | None = None,
-               payload: bytes = b"") -> tuple[bool, StoredResponse | None]:
+               payload: bytes = b"", on_apply: Callable[[sqlite3.Connection], None] | None = None,
+               ) -> tuple[bool, StoredResponse | None]:
         """Append ``entry`` to the log; with ``apply``, first apply the key's effect if it is new.
 
         Both happen in one transaction: the log's ``applied`` column is exactly the set of
@@ -130,6 +135,8 @@ class PartnerStore:
             entry: the log row (its ``applied`` and ``seq`` are ignored).
             apply: the response to store when this request applies the effect.
             payload: the request body, kept with the effect for inspection.
+            on_apply: called with the connection, in the same transaction, when this request
+                applies the effect (queues the provider's callback: ``.callbacks``).
 
         Returns:
             Whether this request applied the effect, and the key's stored response (if any).
@@ -144,6 +151,8 @@ class PartnerStore:
                         "INSERT OR IGNORE INTO effects VALUES (?, ?, ?, ?, ?)",
                         (key, entry.received_at, apply.status, apply.body, payload),
                     ).rowcount == 1
+                if applied and on_apply is not None:
+                    on_apply(self._db)
                 row_entry = dataclasses.replace(entry, applied=applied)
                 self._db.execute(_INSERT_REQUEST, tuple(getattr(row_entry, c) for c in _INSERTED))
                 row = self._db.execute(_SELECT_EFFECT, (key,)).fetchone() if key is not None else None
@@ -152,6 +161,10 @@ class PartnerStore:
                 self._db.execute("ROLLBACK")
                 raise
         return applied, (StoredResponse(row[0], bytes(row[1])) if row else None)
+
+    def callback_sender(self, *, secret: str, clock: callbacks.Clock) -> callbacks.CallbackSender:
+        """A sender of this store's queued callbacks (``.callbacks``), sharing its connection."""
+        return callbacks.CallbackSender(db=self._db, lock=self._lock, secret=secret, clock=clock)
 
     def close(self) -> None:
         """Close the connection."""
@@ -191,6 +204,21 @@ class PartnerLog:
         """Return the response stored with ``key``'s effect, or None when never applied."""
         rows = self._query(_SELECT_EFFECT, (str(key),))
         return StoredResponse(rows[0][0], bytes(rows[0][1])) if rows else None
+
+    def callbacks(self) -> list[callbacks.CallbackRow]:
+        """Every queued callback (``.callbacks``), by key."""
+        rows = self._query("SELECT idempotency_key, callback_id, url, body, state, sends FROM callbacks "
+                           "ORDER BY idempotency_key", ())
+        return [callbacks.CallbackRow(r[0], r[1], r[2], bytes(r[3]), r[4], r[5]) for r in rows]
+
+    def callback_sends(self, kind: str | None = None) -> list[tuple[str, str, int | None]]:
+        """Every callback send in order as ``(idempotency_key, kind, receiver's status)``;
+        ``kind``: ``send``, ``forged`` or ``replayed`` only."""
+        query = "SELECT idempotency_key, kind, status FROM callback_sends"
+        args: tuple[str, ...] = ()
+        if kind is not None:
+            query, args = query + " WHERE kind = ?", (kind,)
+        return [(r[0], r[1], r[2]) for r in self._query(query + " ORDER BY seq", args)]
 
     def _count(self, condition: str, key: object) -> int:
         rows = self._query(f"SELECT count(*) FROM requests WHERE idempotency_key = ? AND {condition}",

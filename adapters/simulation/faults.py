@@ -45,6 +45,17 @@ class Fault(StrEnum):
     worker starts its cycle over, with the outcomes it holds kept."""
     SETTLEMENT_RAISES = "settlement_raises"
     """The host's settlement method raises (once or a few times)."""
+    CALLBACK_LATE = "callback_late"
+    """A ``callback``-mode provider calls back after the ``accepted`` deadline
+    (``adapters.simulation.callbacks``)."""
+    CALLBACK_DUPLICATE = "callback_duplicate"
+    """The provider sends its callback twice (the second signed again, later)."""
+    CALLBACK_FORGED = "callback_forged"
+    """An attacker sends a callback signed with another secret."""
+    CALLBACK_REPLAYED = "callback_replayed"
+    """An attacker re-sends the provider's callback byte for byte (inside or past the tolerance)."""
+    CALLBACK_LOST = "callback_lost"
+    """The provider never calls back."""
 
 
 PROVIDER_FAULTS: dict[Fault, float] = {

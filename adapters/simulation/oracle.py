@@ -17,6 +17,10 @@ reported at the first step that commits it. The checks, each named by the invari
 - ``outcome_matches_truth``: ``Succeeded`` only if the provider applied the effect; ``Failed``
   (or an unambiguous end of budget or deadline) only if it did not.
 - ``everything_ends`` (6): at the end, every operation is settled or on the attention queue.
+- ``callback_authenticated`` (7): a recorded callback is one the provider signed
+  (``adapters.simulation.callbacks``), with the outcome it sent; ``callback_once`` (4): each
+  recorded once; a callback records an outcome only while none is recorded, and a late one is
+  only an observation.
 
 Source: docs/adr/0001-operation-lifecycle.md ("Invariants"); issue 11 ("The oracle").
 """
@@ -67,6 +71,8 @@ class _Seen:
     attempts: int = 0
     terminal: str | None = None
     possibly_applied_open: bool = False  # an attempt may have applied; no Resolved since
+    ended: bool = False  # an outcome is recorded (terminal, or ambiguous)
+    callbacks: set[str] = field(default_factory=set)
     settled: int = 0
     events: list[str] = field(default_factory=list)
 
@@ -77,11 +83,15 @@ class Oracle:
     Args:
         app: the run's host application (its notification log is read).
         provider: the run's provider (the ground truth).
+        callbacks: ``(operation id, callback id, outcome)`` of every callback the provider signed
+            (``SimCallbacks.genuine``, filled as they are sent).
     """
 
-    def __init__(self, app: SimApp, provider: SimProvider) -> None:
+    def __init__(self, app: SimApp, provider: SimProvider,
+                 callbacks: set[tuple[UUID, str, str]] | None = None) -> None:
         self.app = app
         self.provider = provider
+        self.genuine_callbacks = callbacks if callbacks is not None else set()
         self.ops: dict[UUID, _Seen] = {}
         self.lines: list[str] = []  # one per ledger event read; the run moves them to its trace
         self._position = 0
@@ -126,7 +136,30 @@ class Oracle:
                              f"current {seen.epoch}")
         if isinstance(event, Operation.AttemptStarted):
             return self._attempt(seen, op_id)
+        if isinstance(event, (Operation.CallbackReceived, Operation.LateObservationRecorded)):
+            violation = self._callback(event, seen, op_id)
+            if violation is not None:
+                return violation
         return self._outcome(event, seen, op_id)
+
+    def _callback(self, event: Any, seen: _Seen, op_id: UUID) -> Violation | None:
+        if (op_id, event.callback_id, event.outcome) not in self.genuine_callbacks:
+            return Violation("callback_authenticated", op_id,
+                             f"{type(event).__name__} {event.callback_id} ({event.outcome}) was never sent by the "
+                             "provider")
+        if event.callback_id in seen.callbacks:
+            return Violation("callback_once", op_id, f"callback {event.callback_id} recorded twice")
+        seen.callbacks.add(event.callback_id)
+        late = isinstance(event, Operation.LateObservationRecorded)
+        if late and not seen.ended:
+            return Violation("terminal_is_forever", op_id, "a late observation before any outcome was recorded")
+        if not late and seen.ended and event.outcome != "progress":
+            return Violation("terminal_is_forever", op_id, f"CallbackReceived({event.outcome}) after the outcome "
+                             f"{seen.terminal or 'ambiguous'}")
+        if not late and event.outcome == "succeeded" and self.provider.applied[op_id] == 0:
+            return Violation("outcome_matches_truth", op_id, "a callback says succeeded, but the provider never "
+                             "applied it")
+        return None
 
     def _attempt(self, seen: _Seen, op_id: UUID) -> Violation | None:
         if seen.terminal is not None:
@@ -230,17 +263,25 @@ def _follow(event: Any, seen: _Seen) -> None:
     """Update what the oracle knows of an operation from one of its outcome events."""
     if isinstance(event, (Operation.Succeeded, Operation.Failed, Operation.Cancelled)):
         seen.terminal = type(event).__name__
+        seen.ended = True
+    elif isinstance(event, Operation.CallbackReceived) and event.outcome in ("succeeded", "failed"):
+        seen.terminal = f"CallbackReceived({event.outcome})"
+        seen.ended = True
     elif isinstance(event, Operation.Ambiguous):
         seen.possibly_applied_open = True
+        seen.ended = True
     elif isinstance(event, Operation.RetryScheduled):
         seen.possibly_applied_open = seen.possibly_applied_open or event.possibly_applied
     elif isinstance(event, (Operation.BudgetExhausted, Operation.DeadlineExceeded)):
+        seen.ended = True
         if event.ambiguous:  # waits for an operator, who may still retry
             seen.possibly_applied_open = True
         else:
             seen.terminal = seen.terminal or type(event).__name__
     elif isinstance(event, Operation.Resolved):
         seen.possibly_applied_open = False
+        if event.resolution == "retry":
+            seen.ended = False
 
 
 FACTS = ("epoch", "worker_id", "attempt_number", "reason", "category", "status_code", "possibly_applied", "state",

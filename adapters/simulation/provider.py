@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from uuid import UUID
 
 from adapters.simulation.faults import LOOKUP_FAULTS, PROVIDER_FAULTS, Fault, FaultPlan
@@ -53,6 +54,8 @@ class SimProvider:
         self.faults_by_operation: dict[UUID, list[Fault]] = {}
         self.changes = 0
         self.lines: list[str] = []  # one per delivery or lookup; the run moves them to its trace
+        self.on_applied: Callable[[EgressRequest], None] | None = None
+        """Told of every effect applied (``adapters.simulation.callbacks`` plans callbacks)."""
 
     def send(self, request: EgressRequest) -> Outcome:
         """Receive one delivery: apply it (or not) and answer as the network would."""
@@ -83,6 +86,8 @@ class SimProvider:
         if not duplicate:
             self.applied[op_id] += 1
             self.changes += 1
+            if self.on_applied is not None:
+                self.on_applied(request)
         if fault is Fault.RESPONSE_LOST:
             return self._classify(HttpExchange(failure=TransportFailure.TIMEOUT, sent=True, excerpt="read timeout"))
         if fault is Fault.APPLIED_5XX:

@@ -33,6 +33,7 @@ from uuid import UUID
 from eventsourcing.persistence import OperationalError
 
 from adapters.simulation.budgets import BudgetWatch
+from adapters.simulation.callbacks import SimCallbacks
 from adapters.simulation.egress import SimulatedEgress
 from adapters.simulation.faults import (
     CRASH_CHANCE,
@@ -128,6 +129,7 @@ class _World:
     projection: StatusProjection
     oracle: Oracle
     budgets: BudgetWatch
+    callbacks: SimCallbacks
     workers: list[_SimWorker | None] = field(default_factory=list)
     restarts: dict[int, datetime] = field(default_factory=dict)
     generations: Counter[int] = field(default_factory=Counter)
@@ -174,11 +176,13 @@ def _build(seed: int, config: SimConfig) -> _World:
     SettlementFaults.reset()
     app = SimApp(env=POPO, clock=clock)
     provider = SimProvider(faults=faults, clock=clock)
+    callbacks = SimCallbacks(app=app, faults=faults, rng=rng, clock=clock)
+    provider.on_applied = callbacks.on_applied
     store = MemoryStatusStore(clock=clock)
     projection = StatusProjection(app=app, view=store.open_view())
     world = _World(seed=seed, config=config, rng=rng, faults=faults, clock=clock, app=app, provider=provider,
-                   store=store, projection=projection, oracle=Oracle(app, provider),
-                   budgets=BudgetWatch(provider, clock, app))
+                   store=store, projection=projection, oracle=Oracle(app, provider, callbacks=callbacks.genuine),
+                   budgets=BudgetWatch(provider, clock, app), callbacks=callbacks)
     world.workers = [_start_worker(world, i) for i in range(config.workers)]
     return world
 
@@ -209,7 +213,8 @@ def _fault_phase(world: _World) -> Violation | None:
 def _check(world: _World, step: int | str) -> Violation | None:
     """Run the oracle over what the step committed; its event lines go into the trace."""
     violation = world.oracle.check() or _budget_check(world)
-    for source, lines in (("  provider", world.provider.lines), ("  ledger", world.oracle.lines)):
+    for source, lines in (("  provider", world.provider.lines), ("  callback", world.callbacks.lines),
+                          ("  ledger", world.oracle.lines)):
         for line in lines:
             world.log(step, source, line)
         lines.clear()
@@ -224,7 +229,7 @@ def _budget_check(world: _World) -> Violation | None:
 
 def _step(world: _World, step: int) -> None:
     rng, now = world.rng, world.clock.now()
-    actors: list[tuple[str, int]] = [("clock", 2), ("projection", 2)]
+    actors: list[tuple[str, int]] = [("clock", 2), ("projection", 2), ("callbacks", 1)]
     if world.created < world.config.operations:
         actors.append(("host", 2))
     for index, slot in enumerate(world.workers):
@@ -240,6 +245,8 @@ def _step(world: _World, step: int) -> None:
         applied = world.projection.run_once()
         if applied:
             world.log(step, "projection", f"applied {applied}")
+    elif actor == "callbacks":
+        world.callbacks.run_once(now)
     elif actor == "host":
         _create(world, step)
     else:
@@ -330,7 +337,8 @@ def _drain(world: _World) -> Violation | None:
     end = world.clock.now() + timedelta(seconds=DRAIN_LIMIT_SECONDS)
     for _ in range(DRAIN_ROUNDS):
         _restart_due(world, "drain")
-        moved = world.projection.run_once() > 0
+        moved = world.callbacks.run_once(world.clock.now()) > 0
+        moved = world.projection.run_once() > 0 or moved
         for slot in world.workers:
             if slot is None or (slot.paused_until is not None and slot.paused_until > world.clock.now()):
                 continue
@@ -346,7 +354,8 @@ def _drain(world: _World) -> Violation | None:
         violation = _check(world, "drain")
         if violation is not None:
             return violation
-        if _all_ended(world) or world.clock.now() >= end:
+        # Planned callbacks (late ones, replays) are delivered before the run ends.
+        if (_all_ended(world) and world.callbacks.next_event_at() is None) or world.clock.now() >= end:
             return None
         if not moved:
             _jump(world, end)
@@ -378,6 +387,8 @@ def _jump(world: _World, end: datetime) -> None:
     or deadline's end, a paused or crashed worker's return), at least a millisecond on."""
     now = world.clock.now()
     times = [t for t in world.restarts.values()]
+    if (at := world.callbacks.next_event_at()) is not None:
+        times.append(at)
     for slot in world.workers:
         if slot is None:
             continue

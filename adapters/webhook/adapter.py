@@ -58,8 +58,11 @@ REDIRECT_SAFE_MODES = frozenset(rules.mode for rules in RULES.values() if rules.
 
 _RESERVED_HEADERS = frozenset({
     "accept-encoding", "content-length", "content-type", "host", "idempotency-key", "traceparent",
-    "user-agent", "webhook-id", "webhook-signature", "webhook-timestamp", "x-attempt-id",
+    "user-agent", "webhook-id", "webhook-signature", "webhook-timestamp", "x-attempt-id", "x-callback-url",
 })
+CALLBACK_URL_HEADER = "X-Callback-Url"
+"""The header telling a ``callback``-mode provider where to post its signed result
+(docs/adr/0005-callback-authentication.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,9 @@ class WebhookConfig:
         lookup_path: path of the "did you receive X?" endpoint at the target's origin; ``{key}``
             is replaced by the operation id.
         user_agent: the ``User-Agent`` header.
+        callback_base_url: where providers reach ``opledger serve``; a request in ``callback``
+            mode carries ``X-Callback-Url: <callback_base_url>/callbacks/<integration>``. None
+            sends none.
 
     Raises:
         ConfigurationError: a limit is not positive or ``lookup_path`` is malformed.
@@ -83,6 +89,14 @@ class WebhookConfig:
     max_retry_after_seconds: float = DEFAULT_MAX_RETRY_AFTER_SECONDS
     lookup_path: str = DEFAULT_LOOKUP_PATH
     user_agent: str = DEFAULT_USER_AGENT
+    callback_base_url: str | None = None
+
+    def callback_url(self, request: EgressRequest) -> str | None:
+        """The URL a ``callback``-mode provider posts its result to, or None (not that mode, or
+        no base URL configured)."""
+        if self.callback_base_url is None or not rules_for(request.delivery_mode).success_means_accepted:
+            return None
+        return f"{self.callback_base_url.rstrip('/')}/callbacks/{request.integration}"
 
     def __post_init__(self) -> None:
         if self.max_response_bytes < 1:
@@ -248,6 +262,9 @@ class WebhookAdapter:
         })
         if request.traceparent:
             headers["traceparent"] = request.traceparent
+        callback_url = self._config.callback_url(request)
+        if callback_url is not None:
+            headers[CALLBACK_URL_HEADER] = callback_url
         return headers
 
     def _exchange(self, method: str, url: str | httpx.URL, *, content: bytes | None,

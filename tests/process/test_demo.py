@@ -27,3 +27,9 @@ def test_demo_loses_nothing_and_applies_nothing_twice(tmp_path: Path) -> None:
     assert set(summary["by_status"]) <= {"settled", "ambiguous"}
     assert not summary["succeeded_without_exactly_one_effect"]
     assert (tmp_path / ".opledger" / "demo.db").exists()
+    callbacks = summary["callbacks"]
+    assert callbacks["operations"] == 3 and callbacks["serve_killed_mid_callback"]
+    assert callbacks["lost"] == 0 and callbacks["duplicate_effects"] == 0
+    assert callbacks["callbacks_recorded"] == 3 and set(callbacks["by_status"].values()) == {"settled"}
+    assert (callbacks["forged_status"], callbacks["replayed_status"]) == (401, 401)
+    assert callbacks["forged_accepted"] == callbacks["replayed_accepted"] == 0

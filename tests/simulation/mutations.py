@@ -1,4 +1,4 @@
-"""Three bugs planted on purpose, each behind a context manager, to prove the simulator finds
+"""Four bugs planted on purpose, each behind a context manager, to prove the simulator finds
 them (issue 11 "Mutation check"). They patch product code for the duration of a test only; no
 shipped code path knows about them."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from unittest import mock
 
@@ -63,8 +63,23 @@ def settle_twice_on_duplicate() -> Iterator[None]:
         yield
 
 
+@contextmanager
+def accept_unsigned_callbacks() -> Iterator[None]:
+    """Bug 4: the callback route takes the message's headers at their word, signature unchecked."""
+    from adapters.http import callbacks
+    from adapters.http.callback_auth import SignedMessage
+
+    def trusting(verifier: Any, headers: Any, body: bytes, *, now: datetime, tolerance_seconds: float) -> Any:
+        lowered = {k.lower(): v for k, v in headers.items()}
+        return SignedMessage(lowered["webhook-id"], datetime.fromtimestamp(int(lowered["webhook-timestamp"]), UTC))
+
+    with mock.patch.object(callbacks, "authenticate", trusting):
+        yield
+
+
 MUTATIONS = {
     "retry_ambiguous_non_idempotent": retry_ambiguous_non_idempotent,
     "forget_crashed_attempt": forget_crashed_attempt,
     "settle_twice_on_duplicate": settle_twice_on_duplicate,
+    "accept_unsigned_callbacks": accept_unsigned_callbacks,
 }

@@ -162,9 +162,15 @@ OPERATION_EVENTS: dict[type, list[dict[str, Any]]] = {
                           "excerpt": ""}],
     Operation.RemoteStatusObserved: [{"epoch": 2, "remote_status": "RUNNING"}],
     Operation.CallbackReceived: [{"callback_id": "cb_1", "outcome": "succeeded", "remote_status": "DONE",
-                                  "detail": "ok"},
+                                  "detail": "ok", "attempt_id": ATTEMPT, "signed_at": later(5)},
                                  {"callback_id": "cb_2", "outcome": "progress", "remote_status": None,
-                                  "detail": ""}],
+                                  "detail": "", "attempt_id": None, "signed_at": None}],
+    Operation.LateObservationRecorded: [{"callback_id": "cb_3", "attempt_id": ATTEMPT, "signed_at": later(6),
+                                         "outcome": "succeeded", "remote_status": "DONE", "detail": "late",
+                                         "recorded_outcome": "cancelled"},
+                                        {"callback_id": "cb_4", "attempt_id": None, "signed_at": None,
+                                         "outcome": "failed", "remote_status": None, "detail": "",
+                                         "recorded_outcome": "succeeded"}],
     Operation.Succeeded: [{"epoch": 1, "attempt_id": ATTEMPT, "status_code": 200, "remote_id": "ch_9",
                            "excerpt": "{}"},
                           {"epoch": 1, "attempt_id": None, "status_code": None, "remote_id": None, "excerpt": ""}],
@@ -601,3 +607,13 @@ def test_an_approval_recorded_before_approvals_were_bound_upcasts_and_is_honoure
     assert op.approval == "granted" and void_reason(op, later(10**6)) is None
     stored_v2 = mapper().to_stored_event(event)
     assert json.loads(stored_v2.state)["class_version"] == 2
+
+
+def test_a_callback_recorded_before_it_named_its_attempt_upcasts() -> None:
+    # CallbackReceived v1 had no attempt_id and no signed_at (no class_version in its state).
+    topic = "ledger.operation:Operation.CallbackReceived"
+    v1 = stored(topic, json.dumps({"timestamp": "2026-03-01T12:00:01Z", "callback_id": "cb_1", "outcome": "progress",
+                                   "remote_status": None, "detail": ""}).encode())
+    event = mapper().to_domain_event(v1)
+    assert (event.callback_id, event.attempt_id, event.signed_at) == ("cb_1", None, None)
+    assert json.loads(mapper().to_stored_event(event).state)["class_version"] == 2

@@ -271,7 +271,13 @@ def test_transition_table(command: str, kind: str, state: Any) -> None:
     before = b.op.execution
     legal = _legal(command, b.op)
 
-    if legal and (command, before) in UNREACHABLE_PRECONDITION:
+    if not legal and command == "receive_callback" and before in OUTCOME_STATES:
+        # A late callback adding nothing to the recorded outcome (here: progress) is accepted
+        # and records nothing; a contradicting one is a LateObservationRecorded (tests below).
+        snapshot = state_of(b.op)
+        assert spec.call(b, b.op.epoch) is False
+        assert b.collect() == [] and state_of(b.op) == snapshot
+    elif legal and (command, before) in UNREACHABLE_PRECONDITION:
         with pytest.raises(IllegalTransitionError, match=UNREACHABLE_PRECONDITION[(command, before)]):
             spec.call(b, b.op.epoch)
         assert b.collect() == []
@@ -585,9 +591,52 @@ def test_duplicate_callback_changes_nothing() -> None:
     assert op.receive_callback(now=b.tick(), callback_id="cb-2", outcome="failed") is False
     assert op.receive_callback(now=b.tick(), callback_id="cb-3", outcome="succeeded") is False
     assert [type(e) for e in b.collect()] == [Operation.CallbackReceived] * 2
-    with pytest.raises(IllegalTransitionError):
-        op.receive_callback(now=b.tick(), callback_id="cb-4", outcome="failed")
-    assert b.collect() == [] and op.execution is E.SUCCEEDED
+    # A late callback contradicting the outcome is a fact for operators, never a new outcome.
+    assert op.receive_callback(now=b.tick(), callback_id="cb-4", outcome="failed", detail="charge reversed")
+    assert [type(e) for e in b.collect()] == [Operation.LateObservationRecorded]
+    assert op.execution is E.SUCCEEDED and op.attention == "late_observation"
+    assert op.late_observation == {"callback_id": "cb-4", "outcome": "failed", "recorded_outcome": "succeeded",
+                                   "remote_status": None, "detail": "charge reversed"}
+    assert op.receive_callback(now=b.tick(), callback_id="cb-4", outcome="failed") is False  # its duplicate
+    assert b.collect() == []
+
+
+@pytest.mark.parametrize(("recorded", "reported", "late"), [
+    (E.SUCCEEDED, "succeeded", False), (E.SUCCEEDED, "failed", True), (E.SUCCEEDED, "progress", False),
+    (E.FAILED, "succeeded", True), (E.FAILED, "failed", False), (E.CANCELLED, "succeeded", True),
+    (E.CANCELLED, "failed", False), (E.AMBIGUOUS, "succeeded", True), (E.AMBIGUOUS, "failed", True),
+])
+def test_late_callback_is_an_observation_never_an_outcome(recorded: E, reported: str, late: bool) -> None:
+    b = build(recorded)
+    op = b.op
+    settlement, failure = op.settlement, op.failure
+    assert op.receive_callback(now=b.tick(), callback_id="late-1", outcome=reported) is late
+    events = b.collect()
+    assert [type(e) for e in events] == ([Operation.LateObservationRecorded] if late else [])
+    assert op.execution is recorded and op.settlement is settlement and op.failure == failure
+    assert state_of(replay(b.events)) == state_of(op)
+    if late and recorded is not E.AMBIGUOUS:
+        assert op.attention == "late_observation"
+        op.resolve(now=b.tick(), principal="otto", resolution="acknowledge", evidence="provider reversed it later")
+        assert op.attention != "late_observation" and op.execution is recorded
+    elif late:
+        assert op.attention == "ambiguous"  # the stronger reason; the observation is on the timeline
+
+
+def test_acknowledge_needs_a_late_observation() -> None:
+    b = build(E.SUCCEEDED)
+    with pytest.raises(IllegalTransitionError, match="nothing to resolve"):
+        b.op.resolve(now=b.tick(), principal="otto", resolution="acknowledge", evidence="looked")
+
+
+def test_callback_must_answer_the_latest_attempt() -> None:
+    b = build(E.ACCEPTED)
+    with pytest.raises(IllegalTransitionError, match="latest attempt"):
+        b.op.receive_callback(now=b.tick(), callback_id="cb-1", outcome="succeeded", attempt_id=uuid4())
+    assert b.collect() == []
+    assert b.op.receive_callback(now=b.tick(), callback_id="cb-1", outcome="succeeded", attempt_id=b.attempt_id,
+                                 signed_at=b.tick())
+    assert b.op.execution is E.SUCCEEDED and "cb-1" in b.op.callback_signed_at
 
 
 def test_callback_carries_its_outcome() -> None:

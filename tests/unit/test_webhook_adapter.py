@@ -215,3 +215,16 @@ def test_lookup_failure_is_ambiguous(wall_clock: FakeClock) -> None:
 def test_a_bad_signing_secret_is_a_configuration_error(secret: str) -> None:
     with pytest.raises(ConfigurationError):
         WebhookAdapter(secret=secret, clock=FakeClock())
+
+
+def test_a_callback_mode_request_says_where_to_call_back(wall_clock: FakeClock) -> None:
+    seen: list[httpx.Request] = []
+    adapter = adapter_for(lambda r: seen.append(r) or httpx.Response(202), wall_clock,
+                          callback_base_url="https://ledger.example/")
+    adapter.send(egress(mode=DeliveryMode.CALLBACK, headers={"X-Callback-Url": "https://evil.example/"}))
+    adapter.send(egress(mode=DeliveryMode.IDEMPOTENT))
+    assert seen[0].headers["x-callback-url"] == "https://ledger.example/callbacks/pay.charge"
+    assert "x-callback-url" not in seen[1].headers  # only callback mode is told
+    unconfigured = adapter_for(lambda r: seen.append(r) or httpx.Response(202), wall_clock)
+    unconfigured.send(egress(mode=DeliveryMode.CALLBACK))
+    assert "x-callback-url" not in seen[2].headers

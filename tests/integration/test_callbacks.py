@@ -1,0 +1,229 @@
+"""``POST /callbacks/{integration}`` on both backends (issue 12 item 3 and its acceptance).
+
+Every refusal is problem+json and leaves the notification log exactly as long as it was: nothing
+is written to any stream. Operations are driven to ``accepted`` through the aggregate's commands
+(the egress side is covered by ``tests/process/test_callback_serve.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from uuid import uuid4
+
+import pytest
+
+from adapters.partner.callbacks import callback_body, signed_headers
+from ledger.operation import Operation
+from ledger.status import ExecutionState as E
+from tests.callback_desk import CALLBACK_SECRET, WRONG_SECRET, CallbackDesk, callback_desk
+
+PROBLEM = "application/problem+json"
+
+
+@pytest.fixture
+def desk(database_url: str) -> Iterator[CallbackDesk]:
+    with callback_desk(database_url) as d:
+        yield d
+
+
+def events(d: CallbackDesk, op_id: object) -> list[str]:
+    return [type(e).__name__ for e in d.ledger.events.get(op_id)]  # type: ignore[arg-type]
+
+
+def refused(response: object, status: int, words: str) -> None:
+    assert response.status_code == status, response.text  # type: ignore[attr-defined]
+    assert response.headers["content-type"] == PROBLEM  # type: ignore[attr-defined]
+    assert words in response.json()["detail"]  # type: ignore[attr-defined]
+
+
+def test_a_signed_callback_records_the_outcome_once_and_a_resigned_duplicate_changes_nothing(
+        desk: CallbackDesk) -> None:
+    op_id, attempt = desk.accepted()
+    first = desk.post(op_id, attempt, callback_id="msg_a")
+    assert first.status_code == 200, first.text
+    assert first.json() == {"operation_id": str(op_id), "callback_id": "msg_a", "result": "recorded",
+                            "fact": "CallbackReceived", "status": "succeeded"}
+    op = desk.ledger.get_operation(op_id)
+    assert op.execution is E.SUCCEEDED and op.callback_ids == {"msg_a"}
+    length = desk.log_length()
+    desk.clock.advance(30)  # the provider's retry: same webhook-id, signed again later
+    again = desk.post(op_id, attempt, callback_id="msg_a")
+    assert again.status_code == 200 and again.json()["result"] == "duplicate" and again.json()["fact"] is None
+    assert desk.log_length() == length
+    assert events(desk, op_id).count("CallbackReceived") == 1
+
+
+def test_forged_stale_unsigned_and_replayed_callbacks_are_refused_and_write_nothing(desk: CallbackDesk) -> None:
+    op_id, attempt = desk.accepted()
+    length = desk.log_length()
+    refused(desk.post(op_id, attempt, secret=WRONG_SECRET), 401, "no webhook-signature matches")
+    stale_at = desk.clock.now()
+    desk.clock.advance(301)
+    refused(desk.post(op_id, attempt, at=stale_at), 401, "stale callback")
+    refused(desk.post(op_id, attempt, headers={"content-type": "application/json"}), 401, "lacks the Standard")
+    body = callback_body(operation_id=str(op_id), attempt_id=str(attempt))
+    tampered = signed_headers(CALLBACK_SECRET, callback_id="msg_t", at=desk.clock.now(), body=body)
+    refused(desk.send(body.replace(b"succeeded", b"failed\x20\x20\x20"), tampered), 401, "no webhook-signature")
+    assert desk.log_length() == length
+    assert desk.ledger.get_operation(op_id).execution is E.ACCEPTED
+    # The genuine message, then the very same bytes again: a replay.
+    headers = signed_headers(CALLBACK_SECRET, callback_id="msg_r", at=desk.clock.now(), body=body)
+    assert desk.send(body, headers).status_code == 200
+    length = desk.log_length()
+    desk.clock.advance(5)
+    refused(desk.send(body, headers), 401, "replayed callback")
+    assert desk.log_length() == length
+
+
+def test_unknown_integration_operation_or_attempt_is_404_and_writes_nothing(desk: CallbackDesk) -> None:
+    op_id, attempt = desk.accepted()
+    other_op, _ = desk.accepted(n=1)
+    length = desk.log_length()
+    refused(desk.post(uuid4(), attempt), 404, "no operation")
+    refused(desk.post(op_id, uuid4()), 404, "is not the latest attempt")
+    refused(desk.post(other_op, attempt), 404, "is not the latest attempt")
+    refused(desk.post(op_id, attempt, integration="test.no_such"), 404, "no integration named")
+    idempotent = desk.ledger.make("idempotent", "http://provider.invalid/hook", n=2)
+    refused(desk.post(idempotent, attempt), 404, "of integration 'test.callback'")
+    assert desk.log_length() == length + 2  # only the idempotent operation's intent and its entity
+
+
+def test_a_body_that_is_not_a_callback_is_422_once_authenticated(desk: CallbackDesk) -> None:
+    length = desk.log_length()
+    body = json.dumps({"operation_id": "nope"}).encode()
+    headers = signed_headers(CALLBACK_SECRET, callback_id="msg_x", at=desk.clock.now(), body=body)
+    refused(desk.send(body, headers), 422, "operation_id")
+    assert desk.log_length() == length
+
+
+def test_a_callback_after_the_deadline_is_a_late_observation_never_the_outcome(desk: CallbackDesk) -> None:
+    op_id, attempt = desk.accepted()
+    # The accepted deadline (60 s) passes and its outcome is recorded (today: ambiguous). Should the
+    # accepted deadline stop ending the operation (issue 12's remote_unknown), a later callback is
+    # no longer late: it records the outcome, and this test must follow.
+    desk.clock.advance(61)
+    op = desk.ledger.get_operation(op_id)
+    op.exceed_deadline(now=desk.clock.now())
+    desk.ledger.save(op)
+    recorded = desk.ledger.get_operation(op_id).execution
+    late = desk.post(op_id, attempt, callback_id="msg_late")
+    assert late.status_code == 200 and late.json()["fact"] == "LateObservationRecorded", late.text
+    op = desk.ledger.get_operation(op_id)
+    assert op.execution is recorded and op.late_observation is not None
+    assert op.late_observation["outcome"] == "succeeded"
+    length = desk.log_length()
+    desk.clock.advance(10)
+    assert desk.post(op_id, attempt, callback_id="msg_late").json()["result"] == "duplicate"
+    assert desk.log_length() == length
+
+
+def test_a_callback_after_a_cancel_goes_to_attention_and_never_settles_twice(desk: CallbackDesk) -> None:
+    op_id, attempt = desk.accepted()
+    op = desk.ledger.get_operation(op_id)
+    op.request_cancel(now=desk.clock.now(), principal="otto", reason="customer asked")
+    op.cancel(now=desk.clock.now())
+    op.settle(now=desk.clock.now(), entity_version=2)
+    desk.ledger.save(op)
+    late = desk.post(op_id, attempt, callback_id="msg_after_cancel")
+    assert late.status_code == 200 and late.json()["result"] == "recorded", late.text
+    assert late.json()["fact"] == "LateObservationRecorded" and late.json()["status"] == "settled"
+    op = desk.ledger.get_operation(op_id)
+    assert op.execution is E.CANCELLED and op.attention == "late_observation"
+    assert events(desk, op_id).count("Settled") == 1
+    # A failure reported after the cancel agrees with it (no effect either way): nothing recorded.
+    length = desk.log_length()
+    agrees = desk.post(op_id, attempt, callback_id="msg_fail", outcome="failed")
+    assert agrees.json()["result"] == "agrees_with_outcome" and desk.log_length() == length
+    op.resolve(now=desk.clock.now(), principal="otto", resolution="acknowledge", evidence="provider refunded it")
+    desk.ledger.save(op)
+    assert desk.ledger.get_operation(op_id).attention is None
+
+
+def test_a_progress_callback_keeps_the_operation_waiting(desk: CallbackDesk) -> None:
+    op_id, attempt = desk.accepted()
+    progress = desk.post(op_id, attempt, callback_id="msg_p", outcome="progress")
+    assert progress.status_code == 200 and progress.json()["status"] == "accepted"
+    done = desk.post(op_id, attempt, callback_id="msg_d", outcome="failed")
+    assert done.json()["status"] == "failed"
+    names = events(desk, op_id)
+    assert names[-2:] == ["CallbackReceived", "CallbackReceived"]
+    failure = desk.ledger.get_operation(op_id).failure
+    assert failure is not None and failure["category"] == "remote_failed"
+
+
+def test_a_read_only_server_answers_503_and_writes_nothing(database_url: str) -> None:
+    with callback_desk(database_url, writable=False) as d:
+        op_id, attempt = d.accepted()
+        length = d.log_length()
+        response = d.post(op_id, attempt)
+        refused(response, 503, "serve --write")
+        assert "Retry-After" in response.headers and d.log_length() == length
+
+
+def test_callbacks_without_a_configured_secret_are_refused(database_url: str, monkeypatch) -> None:
+    from adapters.http.app import ServeConfig, attach
+    from executors.secrets import EnvironmentSecrets
+
+    monkeypatch.delenv("OPLEDGER_SECRET_CALLBACK_TEST_CALLBACK", raising=False)
+    with callback_desk(database_url) as d:
+        attach(d.app, store=d.store, clock=d.clock, config=ServeConfig(callback_secrets=EnvironmentSecrets()))
+        op_id, attempt = d.accepted()
+        length = d.log_length()
+        refused(d.post(op_id, attempt), 503, "OPLEDGER_SECRET_CALLBACK_TEST_CALLBACK")
+        assert d.log_length() == length
+
+
+def test_health_live_and_ready(desk: CallbackDesk) -> None:
+    assert desk.client.get("/health/live").json() == {"status": "ok"}
+    ready = desk.client.get("/health/ready")
+    assert ready.status_code == 200 and ready.json()["status"] == "ready" and ready.json()["schema_version"]
+
+
+def test_a_late_observation_is_a_timeline_fact(desk: CallbackDesk) -> None:
+    op_id, attempt = desk.accepted()
+    assert desk.post(op_id, attempt, callback_id="msg_ok").status_code == 200
+    late = desk.post(op_id, attempt, callback_id="msg_reversed", outcome="failed")
+    assert late.json()["fact"] == "LateObservationRecorded"
+    last = list(desk.ledger.events.get(op_id))[-1]
+    assert isinstance(last, Operation.LateObservationRecorded)
+    assert (last.outcome, last.recorded_outcome, last.attempt_id) == ("failed", "succeeded", attempt)
+
+
+def test_ready_is_503_when_the_schema_is_not_this_codes(desk: CallbackDesk, database_url: str) -> None:
+    from ledger.config import Database
+    from tests.integration.test_store import _set_schema_version
+
+    _set_schema_version(Database.parse(database_url), "999")
+    response = desk.client.get("/health/ready")
+    refused(response, 503, "schema version 999")
+    assert desk.client.get("/health/live").status_code == 200
+
+
+def test_a_callback_for_an_attempt_closed_for_a_retry_is_409_and_writes_nothing(desk: CallbackDesk) -> None:
+    op_id = desk.ledger.make("callback", "http://provider.invalid/hook", n=7)
+    op = desk.ledger.get_operation(op_id)
+    now = desk.clock.now()
+    epoch = op.claim(now=now, worker_id="w1", lease_seconds=30)
+    attempt = uuid4()
+    op.start_attempt(epoch=epoch, now=now, attempt_id=attempt, request_fingerprint="r")
+    op.schedule_retry(epoch=epoch, now=now, attempt_id=attempt, retry_at=now, category="throttled",
+                      reason="503", possibly_applied=False)
+    desk.ledger.save(op)
+    length = desk.log_length()
+    refused(desk.post(op_id, attempt), 409, "expects no callback now")
+    assert desk.log_length() == length
+
+
+def test_a_malformed_callback_secret_is_never_shown(database_url: str) -> None:
+    from adapters.http.app import ServeConfig, attach
+    from executors.secrets import EnvironmentSecrets
+
+    bad = "whsec_c2hvcnQ="  # base64 of 5 bytes: too short to be a Standard Webhooks secret
+    with callback_desk(database_url) as d:
+        attach(d.app, store=d.store, clock=d.clock,
+               config=ServeConfig(callback_secrets=EnvironmentSecrets({"callback.test.callback": bad})))
+        op_id, attempt = d.accepted()
+        response = d.post(op_id, attempt)
+        refused(response, 503, "is not 'whsec_'")
+        assert bad not in response.text and "c2hvcnQ" not in response.text
