@@ -269,9 +269,17 @@ def _events(app: ModesApp, op_id: Any) -> list[str]:
 
 
 def _show_waiting(app: ModesApp, op_id: Any) -> list[tuple[str, str | None]]:
-    """``ops show``'s budget levels as (scope, waiting_until)."""
+    """``ops show``'s budget levels as (scope, waiting_until); the API's declared model
+    (``OperationDetail.budgets``) reads the same, typed."""
+    from adapters.http.schemas import BudgetLevelOut, OperationDetail
     from adapters.operator import describe
-    return [(b["scope"], b["waiting_until"]) for b in describe(app, app.get_operation(op_id), None)["budgets"]]
+    shown = describe(app, app.get_operation(op_id), None)
+    detail = OperationDetail.model_validate(shown)
+    assert detail.budgets is not None and all(isinstance(b, BudgetLevelOut) for b in detail.budgets)
+    assert detail.budget_wait == shown["budget_wait"] and "budgets" not in (detail.model_extra or {})
+    assert [(b.scope, b.waiting_until.isoformat() if b.waiting_until else None) for b in detail.budgets] == [
+        (b["scope"], b["waiting_until"]) for b in shown["budgets"]]
+    return [(b["scope"], b["waiting_until"]) for b in shown["budgets"]]
 
 
 def test_a_reclaim_that_meets_a_used_up_budget_records_the_wait_and_looks_up_once_next_window(
