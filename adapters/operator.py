@@ -31,7 +31,7 @@ from ledger.errors import (
 )
 from ledger.operation import Operation
 from ledger.redaction import mask_url
-from ledger.status import ExecutionState
+from ledger.status import ACTIVE_STATES
 from projections.rows import AttentionMark, StatusRow
 from projections.status import StatusProjection
 
@@ -125,14 +125,16 @@ def budget_detail(app: Any, op: Operation) -> list[dict[str, Any]]:
     """The call budgets a call of ``op`` counts against, outermost first (global, integration,
     tenant: ``ledger.budgets.budget_levels``), each with its current window (UTC, by the
     application's clock), the calls given out in it, and whether ``op`` waits for it now
-    (its last ``BudgetWaited`` named it and it is still pending before that window's end).
+    (its last ``BudgetWaited`` named it, recorded while pending, or by a reclaim or a lookup
+    while claimed or dispatching, and that window has not ended).
     Empty when no budget applies or the declaration is unknown (issue 14 item 1)."""
     try:
         declaration = app.registry.get(op.integration_name, op.integration_version)
     except UnknownIntegrationError:
         return []
     now = app.clock.now()
-    waiting = op.budget_wait if op.execution is ExecutionState.PENDING and op.due_at and op.due_at > now else None
+    until = op.budget_wait_until
+    waiting = op.budget_wait if until is not None and until > now and op.execution in ACTIVE_STATES else None
     out = []
     for level in budget_levels(declaration, op.tenant, getattr(app, "global_budget", None)):
         start, end = window_bounds(now, level.window_seconds)
@@ -143,7 +145,7 @@ def budget_detail(app: Any, op: Operation) -> list[dict[str, Any]]:
         out.append({"level": level.level.value, "scope": level.scope, "calls_per_window": level.limit,
                     "window_seconds": level.window_seconds, "window_start": start.isoformat(),
                     "window_end": end.isoformat(), "calls_used": used,
-                    "waiting_until": op.due_at.isoformat() if waiting == level.scope and op.due_at else None})
+                    "waiting_until": until.isoformat() if waiting == level.scope and until else None})
     return out
 
 

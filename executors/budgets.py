@@ -83,7 +83,6 @@ class Budget:
 
 class _Plan(Protocol):
     calls: dict[Any, Any]
-    budget_waits: dict[UUID, LevelWindow]
 
 
 def budget_of(declaration: Integration, tenant: str, now: datetime,
@@ -102,12 +101,12 @@ def claim_budget(app: LedgerApplication, op: Operation, now: datetime) -> Budget
     """The call budgets a claim of ``op`` at ``now`` may make a call against, or None (no
     budget applies, or the claim makes no call: only a send, or the lookup a reclaim of a
     ``look_up`` mode may make, is a call). Ask it of the operation the claim change sees."""
-    if op.cancel_requested:
-        return None
     if op.execution is E.DISPATCHING:
+        # The open attempt is decided by the mode (executors.recovery), cancellation requested
+        # or not: only a look_up mode asks the provider.
         if rules_for(op.delivery_mode).after_lost_response is not AfterLostResponse.LOOK_UP:
             return None
-    elif op.execution not in (E.PENDING, E.CLAIMED) or op.attempts >= op.max_attempts:
+    elif op.cancel_requested or op.execution not in (E.PENDING, E.CLAIMED) or op.attempts >= op.max_attempts:
         return None
     try:
         declaration = app.registry.get(op.integration_name, op.integration_version)
@@ -164,12 +163,12 @@ def budgeted(app: LedgerApplication, claim: Change, plan: _Plan, now: datetime,
     memory, or a run before a version conflict), could let a send through unbudgeted (found by
     the simulator: an operation known as ``dispatching`` was pending again when committed).
 
-    A pending operation is checked first: when a level has no call left it records
+    Checked before claiming: when a level has no call left, the operation records
     ``BudgetWaited`` (naming the limiting level's scope, due when its window ends) instead of
-    claiming. A reclaimed one (an expired lease: a new attempt, or the lookup of an open one) is
-    claimed first, since only the recovery decision says whether a call is needed; if one is and
-    does not fit, the change is rejected (nothing recorded) and the worker leaves the operation
-    until the limiting window ends (``plan.budget_waits``).
+    being claimed. A pending operation so; a reclaim too (an expired lease: a new attempt, or the
+    lookup of an open one), unleased: it takes no lease it could not use, counts no takeover, and
+    leaves the lapsed holder's epoch, so that holder's late outcome can still be recorded
+    (docs/adr/0001-operation-lifecycle.md, ``wait_for_budget``).
 
     ``windows`` is the pass's: the changes of one batch share one window instance, so a worker
     takes as many calls of a window in one commit as it has left.
@@ -178,23 +177,20 @@ def budgeted(app: LedgerApplication, claim: Change, plan: _Plan, now: datetime,
     def change(op: Operation) -> Sequence[Aggregate]:
         # A call an earlier run of this change planned (before a conflict) is not this run's.
         plan.calls.pop(op.id, None)
-        plan.budget_waits.pop(op.id, None)
         budget = claim_budget(app, op, now)
         if budget is None:
             return claim(op)
-        if op.execution is E.PENDING:
-            limiting = check_calls(app, budget, now, windows)
-            if limiting is not None:
-                op.wait_for_budget(now=now, scope=limiting.level.scope, until=limiting.end)
-                return []
+        limiting = check_calls(app, budget, now, windows)
+        if limiting is not None:
+            op.wait_for_budget(now=now, scope=limiting.level.scope, until=limiting.end)
+            return []
         others = claim(op)
         call = plan.calls.get(op.id)
         if call is None:  # no call planned (cancelled, exhausted, decided without a lookup)
             return others
         taken = take_calls(app, budget, op.id, now, windows, call.kind)
-        if isinstance(taken, LevelWindow):
+        if isinstance(taken, LevelWindow):  # not after check_calls in this run; never sent unbudgeted
             plan.calls.pop(op.id, None)
-            plan.budget_waits[op.id] = taken
             raise IllegalTransitionError("claim", op.execution.value,
                                          f"call budget {taken.level.scope} is used up until {taken.end.isoformat()}")
         call.send_by = budget.send_by

@@ -38,7 +38,7 @@ from executors.settlement import SettlementService, first_per_entity
 from executors.tail import LogTail
 from ledger.application import LedgerApplication
 from ledger.approvals import void_reason
-from ledger.budgets import CallWindow, LevelWindow
+from ledger.budgets import CallWindow
 from ledger.config import DEFAULT_LEASE_SECONDS
 from ledger.decisions import (
     Cancel,
@@ -97,7 +97,6 @@ class _Plan:
     calls: dict[UUID, InFlight] = field(default_factory=dict)
     deferred: dict[UUID, str] = field(default_factory=dict)
     windows: dict[str, CallWindow] = field(default_factory=dict)  # call budget windows of this pass
-    budget_waits: dict[UUID, LevelWindow] = field(default_factory=dict)  # reclaims whose call did not fit
 
 
 class ClaimService:
@@ -236,12 +235,6 @@ class ClaimService:
             self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
         for op_id in result.failed:
             self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
-        for op_id, limiting in plan.budget_waits.items():
-            # A reclaim whose call (a new attempt, or the lookup of an open one) did not fit a
-            # call budget: left alone until the limiting window ends (executors.budgets).
-            log.info("reclaim waits for a call budget", operation_id=str(op_id), scope=limiting.level.scope,
-                     level=limiting.level.level.value, until=limiting.end.isoformat())
-            self._deferred[op_id] = limiting.end
         for op_id, op in result.committed.items():
             call = plan.calls.get(op_id)
             if call is None:

@@ -5,8 +5,10 @@ An outcome that cannot be stored as received is recorded as ``Ambiguous`` with r
 ``outcome_unstorable`` and the error, so the operation goes to the attention queue and every
 other outcome of the batch commits. A lookup decision sends the lookup and records nothing yet;
 a lookup is a request to the provider, so it takes a call from every call budget that applies in
-that same commit (``executors.budgets``). When one has none left, no lookup is sent and the lease
-is left to run out: the worker that reclaims the operation looks it up under the same budgets.
+that same commit (``executors.budgets``). When one has none left, no lookup is sent: the lease
+holder records ``BudgetWaited`` (the limiting level, until its window ends) under its epoch and
+gives up its lease with it, and the worker that takes the operation then looks it up under the
+same budgets.
 
 Source: DESIGN §5, §7; docs/adr/0002-executor-services.md.
 """
@@ -152,9 +154,9 @@ class OutcomeService:
                                             send_by=send_by))
             elif op_id in waits:
                 limiting = waits[op_id]
-                log.info("lookup waits for a call budget; the lease is left to run out and the reclaim looks it up",
-                         operation_id=str(op_id), scope=limiting.level.scope, level=limiting.level.level.value,
-                         until=limiting.end.isoformat())
+                log.info("lookup waits for a call budget (BudgetWaited); the lease is given up and the operation is "
+                         "looked up when the window ends", operation_id=str(op_id), scope=limiting.level.scope,
+                         level=limiting.level.level.value, until=limiting.end.isoformat())
             else:
                 self.settlement.offer(op)
         return counts
@@ -183,7 +185,10 @@ class OutcomeService:
                 lookups: dict[UUID, tuple[InFlight, datetime | None]], waits: dict[UUID, LevelWindow],
                 windows: dict[str, CallWindow]) -> Sequence[Aggregate]:
         """Plan ``op``'s lookup, taking a call from each budget level in this commit (the
-        windows returned are saved with it), or note the limiting level when one is used up."""
+        windows returned are saved with it), or, when one is used up, record the wait for the
+        limiting level under ``flight.epoch`` (``Operation.wait_for_budget``: the holder gives
+        up its lease; a holder whose lease already lapsed is refused, and the reclaim records
+        the wait instead)."""
         app = self.committer.app
         budget = budget_of(app.registry.get(op.integration_name, op.integration_version), op.tenant, now,
                            app.global_budget)
@@ -192,6 +197,7 @@ class OutcomeService:
             return []
         taken = take_calls(app, budget, op.id, now, windows, "lookup")
         if isinstance(taken, LevelWindow):
+            op.wait_for_budget(now=now, scope=taken.level.scope, until=taken.end, epoch=flight.epoch)
             waits[op.id] = taken
             return []
         lookups[op.id] = (flight, budget.send_by)

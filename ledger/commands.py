@@ -125,6 +125,7 @@ class OperationCommands:
     approved_by: str | None
     approval_voided: str | None
     budget_wait: str | None
+    budget_wait_until: datetime | None
 
     if TYPE_CHECKING:  # provided by ``Operation`` and the library's ``Aggregate``
         id: UUID
@@ -345,8 +346,8 @@ class OperationCommands:
             The new epoch (previous + 1): the worker's fencing token.
 
         Raises:
-            IllegalTransitionError: terminal or ambiguous, not due, awaiting approval, or the
-                current lease is still live.
+            IllegalTransitionError: terminal or ambiguous, not due, awaiting approval, the
+                current lease is still live, or a recorded call budget wait is not over.
         """
         now = require_utc(now)
         self._allow("claim")
@@ -364,7 +365,12 @@ class OperationCommands:
         else:
             if not self.lease_expired(now):
                 raise IllegalTransitionError("claim", self.execution.value, "the lease is still held")
-            takeover = self.execution is not E.ACCEPTED or self.lease_expires_at is not None
+            if self.budget_wait_until is not None and now < self.budget_wait_until:
+                raise IllegalTransitionError("claim", self.execution.value,
+                                             f"waits for a call budget until {self.budget_wait_until.isoformat()}")
+            # A lease that lapsed is taken over; none (accepted work, or a lease its holder gave
+            # up with a budget wait) is not.
+            takeover = self.lease_expires_at is not None
         epoch = self.epoch + 1
         require_later(now, self.deadlines[E.CLAIMED.value], "deadlines.claimed")
         self.trigger_event(
@@ -398,19 +404,60 @@ class OperationCommands:
                            declared_digest=declared_digest)
         return True
 
-    def wait_for_budget(self, *, now: datetime, scope: str, until: datetime) -> None:
+    def wait_for_budget(self, *, now: datetime, scope: str, until: datetime, epoch: int | None = None) -> None:
         """Record that call budget ``scope`` is used up until ``until`` (``BudgetWaited``): the
-        operation stays pending and is due again then. Not a failure (issue 14 item 1).
+        operation is due again then, in the state it is in. Not a failure (issue 14 item 1).
+
+        Two ways, and never a lease the recorder does not hold:
+
+        - ``epoch=None``, by whoever finds the operation due and its call not fitting: a
+          pending operation once due, or a claimed or dispatching one whose lease lapsed (the
+          reclaim records the wait instead of claiming; the lapsed lease, its epoch and its
+          takeover are left as they are).
+        - ``epoch`` given, by the live lease holder of a claimed or dispatching operation (a
+          lookup after a lost response that cannot get a call): it gives up its lease with
+          the wait, so the worker that takes it at ``until`` does not count a takeover.
+
+        Each way needs the operation due (or held), so a wait is recorded once per window: a
+        second worker finding the same window used up meets a wait already recorded.
+
+        Args:
+            now: UTC-aware instant.
+            scope: the limiting level's scope key (``ledger.budgets.limiting_level``).
+            until: the end of that level's window, UTC, after ``now``.
+            epoch: the holder's fencing epoch, or None for an unleased wait.
 
         Raises:
-            IllegalTransitionError: not pending, or ``until`` is not after ``now``.
+            IllegalTransitionError: not pending, claimed or dispatching; ``until`` not after
+                ``now``; unleased: not due yet (pending before ``due_at``, the lease still held,
+                or a recorded wait not over); with an epoch: the operation is pending.
+            StaleEpochError, LeaseExpiredError: with an epoch that is not the holder's live one.
+
+        Source: issue 14 item 1; docs/adr/0001-operation-lifecycle.md (``wait_for_budget``).
         """
         now = require_utc(now)
         self._allow("wait_for_budget")
         until = require_utc(until, "until")
+        state = self.execution.value
         if until <= now:
-            raise IllegalTransitionError("wait_for_budget", self.execution.value, "the next window must be later")
-        self.trigger_event(self.BudgetWaited, timestamp=now, scope=scope, until=until)
+            raise IllegalTransitionError("wait_for_budget", state, "the next window must be later")
+        if epoch is not None:
+            if self.execution is E.PENDING:
+                raise IllegalTransitionError("wait_for_budget", state, "a pending operation is not leased: "
+                                             "record its wait without an epoch")
+            self._fence(epoch)
+            if self.lease_expired(now):
+                raise LeaseExpiredError(f"operation {self.id}: lease expired at {self.lease_expires_at}")
+        elif self.execution is E.PENDING:
+            if now < self.due_at:
+                raise IllegalTransitionError("wait_for_budget", state, f"not due until {self.due_at.isoformat()}")
+        elif not self.lease_expired(now):
+            raise IllegalTransitionError("wait_for_budget", state, "the lease is still held: its holder records "
+                                         "the wait, with its epoch")
+        elif self.budget_wait_until is not None and now < self.budget_wait_until:
+            raise IllegalTransitionError("wait_for_budget", state,
+                                         f"already waits until {self.budget_wait_until.isoformat()}")
+        self.trigger_event(self.BudgetWaited, timestamp=now, scope=scope, until=until, epoch=epoch)
 
     def renew_lease(self, *, epoch: int, now: datetime, lease_seconds: float) -> None:
         """Extend the lease (``LeaseRenewed``). A lease that already ran out cannot be renewed:

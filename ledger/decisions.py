@@ -47,6 +47,7 @@ class OperationState(Protocol):
     deadlines: dict[str, float]
     due_at: datetime
     lease_expires_at: datetime | None
+    budget_wait_until: datetime | None
     settlement_due_at: datetime | None
 
 
@@ -59,8 +60,9 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class Reclaim:
-    """Claimed or dispatching, and the lease expired: take it over under a new epoch (recovery);
-    an open attempt is then decided by the delivery mode (:func:`decide` with ``worker_lost``)."""
+    """Claimed or dispatching, no lease held (it lapsed, or its holder gave it up with a budget
+    wait) and no recorded call budget wait left: take it under a new epoch (recovery); an open
+    attempt is then decided by the delivery mode (:func:`decide` with ``worker_lost``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,15 +138,21 @@ def _start_at(op: OperationState) -> datetime | None:
         return None
     if op.execution is E.ACCEPTED:
         return None  # waits for its result (callback, later polling) or its deadline
-    return op.lease_expires_at
+    # Claimed or dispatching: once no lease is held and a recorded call budget wait
+    # (``BudgetWaited``, issue 14 item 1) is over; a holder that gave its lease up with a wait
+    # leaves only the wait.
+    times = [t for t in (op.lease_expires_at, op.budget_wait_until) if t is not None]
+    return max(times) if times else None
 
 
 def due_work(op: OperationState, now: datetime) -> Work:
     """What is due for ``op`` at ``now`` (UTC): the one rule every executor service obeys.
 
     Precedence, first match wins: settle a due settlement; record a passed deadline; cancel an
-    unleased operation whose cancellation was requested; claim a pending, approved, due one;
-    reclaim a claimed or dispatching one whose lease expired; otherwise wait.
+    unleased operation whose cancellation was requested; claim a pending, approved, due one
+    (due: ``due_at``, which a ``BudgetWaited`` moves to the next window); reclaim a claimed or
+    dispatching one whose lease expired (or was given up) and whose recorded call budget wait,
+    if any, is over; otherwise wait.
 
     Args:
         op: the operation's current state.

@@ -18,7 +18,8 @@ BY_EXECUTION: dict[str, frozenset[E]] = {
     "grant_approval": frozenset({E.PENDING}),
     "deny_approval": frozenset({E.PENDING}),
     "void_approval": frozenset({E.PENDING}),
-    "wait_for_budget": frozenset({E.PENDING}),
+    # From a leased state: by its holder (with its epoch), or unleased once the lease lapsed.
+    "wait_for_budget": frozenset({E.PENDING, E.CLAIMED, E.DISPATCHING}),
     "claim": ACTIVE,  # from claimed/dispatching/accepted only once the lease has expired
     "flag_declaration_mismatch": ACTIVE,
     "renew_lease": frozenset({E.CLAIMED, E.DISPATCHING, E.ACCEPTED}),

@@ -165,6 +165,7 @@ class Operation(OperationCommands, Aggregate):
             op.approved_by = None
             op.approval_voided = None
             op.budget_wait = None
+            op.budget_wait_until = None
 
         # As above: the library's generic signature; a creation event always returns the new one.
         def mutate(self, aggregate: Operation | None) -> Operation:  # type: ignore[override]
@@ -235,6 +236,7 @@ class Operation(OperationCommands, Aggregate):
             op.lease_expires_at = self.lease_expires_at
             op.declaration_mismatch = None  # only a worker with the recorded declaration claims
             op.budget_wait = None
+            op.budget_wait_until = None
             if self.takeover:
                 op.lease_takeovers += 1
             if op.execution is E.PENDING:
@@ -253,14 +255,31 @@ class Operation(OperationCommands, Aggregate):
 
     class BudgetWaited(Event):
         """The call budget ``scope`` had no call left in its window: the operation is due again
-        at ``until``, when the next window opens (``ledger.budgets``)."""
+        at ``until``, when the next window opens (``ledger.budgets``).
 
+        ``epoch`` is None for a wait recorded without a lease (a pending operation, or a
+        leased one whose lease lapsed: the reclaim that could not get a call records it instead
+        of claiming); otherwise the lease holder recorded it and gave up its lease with it
+        (a lookup after a lost response that could not get a call). Class version 2; version 1
+        (pending operations only) upcasts with ``epoch`` None.
+        """
+
+        class_version = 2
         scope: str
         until: datetime
+        epoch: int | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["epoch"] = None  # before leased waits, every wait was a pending operation's
 
         def apply(self, op: Operation) -> None:
-            op.due_at = self.until
+            op.due_at = self.until  # read in pending only; a leased state reads budget_wait_until
             op.budget_wait = self.scope
+            op.budget_wait_until = self.until
+            if self.epoch is not None:  # the holder released its lease; no takeover follows
+                op.worker_id = None
+                op.lease_expires_at = None
 
     class LeaseRenewed(Event):
         epoch: int
@@ -297,6 +316,7 @@ class Operation(OperationCommands, Aggregate):
             # Accepted work waits for its result; nobody holds it until a poller claims it.
             op.worker_id = None
             op.lease_expires_at = None
+            op.budget_wait_until = None
             op.possibly_applied = True
             op.excerpt = self.excerpt
 
@@ -547,6 +567,7 @@ class Operation(OperationCommands, Aggregate):
         self.open_attempt_id = None
         self.worker_id = None
         self.lease_expires_at = None
+        self.budget_wait_until = None
         if state in TERMINAL_EXECUTION_STATES:
             if self.settlement_max_attempts > 0:
                 self.settlement = S.PENDING

@@ -65,6 +65,21 @@ class SourceOut(BaseModel):
     action: str | None = Field(description="entity_type.method of the settlement action, if declared")
 
 
+class BudgetLevelOut(BaseModel):
+    """One call budget level a call of the operation counts against (outermost first: global,
+    integration, tenant), with its current window by the server's clock (issue 14 item 1)."""
+
+    level: Literal["global", "integration", "tenant"]
+    scope: str = Field(description="the level's key: (global), the integration's name, or name|tenant=T")
+    calls_per_window: int
+    window_seconds: float
+    window_start: datetime = Field(description="the current window, UTC, aligned to the Unix epoch")
+    window_end: datetime
+    calls_used: int = Field(description="calls given out in the current window (sends and lookups)")
+    waiting_until: datetime | None = Field(
+        description="set on the level the operation waits for (its last BudgetWaited), until that window ends")
+
+
 class OperationDetail(BaseModel):
     """One operation: execution and settlement separately, the outcome (kept after settlement),
     approval, attempts, epoch, remote id, source with action, trace id; payload redacted by
@@ -94,6 +109,9 @@ class OperationDetail(BaseModel):
     source: SourceOut | None = None
     trace_id: str | None = None
     traceparent: str | None = None
+    budgets: list[BudgetLevelOut] | None = Field(
+        default=None, description="the call budgets a call of it counts against; empty when none applies")
+    budget_wait: str | None = Field(default=None, description="the scope of the budget level it last waited for")
     error: str | None = None
 
 

@@ -134,6 +134,9 @@ class Oracle:
         elif isinstance(event, LEASE_HOLDER_EVENTS) and event.epoch != seen.epoch:
             return Violation("epoch_fencing", op_id, f"{type(event).__name__} under epoch {event.epoch}, "
                              f"current {seen.epoch}")
+        elif isinstance(event, Operation.BudgetWaited) and event.epoch not in (None, seen.epoch):
+            # A wait its holder recorded (and gave up its lease with) is fenced like any holder's act.
+            return Violation("epoch_fencing", op_id, f"BudgetWaited under epoch {event.epoch}, current {seen.epoch}")
         if isinstance(event, Operation.AttemptStarted):
             return self._attempt(seen, op_id)
         if isinstance(event, (Operation.CallbackReceived, Operation.LateObservationRecorded)):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 from typing import Any
+from uuid import uuid4
 
 from adapters.fake import FakeAdapter
 from executors.runtime import Worker, WorkerConfig
@@ -258,3 +259,132 @@ def _check_shown(app: ModesApp, waiting: Any) -> None:
     text = _budgets_text(shown["budgets"])
     assert text is not None and "tenant test.idempotent|tenant=acme: 2/2 calls in the 10 s window" in text
     assert "waiting until" in text.splitlines()[2] and "waiting" not in text.splitlines()[0]
+
+
+# ----------------------------------------------------------------- waits outside pending (reclaim, lookup)
+
+
+def _events(app: ModesApp, op_id: Any) -> list[str]:
+    return [type(e).__name__ for e in app.events.get(op_id)]
+
+
+def _show_waiting(app: ModesApp, op_id: Any) -> list[tuple[str, str | None]]:
+    """``ops show``'s budget levels as (scope, waiting_until); the API's declared model
+    (``OperationDetail.budgets``) reads the same, typed."""
+    from adapters.http.schemas import BudgetLevelOut, OperationDetail
+    from adapters.operator import describe
+    shown = describe(app, app.get_operation(op_id), None)
+    detail = OperationDetail.model_validate(shown)
+    assert detail.budgets is not None and all(isinstance(b, BudgetLevelOut) for b in detail.budgets)
+    assert detail.budget_wait == shown["budget_wait"] and "budgets" not in (detail.model_extra or {})
+    assert [(b.scope, b.waiting_until.isoformat() if b.waiting_until else None) for b in detail.budgets] == [
+        (b["scope"], b["waiting_until"]) for b in shown["budgets"]]
+    return [(b["scope"], b["waiting_until"]) for b in shown["budgets"]]
+
+
+def test_a_reclaim_that_meets_a_used_up_budget_records_the_wait_and_looks_up_once_next_window(
+        modes_db: Database) -> None:
+    """A worker died mid-attempt; the window is used up when its lease lapses: the reclaim records
+    ``BudgetWaited`` without claiming (no lease taken, epoch kept), once, and the operation is
+    looked up once, in the next window."""
+    from ledger.outcomes import Succeeded
+    clock = FakeClock()
+    app = LookupApp(env=modes_db.library_env(create_table=False), clock=clock)
+    start, end = window_bounds(clock.now(), WINDOW)
+    clock.set(start + timedelta(seconds=1))
+    op_id = app.make(DeliveryMode.RECOVERABLE_REMOTE_ID, "https://partner.example/pay")
+    # The dead worker: claimed, recorded its attempt and took the window's calls (its send and another).
+    op = app.get_operation(op_id)
+    epoch = op.claim(now=clock.now(), worker_id="dead", lease_seconds=3)
+    op.start_attempt(epoch=epoch, now=clock.now(), attempt_id=uuid4(), request_fingerprint=op.fingerprint)
+    window = CallWindow.open(scope="test.recoverable_remote_id", start=start, end=end, limit=2)
+    window.take(op_id, "send")
+    window.take(uuid4(), "send")
+    app.save(window, op)
+    view = open_view(modes_db)
+    lookups: list[Any] = []
+
+    def lookup(request: Any) -> Any:
+        lookups.append(clock.now())
+        return Succeeded(status_code=200)
+
+    worker = _worker(app, view, FakeAdapter(lookup_script=lookup), clock, "a")
+    try:
+        clock.advance(4)  # the lease lapsed; the window (to +10 s) has no call left
+        for _ in range(3):  # more passes in the same window record nothing more
+            worker.run_once()
+            worker.egress.wait(0.5)
+            clock.advance(1)
+        assert _events(app, op_id) == ["Intended", "Claimed", "AttemptStarted", "BudgetWaited"]
+        (wait,) = waited_events(app, [op_id])
+        assert (wait.scope, wait.until, wait.epoch) == ("test.recoverable_remote_id", end, None)
+        waiting = app.get_operation(op_id)
+        assert (waiting.epoch, waiting.worker_id, waiting.execution.value) == (epoch, "dead", "dispatching")
+        assert _show_waiting(app, op_id) == [("test.recoverable_remote_id", end.isoformat())]
+        assert view.get(op_id).next_due_at == end  # the status row: due when the window ends
+        assert lookups == []
+        clock.set(end)
+        for _ in range(3):
+            worker.run_once()
+            worker.egress.wait(1.0)
+        assert len(lookups) == 1 and window_bounds(lookups[0], WINDOW)[0] == end  # once, in the next window
+        done = app.get_operation(op_id)
+        assert done.status.value == "settled" and done.lease_takeovers == 1 and done.attempts == 1
+        assert _events(app, op_id).count("BudgetWaited") == 1
+    finally:
+        worker.close()
+        view.close()
+        app.close()
+
+
+def test_a_lookup_after_a_lost_response_that_meets_a_used_up_budget_records_the_wait(modes_db: Database) -> None:
+    """Both sends of a window lose their response; neither lookup fits: each holder records
+    ``BudgetWaited`` under its epoch and gives up its lease; each operation is looked up once, in
+    the next window, without counting a takeover."""
+    from ledger.outcomes import Ambiguous, Succeeded
+    clock = FakeClock()
+    app = LookupApp(env=modes_db.library_env(create_table=False), clock=clock)
+    start, end = window_bounds(clock.now(), WINDOW)
+    clock.set(start + timedelta(seconds=1))
+    ids = [app.make(DeliveryMode.RECOVERABLE_REMOTE_ID, "https://partner.example/pay", n=n) for n in range(2)]
+    view = open_view(modes_db)
+    calls: list[tuple[Any, str]] = []
+
+    def send(request: Any) -> Any:
+        calls.append((clock.now(), "send"))
+        return Ambiguous(reason="read_timeout")
+
+    def lookup(request: Any) -> Any:
+        calls.append((clock.now(), "lookup"))
+        return Succeeded(status_code=200)
+
+    worker = _worker(app, view, FakeAdapter(script=send, lookup_script=lookup), clock, "a")
+    try:
+        for _ in range(4):  # within the window
+            worker.run_once()
+            worker.egress.wait(1.0)
+            clock.advance(1)
+        assert [kind for _, kind in calls] == ["send", "send"]
+        for op_id in ids:
+            assert _events(app, op_id) == ["Intended", "Claimed", "AttemptStarted", "BudgetWaited"]
+            op = app.get_operation(op_id)
+            (wait,) = waited_events(app, [op_id])
+            assert (wait.scope, wait.until, wait.epoch) == ("test.recoverable_remote_id", end, op.epoch)
+            assert (op.execution.value, op.worker_id, op.lease_expires_at) == ("dispatching", None, None)
+            assert _show_waiting(app, op_id) == [("test.recoverable_remote_id", end.isoformat())]
+        clock.set(end)
+        for _ in range(4):
+            worker.run_once()
+            worker.egress.wait(1.0)
+        lookups = [at for at, kind in calls if kind == "lookup"]
+        assert len(lookups) == 2 and all(window_bounds(at, WINDOW)[0] == end for at in lookups)
+        for op_id in ids:
+            op = app.get_operation(op_id)
+            assert op.status.value == "settled" and op.lease_takeovers == 0
+            assert _events(app, op_id).count("BudgetWaited") == 1
+        taken = [e for e in _window_events(app) if isinstance(e, CallWindow.CallTaken)]
+        assert Counter(e.kind for e in taken) == {"send": 2, "lookup": 2}
+    finally:
+        worker.close()
+        view.close()
+        app.close()

@@ -150,7 +150,8 @@ OPERATION_EVENTS: dict[type, list[dict[str, Any]]] = {
                                  "expires_at": later(3600)},
                                 {"principal": "approver:7", "fingerprint": "", "purpose": "", "expires_at": None}],
     Operation.ApprovalVoided: [{"reason": "approval_expired"}],
-    Operation.BudgetWaited: [{"scope": "payments.charge", "until": later(60)}],
+    Operation.BudgetWaited: [{"scope": "payments.charge", "until": later(60), "epoch": None},
+                             {"scope": "(global)", "until": later(60), "epoch": 3}],
     Operation.ApprovalDenied: [{"principal": "approver:7", "reason": "over the limit"}],
     Operation.Claimed: [{"epoch": 1, "worker_id": "worker-a/1234", "lease_expires_at": later(30), "takeover": False}],
     Operation.LeaseRenewed: [{"epoch": 1, "lease_expires_at": later(60)}],
@@ -616,4 +617,17 @@ def test_a_callback_recorded_before_it_named_its_attempt_upcasts() -> None:
                                    "remote_status": None, "detail": ""}).encode())
     event = mapper().to_domain_event(v1)
     assert (event.callback_id, event.attempt_id, event.signed_at) == ("cb_1", None, None)
+
+
+def test_a_budget_wait_recorded_before_leased_waits_upcasts_as_unleased() -> None:
+    # BudgetWaited v1 (a pending operation's wait only) had no epoch and no class_version.
+    topic = "ledger.operation:Operation.BudgetWaited"
+    v1 = stored(topic, json.dumps({"timestamp": "2026-03-01T12:00:01Z", "scope": "payments.charge",
+                                   "until": "2026-03-01T12:00:10Z"}).encode())
+    event = mapper().to_domain_event(v1)
+    until = datetime(2026, 3, 1, 12, 0, 10, tzinfo=UTC)
+    assert (event.scope, event.until, event.epoch) == ("payments.charge", until, None)
+    op = intended().mutate(None)
+    event.mutate(op)
+    assert (op.due_at, op.budget_wait_until, op.budget_wait) == (until, until, "payments.charge")
     assert json.loads(mapper().to_stored_event(event).state)["class_version"] == 2

@@ -45,6 +45,7 @@ UTC = UTC
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 DEADLINE = 100  # seconds after entering the state, for every state
 DUE, LEASE, SETTLEMENT_DUE = 10, 30, 5  # seconds after T0
+WINDOW_END = 60  # seconds after T0: a recorded call budget wait's ``until``
 
 
 def at(seconds: float) -> datetime:
@@ -64,6 +65,7 @@ class State:
         ("pending", "claimed", "dispatching", "accepted"), float(DEADLINE)))
     due_at: datetime = at(DUE)
     lease_expires_at: datetime | None = None
+    budget_wait_until: datetime | None = None
     settlement_due_at: datetime | None = None
 
 
@@ -92,6 +94,22 @@ TABLE = [
     *[(f"{s.value}, lease held then expired", state(s),
        [(0, Wait(at(LEASE))), (LEASE - 1, Wait(at(LEASE))), (LEASE, RECLAIM), (DEADLINE, ExceedDeadline(at(DEADLINE)))])
       for s in (E.CLAIMED, E.DISPATCHING)],
+    # A call budget wait (BudgetWaited) recorded by a reclaim after the lease lapsed, or by a
+    # holder that gave its lease up with it: due when the limiting window ends, not before.
+    *[(f"{s.value}, lease lapsed, waits for a call budget", state(s, budget_wait_until=at(WINDOW_END)),
+       [(LEASE, Wait(at(WINDOW_END))), (WINDOW_END - 1, Wait(at(WINDOW_END))), (WINDOW_END, RECLAIM),
+        (DEADLINE, ExceedDeadline(at(DEADLINE)))])
+      for s in (E.CLAIMED, E.DISPATCHING)],
+    *[(f"{s.value}, lease given up with a budget wait", state(s, lease_expires_at=None, budget_wait_until=at(WINDOW_END)),
+       [(0, Wait(at(WINDOW_END))), (WINDOW_END, RECLAIM)])
+      for s in (E.CLAIMED, E.DISPATCHING)],
+    # Whichever of the lease and the wait ends later decides (a wait is recorded only once the
+    # lease lapsed or with it given up, so this is the rule's edge, not a path the worker takes).
+    ("dispatching, wait ends before the lease", state(E.DISPATCHING, budget_wait_until=at(LEASE - 10)),
+     [(LEASE - 10, Wait(at(LEASE))), (LEASE, RECLAIM)]),
+    ("pending, waits for a call budget (due_at moved to the window's end)",
+     state(E.PENDING, due_at=at(WINDOW_END), budget_wait_until=at(WINDOW_END)),
+     [(DUE, Wait(at(WINDOW_END))), (WINDOW_END, CLAIM)]),
     ("accepted (waits for its result; no lease)", state(E.ACCEPTED, lease_expires_at=at(LEASE)),
      [(0, Wait(at(DEADLINE))), (LEASE, Wait(at(DEADLINE))), (DEADLINE, ExceedDeadline(at(DEADLINE)))]),
     ("ambiguous (waits for an operator)", state(E.AMBIGUOUS), [(0, NEVER), (10**6, NEVER)]),
@@ -129,7 +147,7 @@ states = st.builds(
     State, execution=st.sampled_from(list(E)), settlement=st.sampled_from(list(S)),
     approval=st.sampled_from([APPROVAL_NOT_REQUIRED, APPROVAL_REQUIRED]), cancel_requested=st.booleans(),
     due_at=st.integers(0, 200).map(at), lease_expires_at=st.none() | st.integers(0, 200).map(at),
-    settlement_due_at=st.none() | st.integers(0, 200).map(at),
+    budget_wait_until=st.none() | st.integers(0, 200).map(at), settlement_due_at=st.none() | st.integers(0, 200).map(at),
 )
 
 

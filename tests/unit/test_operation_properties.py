@@ -188,10 +188,12 @@ class OperationMachine(RuleBasedStateMachine):
     def grant_approval(self, step: int, naive: bool) -> None:
         self._run(lambda: self.op.grant_approval(now=self._time(step, naive), principal="approver", roles={"approver"}))
 
-    @command(step=STEP)
-    def wait_for_budget(self, step: int) -> None:
+    @command(step=STEP, offset=st.none() | EPOCH_OFFSETS)
+    def wait_for_budget(self, step: int, offset: int | None) -> None:
+        # Unleased (None), or by a holder with a current or stale epoch.
+        epoch = None if offset is None else self._epoch(offset)
         self._run(lambda: self.op.wait_for_budget(now=self._time(step), scope="s",
-                                                  until=self._time(step) + timedelta(seconds=2)))
+                                                  until=self._time(step) + timedelta(seconds=2), epoch=epoch))
 
     @command(step=STEP)
     def void_approval(self, step: int) -> None:

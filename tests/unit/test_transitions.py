@@ -102,7 +102,10 @@ SPECS: dict[str, Spec] = {
     ),
     "wait_for_budget": Spec(
         Operation.BudgetWaited,
-        lambda b, epoch: b.op.wait_for_budget(now=b.tick(), scope="test", until=b.at(b.now + timedelta(seconds=2))),
+        # Pending: unleased. Claimed or dispatching: by the live holder, which gives up its lease
+        # (the unleased wait after a lapsed lease: test_a_reclaim_records_its_wait_unleased).
+        lambda b, epoch: b.op.wait_for_budget(now=b.tick(), scope="test", until=b.at(b.now + timedelta(seconds=2)),
+                                              epoch=None if b.op.execution is E.PENDING else epoch),
     ),
     "deny_approval": Spec(
         Operation.ApprovalDenied,
@@ -356,6 +359,7 @@ FENCED: dict[str, tuple[Any, ...]] = {
     "cancel": ("execution", E.CLAIMED),
     "cancel_failed": ("execution", E.ACCEPTED),
     "exhaust_budget": ("execution", E.DISPATCHING),
+    "wait_for_budget": ("execution", E.DISPATCHING),
 }
 
 
@@ -467,6 +471,84 @@ def test_cancel_without_epoch_once_the_lease_expired() -> None:
     b.op.request_cancel(now=b.tick(), principal="alice")
     b.op.cancel(now=b.tick(LEASE_SECONDS), epoch=None)
     assert b.op.execution is E.CANCELLED
+
+
+# ---------------------------------------------------------------------------------- call budget waits
+
+
+def _wait(b: Built, seconds: float = 10, epoch: int | None = None, after: float = 0) -> None:
+    now = b.tick(after)
+    b.op.wait_for_budget(now=now, scope="test.x", until=now + timedelta(seconds=seconds), epoch=epoch)
+
+
+def test_a_pending_wait_is_recorded_once_per_window() -> None:
+    b = build(E.PENDING)
+    _wait(b)
+    assert (b.op.execution, b.op.budget_wait, b.op.due_at) == (E.PENDING, "test.x", b.op.budget_wait_until)
+    with pytest.raises(IllegalTransitionError, match="not due until"):  # a second worker, same window
+        _wait(b)
+    with pytest.raises(IllegalTransitionError, match="not due until"):
+        b.op.claim(now=b.tick(), worker_id="w", lease_seconds=30)
+    with pytest.raises(IllegalTransitionError, match="not leased"):
+        _wait(b, epoch=b.op.epoch)
+    assert [type(e) for e in b.collect()] == [Operation.BudgetWaited]
+
+
+@pytest.mark.parametrize("state", [E.CLAIMED, E.DISPATCHING], ids=lambda s: s.value)
+def test_a_reclaim_records_its_wait_unleased(state: E) -> None:
+    b = build(state)
+    epoch, holder, lease = b.op.epoch, b.op.worker_id, b.op.lease_expires_at
+    with pytest.raises(IllegalTransitionError, match="lease is still held"):
+        _wait(b)  # without the lease, nobody but its holder records a wait while it is live
+    _wait(b, seconds=10, after=LEASE_SECONDS + 1)  # lapsed: the reclaim records the wait instead of claiming
+    until = b.op.budget_wait_until
+    # No lease taken, none pretended: the lapsed holder's epoch, lease and worker stay as they were.
+    assert (b.op.execution, b.op.epoch, b.op.worker_id, b.op.lease_expires_at) == (state, epoch, holder, lease)
+    assert b.op.lease_takeovers == 0 and b.op.next_due_at == until
+    with pytest.raises(IllegalTransitionError, match="already waits"):  # once per window
+        _wait(b)
+    with pytest.raises(IllegalTransitionError, match="waits for a call budget"):
+        b.op.claim(now=b.tick(), worker_id="w2", lease_seconds=30)
+    assert until is not None
+    b.now = until
+    assert b.op.claim(now=b.at(b.now), worker_id="w2", lease_seconds=30) == epoch + 1
+    assert b.op.lease_takeovers == 1  # the lapse before the wait is a takeover, the wait adds none
+    assert (b.op.budget_wait_until, b.op.budget_wait) == (None, None)
+    b.collect()
+    assert state_of(replay(b.events)) == state_of(b.op)
+
+
+def test_a_holder_that_cannot_look_up_gives_up_its_lease_with_the_wait() -> None:
+    b = build(E.DISPATCHING)
+    epoch = b.op.epoch
+    _wait(b, seconds=10, epoch=epoch)
+    until = b.op.budget_wait_until
+    assert (b.op.worker_id, b.op.lease_expires_at, b.op.epoch) == (None, None, epoch)
+    assert b.op.next_due_at == until and b.op.open_attempt_id == b.attempt_id  # the attempt stays open
+    with pytest.raises(LeaseExpiredError):  # the lease was given up: no second wait under it
+        _wait(b, epoch=epoch)
+    with pytest.raises(IllegalTransitionError, match="already waits"):
+        _wait(b)
+    assert until is not None
+    b.now = until
+    b.op.claim(now=b.at(b.now), worker_id="w2", lease_seconds=30)
+    assert b.op.lease_takeovers == 0  # a lease given up is not a lapsed one
+    b.collect()
+    assert state_of(replay(b.events)) == state_of(b.op)
+
+
+def test_a_holder_whose_lease_lapsed_cannot_record_a_wait_under_it() -> None:
+    b = build(E.DISPATCHING)
+    with pytest.raises(LeaseExpiredError):
+        _wait(b, epoch=b.op.epoch, after=LEASE_SECONDS + 1)
+    assert b.collect() == []
+
+
+def test_a_wait_ends_with_an_outcome() -> None:
+    b = build(E.DISPATCHING, deadlines={"dispatching": 5.0})
+    _wait(b, seconds=60, after=LEASE_SECONDS + 1)
+    b.op.exceed_deadline(now=b.tick())  # the deadline still applies while waiting (invariant 6)
+    assert b.op.execution is E.AMBIGUOUS and b.op.budget_wait_until is None
 
 
 # ---------------------------------------------------------------------------------- budgets and retries
