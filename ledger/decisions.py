@@ -20,7 +20,7 @@ from uuid import UUID
 
 from tenacity.wait import wait_exponential
 
-from ledger.declarations import DeliveryMode, RetryPolicy
+from ledger.declarations import DeliveryMode, Polling, RetryPolicy
 from ledger.identity import Source
 from ledger.modes import AfterLostResponse, rules_for
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
@@ -48,6 +48,10 @@ class OperationState(Protocol):
     due_at: datetime
     lease_expires_at: datetime | None
     settlement_due_at: datetime | None
+    follow: str | None
+    follow_until: datetime | None
+    remote_overdue: bool
+    cancel_refused: bool
 
 
 # ---------------------------------------------------------------------------- due work
@@ -81,6 +85,21 @@ class Cancel:
 
 
 @dataclass(frozen=True, slots=True)
+class Poll:
+    """Accepted, and no worker holds it while it needs one (it is followed by polling, or a
+    cancellation waits to be sent): claim it under a poll lease (``executors.polling``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MarkRemoteUnknown:
+    """The ``accepted`` deadline passed at ``deadline_at`` (UTC) with no answer from the
+    provider: record ``RemoteOverdue`` (attention ``remote_unknown``), never an outcome; the
+    operation is followed until its hard limit (issue 12 item 2)."""
+
+    deadline_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Wait:
     """Nothing to do now. ``until``: the earliest instant (UTC) something will be, or None when
     only an outside event (an operator, a callback, an approval) can move the operation."""
@@ -88,9 +107,12 @@ class Wait:
     until: datetime | None
 
 
-Work = Claim | Reclaim | Settle | ExceedDeadline | Cancel | Wait
+Work = Claim | Reclaim | Settle | ExceedDeadline | MarkRemoteUnknown | Cancel | Poll | Wait
 
-CLAIM, RECLAIM, SETTLE, CANCEL = Claim(), Reclaim(), Settle(), Cancel()
+CLAIM, RECLAIM, SETTLE, CANCEL, POLL = Claim(), Reclaim(), Settle(), Cancel(), Poll()
+
+FOLLOW_POLL = "poll"
+"""``Operation.follow`` of accepted work that is polled (``ledger.modes.Follow.POLL``)."""
 
 
 def deadline_at(op: OperationState) -> datetime | None:
@@ -102,6 +124,8 @@ def deadline_at(op: OperationState) -> datetime | None:
     """
     if op.execution not in ACTIVE_STATES:
         return None
+    if op.execution is E.ACCEPTED and op.remote_overdue and op.follow_until is not None:
+        return op.follow_until  # past the accepted deadline: the declared hard limit bounds it
     return later(op.state_entered_at, op.deadlines[op.execution.value])
 
 
@@ -135,23 +159,35 @@ def _start_at(op: OperationState) -> datetime | None:
             return op.due_at
         return None
     if op.execution is E.ACCEPTED:
-        return None  # waits for its result (callback, later polling) or its deadline
+        if not needs_follower(op):
+            return None  # waits for its callback, its deadline or an operator
+        return op.lease_expires_at or op.state_entered_at  # a poller's lease, or at once
     return op.lease_expires_at
+
+
+def needs_follower(op: OperationState) -> bool:
+    """Whether accepted work needs a worker holding it: it is followed by polling, or a
+    cancellation was requested and not yet refused (it is sent to the provider)."""
+    return op.follow == FOLLOW_POLL or (op.cancel_requested and not op.cancel_refused)
 
 
 def due_work(op: OperationState, now: datetime) -> Work:
     """What is due for ``op`` at ``now`` (UTC): the one rule every executor service obeys.
 
-    Precedence, first match wins: settle a due settlement; record a passed deadline; cancel an
-    unleased operation whose cancellation was requested; claim a pending, approved, due one;
-    reclaim a claimed or dispatching one whose lease expired; otherwise wait.
+    Precedence, first match wins: settle a due settlement; record a passed deadline (for
+    accepted work followed under a hard limit, the first pass of the ``accepted`` deadline is
+    ``MarkRemoteUnknown``, the hard limit ``ExceedDeadline``); cancel an unleased pending
+    operation whose cancellation was requested; claim a pending, approved, due one; poll
+    accepted work no live poll lease holds; reclaim a claimed or dispatching one whose lease
+    expired; otherwise wait.
 
     Args:
         op: the operation's current state.
         now: UTC-aware instant.
 
     Returns:
-        ``Claim``, ``Reclaim``, ``Settle``, ``ExceedDeadline``, ``Cancel`` or ``Wait(until)``;
+        ``Claim``, ``Reclaim``, ``Settle``, ``ExceedDeadline``, ``MarkRemoteUnknown``,
+        ``Cancel``, ``Poll`` or ``Wait(until)``;
         ``Wait.until`` equals :func:`due_at` whenever the result is ``Wait``.
 
     Source: DESIGN §7; docs/adr/0002-executor-services.md (the table tests render it).
@@ -163,9 +199,13 @@ def due_work(op: OperationState, now: datetime) -> Work:
         return SETTLE
     deadline = deadline_at(op)
     if deadline is not None and deadline <= now:
+        if op.execution is E.ACCEPTED and op.follow_until is not None and not op.remote_overdue:
+            return MarkRemoteUnknown(deadline)
         return ExceedDeadline(deadline)
     if op.execution is E.PENDING:
         return CANCEL if op.cancel_requested else CLAIM
+    if op.execution is E.ACCEPTED:
+        return POLL
     return RECLAIM
 
 
@@ -179,8 +219,56 @@ def may_need_egress(execution: ExecutionState, settlement: SettlementState, canc
     if settlement is not SettlementState.NONE:
         return False
     # A pending operation whose cancellation was requested is cancelled, never claimed; a
-    # leased one is reclaimed first (its holder may be gone), which takes a slot.
+    # leased one is reclaimed first (its holder may be gone), which takes a slot. Accepted work
+    # is claimed for polling without a slot: its polls ask for one when they are due.
     return execution in (E.CLAIMED, E.DISPATCHING) or (execution is E.PENDING and not cancel_requested)
+
+
+# ---------------------------------------------------------------------------- polling
+
+POLL_JITTER = 0.1
+"""Polls come up to this fraction of their delay early, so many operations accepted together
+spread out (never earlier than a provider's ``Retry-After``)."""
+
+
+def first_poll_at(*, polling: Polling, last_fact_at: datetime, now: datetime) -> datetime:
+    """When a worker that just took accepted work polls it first (UTC).
+
+    The poll schedule is not in the log (an unchanged poll records nothing), so it is derived
+    from the last recorded fact: ``initial_delay_seconds`` after it, or at once when that is
+    past (a worker resuming after another one died). Pure.
+
+    Source: docs/adr/0004-accepted-work.md ("the schedule is derived, not stored").
+    """
+    at = later(last_fact_at, polling.initial_delay_seconds)
+    return now if at is None or at < now else at
+
+
+def poll_delay_seconds(*, polling: Polling, polls: int, overdue: bool, hint: float | None,
+                       rng: RandomSource) -> float:
+    """Seconds until the next poll of accepted work. Pure.
+
+    Before the ``accepted`` deadline: exponential from ``initial_delay_seconds`` (doubling per
+    unchanged poll, via tenacity like retries) capped at ``max_interval_seconds``; after it
+    (``remote_unknown``): ``overdue_interval_seconds``. Up to :data:`POLL_JITTER` of it early,
+    and never sooner than the provider's ``Retry-After`` hint.
+
+    Args:
+        polling: the declaration's polling section.
+        polls: polls made since the remote status last changed (0 for the next after a change).
+        overdue: the accepted deadline passed (``Operation.remote_overdue``).
+        hint: the provider's ``Retry-After``, seconds, or None.
+        rng: random source for the jitter.
+
+    Source: issue 12 item 2; RFC 9110 §10.2.3 (Retry-After).
+    """
+    if overdue:
+        delay = polling.overdue_interval_seconds
+    else:
+        curve = wait_exponential(multiplier=polling.initial_delay_seconds, max=polling.max_interval_seconds)
+        delay = float(curve(SimpleNamespace(attempt_number=max(1, polls + 1))))  # type: ignore[arg-type]
+    delay *= 1.0 - POLL_JITTER * rng.random()
+    return max(delay, hint) if hint is not None else delay
 
 
 # ---------------------------------------------------------------------------- after an attempt

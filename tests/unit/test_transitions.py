@@ -82,6 +82,15 @@ def _exceed_deadline(b: Built, epoch: Any) -> Any:
     return b.op.exceed_deadline(now=b.at(b.now))
 
 
+def _exceed_deadline_with(record: Callable[[Built], Any]) -> Callable[[Built, Any], Any]:
+    def call(b: Built, epoch: Any) -> Any:
+        deadline = b.op.deadline_at or b.now
+        b.now = max(b.now, deadline + timedelta(seconds=1))
+        return record(b)
+
+    return call
+
+
 def _resolve(b: Built, epoch: Any) -> Any:
     resolution = "retry_settlement" if b.op.settlement is S.BLOCKED else "failed"
     return b.op.resolve(now=b.tick(), principal="operator", resolution=resolution, evidence="checked the partner")
@@ -135,6 +144,10 @@ SPECS: dict[str, Spec] = {
         Operation.RemoteStatusObserved,
         lambda b, epoch: b.op.observe_remote_status(epoch=epoch, now=b.tick(), remote_status="running"),
         returns=True,
+    ),
+    "mark_remote_unknown": Spec(
+        Operation.RemoteOverdue,
+        _exceed_deadline_with(lambda b: b.op.mark_remote_unknown(now=b.at(b.now))),
     ),
     "receive_callback": Spec(
         Operation.CallbackReceived,
