@@ -30,9 +30,10 @@ from eventsourcing.domain import Aggregate
 
 from executors.budgets import Budget, budget_of, budgeted
 from executors.commit import Change, CommitResult, Committer, Counts, describe
-from executors.deadlines import cancel_change, exceed_deadline_change
+from executors.deadlines import cancel_change, exceed_deadline_change, remote_unknown_change
 from executors.egress import EgressService, InFlight, target_host
-from executors.outcomes import apply_decision
+from executors.outcomes import apply_decision, terms_of
+from executors.polling import PollingService
 from executors.recovery import decide_open_attempt
 from executors.secrets import MissingSecretError, SecretResolver, resolve_payload
 from executors.settlement import SettlementService, first_per_entity
@@ -45,6 +46,8 @@ from ledger.decisions import (
     Claim,
     ExceedDeadline,
     Lookup,
+    MarkRemoteUnknown,
+    Poll,
     Reclaim,
     Settle,
     Wait,
@@ -103,6 +106,7 @@ class _Plan:
     calls: dict[UUID, InFlight] = field(default_factory=dict)
     deferred: dict[UUID, str] = field(default_factory=dict)
     windows: dict[str, CallWindow] = field(default_factory=dict)  # call budget windows of this pass
+    polls: set[UUID] = field(default_factory=set)  # accepted work claimed for polling
 
 
 class ClaimService:
@@ -117,11 +121,14 @@ class ClaimService:
         secrets: resolves ``secretref:`` payload values at egress.
         rng: random source (row order, retry jitter of reclaimed attempts).
         config: :class:`ClaimConfig`.
+        polling: follows accepted work this pass claims for polling (``ledger.decisions.Poll``);
+            without it accepted work is left to other workers.
     """
 
     def __init__(self, *, committer: Committer, view: StatusView, egress: EgressService,
                  settlement: SettlementService, adapters: Mapping[str, Adapter], secrets: SecretResolver,
-                 rng: random.Random, config: ClaimConfig) -> None:
+                 rng: random.Random, config: ClaimConfig, polling: PollingService | None = None) -> None:
+        self.polling = polling
         self.committer = committer
         self.app: LedgerApplication = committer.app
         self.view = view
@@ -226,6 +233,7 @@ class ClaimService:
         changes: list[tuple[Operation, Change]] = []
         settling: list[Operation] = []
         capacity = self.egress.free_slots()
+        polls = self.polling.room() if self.polling is not None else 0
         by_host: Counter[str] = Counter()  # claims of this pass per target host
         for op in self._current(rows):
             try:
@@ -239,6 +247,12 @@ class ClaimService:
                 changes.append((op, exceed_deadline_change(now)))
             elif isinstance(work, Cancel):
                 changes.append((op, cancel_change(now)))
+            elif isinstance(work, MarkRemoteUnknown):
+                changes.append((op, remote_unknown_change(now)))
+            elif isinstance(work, Poll) and self.polling is not None and polls > 0:
+                polls -= 1
+                plan.polls.add(op.id)
+                changes.append((op, self.polling.claim_change(now)))
             elif isinstance(work, (Claim, Reclaim)):
                 change = self._egress_change(op, now, plan, capacity, by_host)
                 if change is not None:
@@ -256,6 +270,9 @@ class ClaimService:
         for op_id in result.failed:
             self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
         for op_id, op in result.committed.items():
+            if op_id in plan.polls and self.polling is not None:
+                self.polling.hold(op, now)
+                continue
             call = plan.calls.get(op_id)
             if call is None:
                 continue
@@ -381,7 +398,7 @@ class ClaimService:
             plan.calls[op.id] = InFlight(op=op, epoch=epoch, kind="lookup", request=request, policy=policy,
                                          adapter=adapter, started_at=now)
         else:
-            apply_decision(op, epoch, decision, now)
+            apply_decision(op, epoch, decision, now, terms_of(self.app, op, adapter))
 
     def _adapter(self, op: Operation) -> Adapter:
         name = self.app.registry.get(op.integration_name, op.integration_version).adapter

@@ -91,8 +91,8 @@ class RemoteOperations(Protocol):
 
         Returns:
             ``Succeeded`` (done, with a response), ``Failed(REMOTE_FAILED)`` (done, with an
-            error), ``Ambiguous(reason="remote_lost")`` (the provider no longer knows it), or
-            ``StillRunning`` (not done, or no answer).
+            error), ``CancelConfirmed`` (done, cancelled), ``Ambiguous(reason="remote_lost")``
+            (the provider no longer knows it), or ``StillRunning`` (not done, or no answer).
         """
         ...
 

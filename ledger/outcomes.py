@@ -127,9 +127,6 @@ class StillRunning:
     detail: str = ""
 
 
-PollResult = Succeeded | Failed | Ambiguous | StillRunning
-"""What one poll of an accepted remote operation returned: a terminal outcome (``Failed``: the
-remote operation failed; ``Ambiguous``: the provider lost it), or :class:`StillRunning`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,3 +159,9 @@ class CancelRefused:
 
 CancelOutcome = CancelConfirmed | CancelRefused
 """What one remote cancel returned (issue 12 item 4)."""
+
+
+PollResult = Succeeded | Failed | Ambiguous | CancelConfirmed | StillRunning
+"""What one poll of an accepted remote operation returned: a terminal outcome (``Failed``: the
+remote operation failed; ``Ambiguous``: the provider lost it; ``CancelConfirmed``: it was
+cancelled), or :class:`StillRunning`."""

@@ -13,16 +13,19 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 BUSY_TIMEOUT_MS = 5000
+T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     received_at TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('delivery', 'lookup', 'control', 'other')),
+    kind TEXT NOT NULL CHECK (kind IN ('delivery', 'lookup', 'poll', 'cancel', 'control', 'other')),
     method TEXT NOT NULL,
     path TEXT NOT NULL,
     idempotency_key TEXT,
@@ -40,6 +43,16 @@ CREATE TABLE IF NOT EXISTS effects (
     status INTEGER NOT NULL,
     body BLOB NOT NULL,
     payload BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS lro_operations (
+    name TEXT PRIMARY KEY,
+    idempotency_key TEXT NOT NULL UNIQUE,
+    created_at TEXT NOT NULL,
+    script TEXT NOT NULL,
+    polls INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL CHECK (state IN ('running', 'succeeded', 'failed', 'cancelled', 'lost')),
+    done_at TEXT,
+    cancel_requests INTEGER NOT NULL DEFAULT 0
 );
 """
 _COLUMNS = ("seq", "received_at", "kind", "method", "path", "idempotency_key", "webhook_id",
@@ -119,8 +132,31 @@ class PartnerStore:
             row = self._db.execute(_SELECT_EFFECT, (key,)).fetchone()
         return StoredResponse(row[0], bytes(row[1])) if row else None
 
+    def transact(self, work: Callable[[sqlite3.Connection], tuple[PartnerRequest, T]]) -> T:
+        """Run ``work`` in one transaction and append the log row it returns, so a change to
+        the partner's state and its log row commit together (the long-running operations of
+        :mod:`.lro`).
+
+        Args:
+            work: reads and writes through the connection; returns ``(log row, result)``.
+
+        Returns:
+            ``work``'s result.
+        """
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                entry, result = work(self._db)
+                self._db.execute(_INSERT_REQUEST, tuple(getattr(entry, c) for c in _INSERTED))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return result
+
     def record(self, entry: PartnerRequest, *, apply: StoredResponse | None = None,
-               payload: bytes = b"") -> tuple[bool, StoredResponse | None]:
+               payload: bytes = b"", with_effect: Callable[[sqlite3.Connection], None] | None = None,
+               ) -> tuple[bool, StoredResponse | None]:
         """Append ``entry`` to the log; with ``apply``, first apply the key's effect if it is new.
 
         Both happen in one transaction: the log's ``applied`` column is exactly the set of
@@ -130,6 +166,8 @@ class PartnerStore:
             entry: the log row (its ``applied`` and ``seq`` are ignored).
             apply: the response to store when this request applies the effect.
             payload: the request body, kept with the effect for inspection.
+            with_effect: run in the same transaction when this request applies the effect
+                (a long-running operation is created with it).
 
         Returns:
             Whether this request applied the effect, and the key's stored response (if any).
@@ -144,6 +182,8 @@ class PartnerStore:
                         "INSERT OR IGNORE INTO effects VALUES (?, ?, ?, ?, ?)",
                         (key, entry.received_at, apply.status, apply.body, payload),
                     ).rowcount == 1
+                if applied and with_effect is not None:
+                    with_effect(self._db)
                 row_entry = dataclasses.replace(entry, applied=applied)
                 self._db.execute(_INSERT_REQUEST, tuple(getattr(row_entry, c) for c in _INSERTED))
                 row = self._db.execute(_SELECT_EFFECT, (key,)).fetchone() if key is not None else None
@@ -191,6 +231,13 @@ class PartnerLog:
         """Return the response stored with ``key``'s effect, or None when never applied."""
         rows = self._query(_SELECT_EFFECT, (str(key),))
         return StoredResponse(rows[0][0], bytes(rows[0][1])) if rows else None
+
+    def lro_operations(self) -> list[dict[str, object]]:
+        """Every long-running operation the partner created (:mod:`.lro`), oldest first: name,
+        idempotency key, state, polls answered, cancel requests received."""
+        rows = self._query("SELECT name, idempotency_key, state, polls, cancel_requests FROM lro_operations "
+                           "ORDER BY created_at, name", ())
+        return [dict(zip(("name", "idempotency_key", "state", "polls", "cancel_requests"), r)) for r in rows]
 
     def _count(self, condition: str, key: object) -> int:
         rows = self._query(f"SELECT count(*) FROM requests WHERE idempotency_key = ? AND {condition}",
