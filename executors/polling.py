@@ -35,6 +35,7 @@ from eventsourcing.domain import Aggregate
 from executors.commit import Change, Committer, Counts
 from executors.egress import EgressService, Finished, InFlight, target_host
 from executors.settlement import SettlementService
+from ledger.config import DEFAULT_POLL_LEASE_SECONDS
 from ledger.decisions import first_poll_at, needs_follower, poll_delay_seconds
 from ledger.declarations import Integration
 from ledger.egress import Adapter, EgressRequest, RemoteOperations
@@ -53,10 +54,9 @@ from ledger.status import ExecutionState as E
 
 log = structlog.get_logger("opledger.polling")
 
-DEFAULT_POLL_LEASE_SECONDS = 300.0
-"""How long a poll lease holds accepted work, seconds: a worker killed mid-poll leaves it this
-long at most before another resumes it. Renewed with a third left, so a day of polling records
-about 430 renewals at most, whatever the poll rate (ADR 0004)."""
+# How long a poll lease holds accepted work, seconds: a worker killed mid-poll leaves it this
+# long at most before another resumes it. Renewed with a third left, so a day of polling records
+# about 430 renewals at most, whatever the poll rate (ADR 0004).
 RENEW_WHEN_REMAINING = 1 / 3
 """Renew a poll lease once less than this fraction of it is left."""
 DEFAULT_MAX_HELD = 10_000
