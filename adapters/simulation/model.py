@@ -45,6 +45,10 @@ def _declaration(mode: DeliveryMode) -> Integration:
         "retry": {"max_attempts": MAX_ATTEMPTS, "base_backoff_seconds": 0.5, "max_backoff_seconds": 4.0,
                   "jitter": 0.2},
         "deadlines": {"pending": 600, "claimed": 60, "dispatching": 60, "accepted": 120},
+        # Past the accepted deadline an operation is remote_unknown and followed until this
+        # limit, then ambiguous: within the drain (run.DRAIN_LIMIT_SECONDS).
+        "polling": {"initial_delay_seconds": 1.0, "max_interval_seconds": 8.0, "overdue_interval_seconds": 30.0,
+                    "limit_seconds": 600.0},
         "settlement": {"entity_type": f"{__name__}:Account", "method": "on_result", "max_attempts": 3,
                        "backoff_seconds": 1.0},
         "payload": {"n": "public"},
