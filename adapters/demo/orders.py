@@ -11,6 +11,7 @@ from uuid import UUID, uuid4
 
 from eventsourcing.domain import Aggregate, event
 
+from adapters.demo.lro_flow import PROVISIONING
 from ledger.application import LedgerApplication
 from ledger.declarations import Integration
 from ledger.settlement import SettlementOutcome
@@ -71,10 +72,10 @@ class Order(Aggregate):
 
 
 class OrdersApp(LedgerApplication):
-    """The demo host application."""
+    """The demo host application (its workspaces' provisioning: ``adapters.demo.lro_flow``)."""
 
     name = "orders"
-    integrations = [PAYMENTS, NOTIFICATIONS]
+    integrations = [PAYMENTS, NOTIFICATIONS, PROVISIONING]
 
     def place_order(
         self, *, customer_email: str, amount_cents: int, payments_url: str, notify_url: str,
