@@ -24,7 +24,7 @@ from executors.egress import FOLLOW_KINDS, EgressService, Finished, InFlight
 from executors.settlement import SettlementService
 from ledger.application import LedgerApplication
 from ledger.decisions import AwaitCallback, Decision, GiveUp, Lookup, Record, Retry, after_lookup, decide
-from ledger.egress import Adapter, RemoteOperations
+from ledger.egress import Adapter, can_follow
 from ledger.errors import UnknownIntegrationError
 from ledger.modes import Follow, how_to_follow, rules_for
 from ledger.operation import Operation
@@ -77,7 +77,7 @@ def terms_of(app: LedgerApplication, op: Operation, adapter: Adapter | None) -> 
         limit: float | None = app.registry.get(op.integration_name, op.integration_version).polling.limit_seconds
     except UnknownIntegrationError:
         limit = None
-    return AcceptTerms(adapter_polls=isinstance(adapter, RemoteOperations), limit_seconds=limit)
+    return AcceptTerms(adapter_polls=can_follow(adapter), limit_seconds=limit)
 
 
 def apply_decision(op: Operation, epoch: int, decision: Decision, now: datetime,

@@ -38,7 +38,7 @@ from executors.settlement import SettlementService
 from ledger.config import DEFAULT_POLL_LEASE_SECONDS
 from ledger.decisions import first_poll_at, needs_follower, poll_delay_seconds
 from ledger.declarations import Integration
-from ledger.egress import Adapter, EgressRequest, RemoteOperations
+from ledger.egress import Adapter, EgressRequest, can_follow
 from ledger.errors import UnknownIntegrationError
 from ledger.operation import Operation
 from ledger.outcomes import (
@@ -292,7 +292,7 @@ class PollingService:
                 continue  # stays due; asked when a slot frees
             if op.cancel_requested and not op.cancel_refused:
                 kind = "cancel"
-            elif needs_follower(op) and isinstance(held.adapter, RemoteOperations):
+            elif needs_follower(op) and can_follow(held.adapter):
                 kind = "poll"
             else:
                 # Nothing left for a holder to do (a cancel that was refused on work a callback

@@ -45,6 +45,10 @@ class Fault(StrEnum):
     worker starts its cycle over, with the outcomes it holds kept."""
     SETTLEMENT_RAISES = "settlement_raises"
     """The host's settlement method raises (once or a few times)."""
+    POLL_FAILING = "poll_failing"
+    """A poll of a long-running operation gets no answer (``adapters.simulation.lro``)."""
+    CANCEL = "cancel"
+    """An operator requests cancellation of a long-running operation at a drawn time."""
 
 
 PROVIDER_FAULTS: dict[Fault, float] = {

@@ -35,11 +35,16 @@ def integration_name(mode: DeliveryMode) -> str:
     return f"sim.{mode.value}"
 
 
-def _declaration(mode: DeliveryMode) -> Integration:
+LRO_INTEGRATION = "sim.lro"
+"""The simulated long-running-operation integration (``adapters.simulation.lro``)."""
+LRO_ADAPTER = "sim_lro"
+
+
+def _declaration(mode: DeliveryMode, name: str | None = None, adapter: str = ADAPTER) -> Integration:
     return Integration.parse({
-        "name": integration_name(mode),
+        "name": name or integration_name(mode),
         "version": 1,
-        "adapter": ADAPTER,
+        "adapter": adapter,
         "delivery_mode": mode.value,
         "request_timeout_seconds": 2.0,
         "retry": {"max_attempts": MAX_ATTEMPTS, "base_backoff_seconds": 0.5, "max_backoff_seconds": 4.0,
@@ -107,13 +112,18 @@ class SimApp(LedgerApplication):
     """The simulated host application (in memory: the library's POPO recorder)."""
 
     name = "sim"
-    integrations: ClassVar[list[Integration]] = [_declaration(mode) for mode in MODES]
+    integrations: ClassVar[list[Integration]] = [
+        *(_declaration(mode) for mode in MODES),
+        _declaration(DeliveryMode.IDEMPOTENT, LRO_INTEGRATION, LRO_ADAPTER),
+    ]
 
-    def open_account(self, seed: int, number: int, mode: DeliveryMode) -> tuple[Account, UUID]:
-        """Create account ``number`` of run ``seed`` and intend one operation of ``mode`` for it,
-        co-committed. Returns the account and the operation id."""
+    def open_account(self, seed: int, number: int, mode: DeliveryMode | None) -> tuple[Account, UUID]:
+        """Create account ``number`` of run ``seed`` and intend one operation of ``mode`` for it
+        (None: a long-running operation of ``sim.lro``), co-committed. Returns the account and
+        the operation id."""
         account = Account(name=f"{seed}-{number}")
-        op = self.intend(account, integration_name(mode), target=TARGET, payload={"n": number})
+        name = integration_name(mode) if mode is not None else LRO_INTEGRATION
+        op = self.intend(account, name, target=TARGET, payload={"n": number})
         self.save(account, op)
         return account, op.id
 
