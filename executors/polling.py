@@ -290,6 +290,12 @@ class PollingService:
             op = held.op
             if self.egress.free_slots(target_host(op.target)) <= 0:
                 continue  # stays due; asked when a slot frees
+            if op.cancel_requested and not op.cancel_refused and not can_follow(held.adapter):
+                # Nothing can ask this provider to cancel: say so once (CancelFailed), then the
+                # operation waits for its callback or its deadline.
+                held.results.append(Finished(op_id, CancelRefused(
+                    reason=f"the {held.declaration.adapter!r} adapter cannot cancel remote operations")))
+                continue
             if op.cancel_requested and not op.cancel_refused:
                 kind = "cancel"
             elif needs_follower(op) and can_follow(held.adapter):

@@ -28,10 +28,12 @@ def lro_declaration(name: str = "test.lro", accepted: float = ACCEPTED_DEADLINE_
 
 
 class LroApp(LedgerApplication):
-    """Two LRO integrations: ``test.lro`` (accepted deadline 60 s) and ``test.lro_short`` (1.5 s)."""
+    """Two LRO integrations: ``test.lro`` (accepted deadline 60 s) and ``test.lro_short`` (1.5 s);
+    and ``test.lro_callback``, a webhook in ``callback`` mode (its adapter cannot poll or cancel)."""
 
     name = "lros"
-    integrations = [lro_declaration(), lro_declaration("test.lro_short", SHORT_ACCEPTED_DEADLINE_SECONDS)]
+    integrations = [lro_declaration(), lro_declaration("test.lro_short", SHORT_ACCEPTED_DEADLINE_SECONDS),
+                    declaration(DeliveryMode.CALLBACK, name="test.lro_callback", polling=POLLING)]
 
     def make(self, target: str, *, n: int = 0, integration: str = "test.lro") -> UUID:
         """Create a Thing and intend one long-running operation for it, co-committed."""

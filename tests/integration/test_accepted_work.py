@@ -224,3 +224,21 @@ def test_accepted_deadline_passes_while_the_provider_runs(lro_app: LroApp, worke
     # Slower after the deadline: at most one poll per 0.3 s (minus jitter) over about 2.5 s.
     assert len(_requests(partner, op_id, "poll")) - polls_when_overdue <= 12
     assert _result(lro_app, op) == ["succeeded"]
+
+
+def test_cancel_of_work_no_adapter_can_cancel(lro_app: LroApp, worker: Worker, partner: PartnerProcess) -> None:
+    # callback mode on the webhook adapter: accepted, waiting for a callback; nothing can ask the
+    # provider to cancel, so CancelFailed says so once and the operation keeps waiting.
+    op_id = lro_app.make(f"{partner.url}/hook", integration="test.lro_callback")
+    accepted = _run_until(worker, lro_app, op_id, lambda op: op.execution is E.ACCEPTED)
+    assert accepted.follow == "callback"
+    _cancel(lro_app, op_id)
+    op = _run_until(worker, lro_app, op_id, lambda op: op.cancel_refused)
+    for _ in range(20):  # it is not claimed again and again
+        worker.run_once()
+        time.sleep(0.02)
+    op = lro_app.get_operation(op_id)
+    events = _events(lro_app, op_id)
+    assert op.execution is E.ACCEPTED and op.attention == "cancel_failed"
+    assert events.count("CancelFailed") == 1 and events.count("Claimed") == 2  # the attempt's, the canceller's
+    assert "cannot cancel" in (op.cancel_reason or "")
