@@ -24,6 +24,7 @@ Source: issue 12 items 2 and 4; docs/adr/0004-accepted-work.md.
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -105,10 +106,14 @@ class PollingService:
         adapters: adapter name (as declared) to adapter.
         rng: random source for the poll jitter.
         config: :class:`PollingConfig`.
+        stopping: set when the worker stops taking work: no new poll or cancel is sent then
+            (results of those in flight are still recorded; the leases lapse for the next worker).
     """
 
     def __init__(self, *, committer: Committer, egress: EgressService, settlement: SettlementService,
-                 adapters: Mapping[str, Adapter], rng: random.Random, config: PollingConfig) -> None:
+                 adapters: Mapping[str, Adapter], rng: random.Random, config: PollingConfig,
+                 stopping: threading.Event | None = None) -> None:
+        self.stopping = stopping or threading.Event()
         self.committer = committer
         self.egress = egress
         self.settlement = settlement
@@ -277,6 +282,8 @@ class PollingService:
             self.held.pop(op_id, None)
 
     def _send_due(self, now: datetime, counts: Counts) -> None:
+        if self.stopping.is_set():
+            return
         due = [held for held in self.held.values() if not held.in_flight and held.next_at <= now]
         if not due:
             return

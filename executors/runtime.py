@@ -115,7 +115,8 @@ class Worker:
         self.polling = PollingService(committer=self.committer, egress=self.egress, settlement=self.settlement,
                                       adapters=adapters, rng=rng,
                                       config=PollingConfig(worker_id=config.worker_id,
-                                                           lease_seconds=config.poll_lease_seconds))
+                                                           lease_seconds=config.poll_lease_seconds),
+                                      stopping=self.stopping)
         self.outcomes = OutcomeService(committer=self.committer, egress=self.egress, settlement=self.settlement,
                                        rng=rng, follow=self.polling.receive)
         self.leases = LeaseService(committer=self.committer, egress=self.egress,
