@@ -14,8 +14,8 @@ hands it here. This service then, per cycle:
    their cancel when one was requested, through egress (its slots and per-host bounds).
 
 The schedule is not in the log: it lives in this worker's memory and is derived again by the
-next holder from the last recorded fact (``ledger.decisions.first_poll_at``); delays follow
-``ledger.decisions.poll_delay_seconds``. Every write is fenced by the epoch of the poll
+next holder from the last recorded fact (``ledger.polling.first_poll_at``); delays follow
+``ledger.polling.poll_delay_seconds``. Every write is fenced by the epoch of the poll
 lease's claim, so a worker that lost the lease records nothing.
 
 Source: issue 12 items 2 and 4; docs/adr/0004-accepted-work.md.
@@ -37,7 +37,7 @@ from executors.commit import Change, Committer, Counts
 from executors.egress import EgressService, Finished, InFlight, target_host
 from executors.settlement import SettlementService
 from ledger.config import DEFAULT_POLL_LEASE_SECONDS
-from ledger.decisions import first_poll_at, needs_follower, poll_delay_seconds
+from ledger.decisions import needs_follower
 from ledger.declarations import Integration
 from ledger.egress import Adapter, EgressRequest, can_follow
 from ledger.errors import UnknownIntegrationError
@@ -51,6 +51,7 @@ from ledger.outcomes import (
     StillRunning,
     Succeeded,
 )
+from ledger.polling import first_poll_at, poll_delay_seconds
 from ledger.status import ExecutionState as E
 
 log = structlog.get_logger("opledger.polling")
@@ -145,7 +146,7 @@ class PollingService:
 
     def hold(self, op: Operation, now: datetime) -> None:
         """Follow ``op``, whose poll lease claim just committed: its first poll is derived from
-        the last recorded fact (``ledger.decisions.first_poll_at``)."""
+        the last recorded fact (``ledger.polling.first_poll_at``)."""
         try:
             declaration = self.committer.app.registry.get(op.integration_name, op.integration_version)
         except UnknownIntegrationError:

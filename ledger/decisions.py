@@ -20,7 +20,7 @@ from uuid import UUID
 
 from tenacity.wait import wait_exponential
 
-from ledger.declarations import DeliveryMode, Polling, RetryPolicy
+from ledger.declarations import DeliveryMode, RetryPolicy
 from ledger.identity import Source
 from ledger.modes import AfterLostResponse, rules_for
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
@@ -222,53 +222,6 @@ def may_need_egress(execution: ExecutionState, settlement: SettlementState, canc
     # leased one is reclaimed first (its holder may be gone), which takes a slot. Accepted work
     # is claimed for polling without a slot: its polls ask for one when they are due.
     return execution in (E.CLAIMED, E.DISPATCHING) or (execution is E.PENDING and not cancel_requested)
-
-
-# ---------------------------------------------------------------------------- polling
-
-POLL_JITTER = 0.1
-"""Polls come up to this fraction of their delay early, so many operations accepted together
-spread out (never earlier than a provider's ``Retry-After``)."""
-
-
-def first_poll_at(*, polling: Polling, last_fact_at: datetime, now: datetime) -> datetime:
-    """When a worker that just took accepted work polls it first (UTC).
-
-    The poll schedule is not in the log (an unchanged poll records nothing), so it is derived
-    from the last recorded fact: ``initial_delay_seconds`` after it, or at once when that is
-    past (a worker resuming after another one died). Pure.
-
-    Source: docs/adr/0004-accepted-work.md ("the schedule is derived, not stored").
-    """
-    at = later(last_fact_at, polling.initial_delay_seconds)
-    return now if at is None or at < now else at
-
-
-def poll_delay_seconds(*, polling: Polling, polls: int, overdue: bool, hint: float | None,
-                       rng: RandomSource) -> float:
-    """Seconds until the next poll of accepted work. Pure.
-
-    Before the ``accepted`` deadline: exponential from ``initial_delay_seconds`` (doubling per
-    unchanged poll, via tenacity like retries) capped at ``max_interval_seconds``; after it
-    (``remote_unknown``): ``overdue_interval_seconds``. Up to :data:`POLL_JITTER` of it early,
-    and never sooner than the provider's ``Retry-After`` hint.
-
-    Args:
-        polling: the declaration's polling section.
-        polls: polls made since the remote status last changed (0 for the next after a change).
-        overdue: the accepted deadline passed (``Operation.remote_overdue``).
-        hint: the provider's ``Retry-After``, seconds, or None.
-        rng: random source for the jitter.
-
-    Source: issue 12 item 2; RFC 9110 §10.2.3 (Retry-After).
-    """
-    if overdue:
-        delay = polling.overdue_interval_seconds
-    else:
-        curve = wait_exponential(multiplier=polling.initial_delay_seconds, max=polling.max_interval_seconds)
-        delay = float(curve(SimpleNamespace(attempt_number=max(1, polls + 1))))  # type: ignore[arg-type]
-    delay *= 1.0 - POLL_JITTER * rng.random()
-    return max(delay, hint) if hint is not None else delay
 
 
 # ---------------------------------------------------------------------------- after an attempt

@@ -14,7 +14,6 @@ import pytest
 
 from adapters.lro import classify_cancel, classify_create, classify_poll, operation_name_of
 from adapters.webhook.classify import HttpExchange, TransportFailure
-from ledger.decisions import first_poll_at, poll_delay_seconds
 from ledger.declarations import Polling
 from ledger.outcomes import (
     Accepted,
@@ -26,6 +25,7 @@ from ledger.outcomes import (
     StillRunning,
     Succeeded,
 )
+from ledger.polling import first_poll_at, poll_delay_seconds
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
