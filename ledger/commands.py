@@ -59,6 +59,8 @@ E = ExecutionState
 
 RESOLUTIONS_FOR_AMBIGUOUS = ("succeeded", "failed", "retry", "abandon")
 RESOLUTIONS_FOR_BLOCKED = ("retry_settlement", "abandon")
+RESOLUTIONS_FOR_REMOTE_UNKNOWN = ("succeeded", "failed")
+"""How an operator may end accepted work past its deadline (attention ``remote_unknown``)."""
 
 
 class OperationCommands:
@@ -727,8 +729,9 @@ class OperationCommands:
 
         Args:
             resolution: for an ambiguous operation ``succeeded``, ``failed``, ``retry`` (the
-                operator asserts nothing applied; needs an attempt left) or ``abandon``; for a
-                blocked settlement ``retry_settlement`` or ``abandon``.
+                operator asserts nothing applied; needs an attempt left) or ``abandon``; for
+                accepted work past its deadline (``remote_unknown``) ``succeeded`` or ``failed``;
+                for a blocked settlement ``retry_settlement`` or ``abandon``.
             evidence: what the operator checked (required, shown on the timeline).
 
         Raises:
@@ -747,6 +750,10 @@ class OperationCommands:
         allowed: tuple[str, ...]
         if self.execution in lifecycle.RESOLVABLE_EXECUTION:
             allowed = RESOLUTIONS_FOR_AMBIGUOUS
+        elif self.execution is E.ACCEPTED and self.remote_overdue:
+            # remote_unknown: the operator may say how it ended (issue 12 item 2); the provider
+            # may still be running it, so neither retry nor abandon.
+            allowed = RESOLUTIONS_FOR_REMOTE_UNKNOWN
         elif self.settlement in lifecycle.RESOLVABLE_SETTLEMENT:
             allowed = RESOLUTIONS_FOR_BLOCKED
         else:

@@ -695,6 +695,34 @@ def test_resolve_retry_needs_an_attempt_left() -> None:
         b.op.resolve(now=b.tick(), principal="op", resolution="retry", evidence="checked")
 
 
+def _overdue() -> Built:
+    b = build(E.ACCEPTED)
+    b.now = (b.op.deadline_at or b.now) + timedelta(seconds=1)
+    b.op.mark_remote_unknown(now=b.at(b.now))
+    assert b.op.attention == "remote_unknown" and b.op.execution is E.ACCEPTED
+    return b
+
+
+@pytest.mark.parametrize(("resolution", "after"), [("succeeded", E.SUCCEEDED), ("failed", E.FAILED)])
+def test_an_operator_resolves_remote_unknown_work(resolution: str, after: E) -> None:
+    b = _overdue()
+    b.op.resolve(now=b.tick(), principal="op", resolution=resolution, evidence="the provider's console says so")
+    assert (b.op.execution, b.op.settlement, b.op.disposition) == (after, S.PENDING, "resolved")
+
+
+@pytest.mark.parametrize("resolution", ["retry", "abandon", "retry_settlement"])
+def test_remote_unknown_work_is_not_retried_or_abandoned(resolution: str) -> None:
+    b = _overdue()
+    with pytest.raises(IllegalTransitionError, match="resolution must be one of succeeded, failed"):
+        b.op.resolve(now=b.tick(), principal="op", resolution=resolution, evidence="checked")
+
+
+def test_accepted_work_before_its_deadline_is_not_resolvable() -> None:
+    b = build(E.ACCEPTED)
+    with pytest.raises(IllegalTransitionError, match="nothing to resolve"):
+        b.op.resolve(now=b.tick(), principal="op", resolution="succeeded", evidence="checked")
+
+
 def test_resolve_abandon_is_final() -> None:
     b = build(E.AMBIGUOUS)
     b.op.resolve(now=b.tick(), principal="op", resolution="abandon", evidence="written off")
