@@ -51,6 +51,7 @@ from ledger.decisions import (
     Reclaim,
     Settle,
     Wait,
+    cancels_unsent,
     due_work,
     may_need_egress,
 )
@@ -323,7 +324,7 @@ class ClaimService:
     def _budget(self, op: Operation, now: datetime) -> Budget | None:
         """The call budget a send of ``op`` at ``now`` counts against, or None (no budget, or
         the work is not a send)."""
-        if op.execution not in (E.PENDING, E.CLAIMED) or op.cancel_requested or op.attempts >= op.max_attempts:
+        if op.execution not in (E.PENDING, E.CLAIMED) or cancels_unsent(op) or op.attempts >= op.max_attempts:
             return None
         try:
             declaration = self.app.registry.get(op.integration_name, op.integration_version)
@@ -363,7 +364,8 @@ class ClaimService:
 
         def change(op: Operation) -> Sequence[Aggregate]:
             plan.calls.pop(op.id, None)
-            sends = op.execution is not E.DISPATCHING and not op.cancel_requested and op.attempts < op.max_attempts
+            cancels = cancels_unsent(op)
+            sends = op.execution is not E.DISPATCHING and not cancels and op.attempts < op.max_attempts
             try:
                 policy = self.app.registry.get(op.integration_name, op.integration_version).retry
                 adapter = self._adapter(op)
@@ -374,7 +376,7 @@ class ClaimService:
                 plan.deferred[op.id] = str(exc)
                 raise
             epoch = op.claim(now=now, worker_id=self.config.worker_id, lease_seconds=self.config.lease_seconds)
-            if op.cancel_requested and op.execution is E.CLAIMED:
+            if cancels and op.execution is E.CLAIMED:
                 op.cancel(now=now, epoch=epoch)
             elif op.execution is E.DISPATCHING:
                 self._recover(op, epoch, policy, adapter, now, plan)

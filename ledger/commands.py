@@ -447,7 +447,9 @@ class OperationCommands:
         self._fence(epoch)
         if self.lease_expired(now):
             raise LeaseExpiredError(f"operation {self.id}: lease expired at {self.lease_expires_at}")
-        if self.cancel_requested:
+        if self.cancel_requested and not self.possibly_applied:
+            # After a possibly applied attempt the retry (same key, in a mode where that is safe)
+            # is how the ledger learns what happened; a cancel then follows the evidence.
             raise IllegalTransitionError("start_attempt", "claimed", "cancellation was requested")
         if self.approval in (APPROVAL_REQUIRED, APPROVAL_DENIED):
             raise IllegalTransitionError("start_attempt", "claimed", f"approval is {self.approval}")

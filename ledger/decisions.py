@@ -43,6 +43,7 @@ class OperationState(Protocol):
     settlement: SettlementState
     approval: str
     cancel_requested: bool
+    possibly_applied: bool
     state_entered_at: datetime
     deadlines: dict[str, float]
     due_at: datetime
@@ -155,7 +156,7 @@ def due_at(op: OperationState) -> datetime | None:
 def _start_at(op: OperationState) -> datetime | None:
     # When a worker may take the operation (claim, reclaim or cancel), deadlines aside.
     if op.execution is E.PENDING:
-        if op.cancel_requested or op.approval != APPROVAL_REQUIRED:
+        if cancels_unsent(op) or op.approval != APPROVAL_REQUIRED:
             return op.due_at
         return None
     if op.execution is E.ACCEPTED:
@@ -163,6 +164,16 @@ def _start_at(op: OperationState) -> datetime | None:
             return None  # waits for its callback, its deadline or an operator
         return op.lease_expires_at or op.state_entered_at  # a poller's lease, or at once
     return op.lease_expires_at
+
+
+def cancels_unsent(op: OperationState) -> bool:
+    """Whether a pending operation's cancellation is recorded as ``Cancelled`` without egress:
+    it was requested and no earlier attempt may have applied. When one may have (a retry after a
+    lost response, in a mode whose retries are safe), the retry is sent anyway with the same key
+    to learn what the provider did: a success stands ("completed despite cancel"), accepted work
+    is then cancelled at the provider. Recording ``Cancelled`` would claim an effect that may
+    exist did not (ADR 0004)."""
+    return op.cancel_requested and not op.possibly_applied
 
 
 def needs_follower(op: OperationState) -> bool:
@@ -177,7 +188,7 @@ def due_work(op: OperationState, now: datetime) -> Work:
     Precedence, first match wins: settle a due settlement; record a passed deadline (for
     accepted work followed under a hard limit, the first pass of the ``accepted`` deadline is
     ``MarkRemoteUnknown``, the hard limit ``ExceedDeadline``); cancel an unleased pending
-    operation whose cancellation was requested; claim a pending, approved, due one; poll
+    operation whose cancellation was requested (:func:`cancels_unsent`); claim a pending, approved, due one; poll
     accepted work no live poll lease holds; reclaim a claimed or dispatching one whose lease
     expired; otherwise wait.
 
@@ -203,7 +214,7 @@ def due_work(op: OperationState, now: datetime) -> Work:
             return MarkRemoteUnknown(deadline)
         return ExceedDeadline(deadline)
     if op.execution is E.PENDING:
-        return CANCEL if op.cancel_requested else CLAIM
+        return CANCEL if cancels_unsent(op) else CLAIM
     if op.execution is E.ACCEPTED:
         return POLL
     return RECLAIM
@@ -213,15 +224,17 @@ def may_need_egress(execution: ExecutionState, settlement: SettlementState, canc
     """Whether due work in this state may take an egress slot (``Claim`` or ``Reclaim``).
 
     Lets a worker choose which due rows to load before loading them: rows for which this is
-    False (settlements, cancellations) never wait for a free slot. A superset: a row for which
-    it is True may still turn out to be a deadline.
+    False (settlements, accepted work) never wait for a free slot. A superset: a row for which
+    it is True may still turn out to be a deadline or a cancellation.
     """
     if settlement is not SettlementState.NONE:
         return False
-    # A pending operation whose cancellation was requested is cancelled, never claimed; a
-    # leased one is reclaimed first (its holder may be gone), which takes a slot. Accepted work
-    # is claimed for polling without a slot: its polls ask for one when they are due.
-    return execution in (E.CLAIMED, E.DISPATCHING) or (execution is E.PENDING and not cancel_requested)
+    # Every pending row may need one: a cancelled one is usually recorded without egress, but
+    # one whose earlier attempt may have applied is sent again (``cancels_unsent``), and the row
+    # does not say which. A leased one is reclaimed first (its holder may be gone), which takes
+    # a slot. Accepted work is claimed for polling without a slot: its polls ask for one when due.
+    del cancel_requested  # kept in the signature: callers pass what the row holds
+    return execution in (E.CLAIMED, E.DISPATCHING, E.PENDING)
 
 
 # ---------------------------------------------------------------------------- after an attempt

@@ -242,3 +242,24 @@ def test_cancel_of_work_no_adapter_can_cancel(lro_app: LroApp, worker: Worker, p
     assert op.execution is E.ACCEPTED and op.attention == "cancel_failed"
     assert events.count("CancelFailed") == 1 and events.count("Claimed") == 2  # the attempt's, the canceller's
     assert "cannot cancel" in (op.cancel_reason or "")
+
+
+def test_cancel_after_a_lost_response_asks_again_before_it_says_cancelled(lro_app: LroApp, worker: Worker,
+                                                                          partner: PartnerProcess) -> None:
+    # The create call is applied and its response lost while the cancel is requested: the retry
+    # (same key, safe in idempotent mode) learns the remote operation, which is then cancelled
+    # at the provider. Recording Cancelled at once would leave it running unseen.
+    op_id = lro_app.make(f"{partner.url}/lro/dropped?polls=100000")
+    httpx.post(f"{partner.url}/_control/faults", json={"path": "/lro/dropped", "fault": {
+        "delay": 1.0, "drop": True, "apply": "before", "times": 1}}).raise_for_status()
+    deadline = time.monotonic() + 10
+    while not (worker.in_flight and lro_app.get_operation(op_id).execution is E.DISPATCHING):
+        assert time.monotonic() < deadline, "the attempt never started"
+        worker.run_once()
+        time.sleep(0.02)
+    _cancel(lro_app, op_id)
+    op = _run_until(worker, lro_app, op_id, _settled)
+    events = _events(lro_app, op_id)
+    assert "RetryScheduled" in events and events.count("AttemptStarted") == 2
+    assert op.execution is E.CANCELLED and _lro_state(partner, op_id) == "cancelled"
+    assert partner.log.applied_count(str(op_id)) == 1  # the second create was a replay

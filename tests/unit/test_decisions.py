@@ -62,6 +62,7 @@ class State:
     settlement: SettlementState = S.NONE
     approval: str = APPROVAL_NOT_REQUIRED
     cancel_requested: bool = False
+    possibly_applied: bool = False
     state_entered_at: datetime = T0
     deadlines: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("pending", "claimed", "dispatching", "accepted"), float(DEADLINE)))
@@ -93,6 +94,9 @@ TABLE = [
      [(0, Wait(at(DEADLINE))), (DUE, Wait(at(DEADLINE))), (DEADLINE, ExceedDeadline(at(DEADLINE)))]),
     ("pending, approved, cancel requested", state(E.PENDING, cancel_requested=True),
      [(0, Wait(at(DUE))), (DUE, CANCEL), (DEADLINE + 1, ExceedDeadline(at(DEADLINE)))]),
+    ("pending, cancel requested, an earlier attempt may have applied: sent again to learn",
+     state(E.PENDING, cancel_requested=True, possibly_applied=True),
+     [(0, Wait(at(DUE))), (DUE, CLAIM), (DEADLINE, ExceedDeadline(at(DEADLINE)))]),
     ("pending, awaiting approval, cancel requested",
      state(E.PENDING, approval=APPROVAL_REQUIRED, cancel_requested=True),
      [(0, Wait(at(DUE))), (DUE, CANCEL), (DEADLINE, ExceedDeadline(at(DEADLINE)))]),
@@ -152,6 +156,7 @@ def test_a_deadline_past_year_9999_is_reported_not_raised() -> None:
 states = st.builds(
     State, execution=st.sampled_from(list(E)), settlement=st.sampled_from(list(S)),
     approval=st.sampled_from([APPROVAL_NOT_REQUIRED, APPROVAL_REQUIRED]), cancel_requested=st.booleans(),
+    possibly_applied=st.booleans(),
     due_at=st.integers(0, 200).map(at), lease_expires_at=st.none() | st.integers(0, 200).map(at),
     settlement_due_at=st.none() | st.integers(0, 200).map(at),
     follow=st.sampled_from([None, "poll", "callback", "wait"]), follow_until=st.none() | st.integers(100, 400).map(at),
