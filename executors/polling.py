@@ -223,6 +223,8 @@ class PollingService:
     def _change_for(self, held: _Held, result: object, now: datetime) -> Change | None:
         """The fenced change recording ``result``, or None when there is nothing to record."""
         epoch = held.epoch
+        if result is None:
+            return None  # the call was not made (its lease lapsed): nothing learned
         if isinstance(result, StillRunning):
             if result.remote_status is None or result.remote_status == held.op.remote_status:
                 return None  # unchanged: nothing recorded (the history stays small)
