@@ -239,24 +239,7 @@ class PollingService:
             return None  # the cancel call failed: asked again at the next poll
 
         def record(op: Operation) -> Sequence[Aggregate]:
-            attempt = op.last_attempt_id
-            if isinstance(result, Succeeded):
-                op.succeed(epoch=epoch, now=now, attempt_id=attempt, status_code=result.status_code,
-                           excerpt=result.excerpt)
-            elif isinstance(result, Failed):
-                op.fail(epoch=epoch, now=now, attempt_id=attempt, category=FailureCategory.REMOTE_FAILED,
-                        retryable=False, status_code=result.status_code, detail=result.detail)
-            elif isinstance(result, Ambiguous):
-                op.mark_ambiguous(epoch=epoch, now=now, attempt_id=attempt, reason=result.reason,
-                                  status_code=result.status_code, detail=result.detail)
-            elif isinstance(result, CancelConfirmed) and op.cancel_requested:
-                op.cancel(now=now, epoch=epoch, reason=op.cancel_reason or "cancelled by the provider")
-            elif isinstance(result, CancelConfirmed):
-                # Cancelled by someone else at the provider: the effect did not happen as asked.
-                op.fail(epoch=epoch, now=now, attempt_id=attempt, category=FailureCategory.REMOTE_FAILED,
-                        retryable=False, detail=f"cancelled at the provider, not by us: {result.detail}")
-            elif isinstance(result, CancelRefused):
-                op.cancel_failed(epoch=epoch, now=now, reason=result.reason)
+            record_result(op, epoch, result, now)
             return []
 
         return record
@@ -335,6 +318,35 @@ class PollingService:
                     self.settlement.offer(op)
                 continue
             held.op = op
+
+
+def record_result(op: Operation, epoch: int, result: object, now: datetime) -> None:
+    """Record a poll's terminal answer or a cancel's answer on ``op`` under ``epoch`` (UTC
+    ``now``): ``Succeeded``, ``Failed`` (``remote_failed``), ``Ambiguous`` (``remote_lost``),
+    ``Cancelled`` (a confirmed cancel we asked for; one we did not ask for is a remote failure),
+    or ``CancelFailed``.
+
+    Raises:
+        LedgerError: a stale epoch or a transition the lifecycle refuses (the change is rejected).
+    """
+    attempt = op.last_attempt_id
+    if isinstance(result, Succeeded):
+        op.succeed(epoch=epoch, now=now, attempt_id=attempt, status_code=result.status_code,
+                   excerpt=result.excerpt)
+    elif isinstance(result, Failed):
+        op.fail(epoch=epoch, now=now, attempt_id=attempt, category=FailureCategory.REMOTE_FAILED,
+                retryable=False, status_code=result.status_code, detail=result.detail)
+    elif isinstance(result, Ambiguous):
+        op.mark_ambiguous(epoch=epoch, now=now, attempt_id=attempt, reason=result.reason,
+                          status_code=result.status_code, detail=result.detail)
+    elif isinstance(result, CancelConfirmed) and op.cancel_requested:
+        op.cancel(now=now, epoch=epoch, reason=op.cancel_reason or "cancelled by the provider")
+    elif isinstance(result, CancelConfirmed):
+        # Cancelled by someone else at the provider: the effect did not happen as asked.
+        op.fail(epoch=epoch, now=now, attempt_id=attempt, category=FailureCategory.REMOTE_FAILED,
+                retryable=False, detail=f"cancelled at the provider, not by us: {result.detail}")
+    elif isinstance(result, CancelRefused):
+        op.cancel_failed(epoch=epoch, now=now, reason=result.reason)
 
 
 def _request(op: Operation, declaration: Integration) -> EgressRequest:
