@@ -10,10 +10,22 @@ from collections.abc import Callable
 from uuid import UUID
 
 from ledger.egress import EgressRequest
-from ledger.outcomes import Accepted, Ambiguous, Outcome, Succeeded
+from ledger.outcomes import (
+    Accepted,
+    Ambiguous,
+    CancelConfirmed,
+    CancelOutcome,
+    Outcome,
+    PollResult,
+    StillRunning,
+    Succeeded,
+)
 
 Script = Callable[[EgressRequest], Outcome]
 LookupScript = Callable[[EgressRequest], "Outcome | None"]
+PollScript = Callable[[EgressRequest, str, int], PollResult]
+"""Decides a poll's answer from the request, the remote id and how many polls it answers (1-based)."""
+CancelScript = Callable[[EgressRequest, str], CancelOutcome]
 
 
 class FakeAdapter:
@@ -105,3 +117,49 @@ class FakeAdapter:
         """How many requests were sent (lookups not included)."""
         with self._lock:
             return len(self._sent)
+
+
+class FakeRemoteOperations(FakeAdapter):
+    """A :class:`FakeAdapter` whose sends are accepted as remote operations, which it follows
+    (``ledger.egress.RemoteOperations``): scripted polls and cancels, every call remembered.
+
+    Args:
+        script: decides each ``send``; defaults to ``Accepted(remote_id="op-<operation id>")``.
+        poll_script: decides each poll; defaults to ``StillRunning("running")`` for two polls,
+            then ``Succeeded()``.
+        cancel_script: decides each cancel; defaults to ``CancelConfirmed()``.
+
+    Source: STYLE rule 13 (test helpers shipped for users); docs/adr/0004-accepted-work.md.
+    """
+
+    def __init__(self, *, script: Script | None = None, poll_script: PollScript | None = None,
+                 cancel_script: CancelScript | None = None) -> None:
+        super().__init__(script=script or (lambda request: Accepted(remote_id=f"op-{request.operation_id}")))
+        self._poll_script = poll_script or (
+            lambda request, remote_id, n: StillRunning(remote_status="running") if n <= 2 else Succeeded())
+        self._cancel_script = cancel_script or (lambda request, remote_id: CancelConfirmed())
+        self._polls: list[tuple[EgressRequest, str]] = []
+        self._cancels: list[tuple[EgressRequest, str]] = []
+
+    def poll(self, request: EgressRequest, remote_id: str) -> PollResult:
+        """Record the poll and return the poll script's answer for it."""
+        with self._lock:
+            self._polls.append((request, remote_id))
+            n = sum(1 for r, _ in self._polls if r.operation_id == request.operation_id)
+        return self._poll_script(request, remote_id, n)
+
+    def cancel(self, request: EgressRequest, remote_id: str) -> CancelOutcome:
+        """Record the cancel and return the cancel script's answer for it."""
+        with self._lock:
+            self._cancels.append((request, remote_id))
+        return self._cancel_script(request, remote_id)
+
+    def polls(self, operation_id: UUID) -> list[str]:
+        """The remote ids polled for ``operation_id``, oldest first."""
+        with self._lock:
+            return [remote for r, remote in self._polls if r.operation_id == operation_id]
+
+    def cancels(self, operation_id: UUID) -> list[str]:
+        """The remote ids a cancel was sent for, for ``operation_id``, oldest first."""
+        with self._lock:
+            return [remote for r, remote in self._cancels if r.operation_id == operation_id]

@@ -211,6 +211,13 @@ def build_adapters(settings: Settings, app: LedgerApplication, clock: Clock) -> 
                     i.adapter == "webhook" and i.delivery_mode is DeliveryMode.CALLBACK for i in app.registry):
                 log.warning("callback-mode integrations but no OPLEDGER_CALLBACK_BASE_URL: requests carry no "
                             "X-Callback-Url, so providers must know where to call back")
+        elif name == "lro":
+            if settings.webhook_secret is None:
+                raise ConfigurationError(
+                    "integrations use the lro adapter: set OPLEDGER_WEBHOOK_SECRET (whsec_...), which signs its calls")
+            from adapters.lro import LroAdapter
+
+            adapters[name] = LroAdapter(secret=settings.webhook_secret.get_secret_value(), clock=clock)
         elif name == "fake":
             from adapters.fake import FakeAdapter
 
@@ -271,7 +278,8 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             config=WorkerConfig(worker_id=worker_id, lease_seconds=settings.lease_seconds,
                                 batch_size=settings.batch_size, egress_slots=settings.worker_threads,
                                 egress_per_host=settings.egress_per_host,
-                                poll_interval_seconds=settings.poll_interval_seconds),
+                                poll_interval_seconds=settings.poll_interval_seconds,
+                                poll_lease_seconds=settings.poll_lease_seconds),
             projection=projection if leader is None else None,
             on_committed=_remembering(projection.offer),
         )

@@ -10,6 +10,7 @@ from executors.commit import CommitResult, Committer, Counts, commit_changes
 from executors.egress import EgressConfig, EgressService
 from executors.leases import LeaseConfig, LeaseService
 from executors.outcomes import OutcomeService
+from executors.polling import PollingConfig, PollingService
 from executors.runtime import Worker, WorkerConfig
 from executors.secrets import EnvironmentSecrets, FileSecrets, MissingSecretError, SecretProvider, SecretResolver
 from executors.settlement import SettlementService
@@ -25,6 +26,8 @@ __all__ = [
     "EgressService",
     "EgressConfig",
     "OutcomeService",
+    "PollingService",
+    "PollingConfig",
     "SettlementService",
     "LeaseService",
     "LeaseConfig",

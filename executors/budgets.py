@@ -34,6 +34,7 @@ from eventsourcing.domain import Aggregate
 from executors.commit import Change
 from ledger.application import LedgerApplication
 from ledger.budgets import BudgetLevel, CallWindow, LevelWindow, budget_levels, limiting_level, window_bounds, window_id
+from ledger.decisions import cancels_unsent
 from ledger.declarations import CallBudget, Integration
 from ledger.errors import IllegalTransitionError, UnknownIntegrationError
 from ledger.modes import AfterLostResponse, rules_for
@@ -106,7 +107,7 @@ def claim_budget(app: LedgerApplication, op: Operation, now: datetime) -> Budget
         # or not: only a look_up mode asks the provider.
         if rules_for(op.delivery_mode).after_lost_response is not AfterLostResponse.LOOK_UP:
             return None
-    elif op.cancel_requested or op.execution not in (E.PENDING, E.CLAIMED) or op.attempts >= op.max_attempts:
+    elif cancels_unsent(op) or op.execution not in (E.PENDING, E.CLAIMED) or op.attempts >= op.max_attempts:
         return None
     try:
         declaration = app.registry.get(op.integration_name, op.integration_version)

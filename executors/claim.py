@@ -29,9 +29,10 @@ from eventsourcing.domain import Aggregate
 
 from executors.budgets import budgeted
 from executors.commit import Change, CommitResult, Committer, Counts, describe
-from executors.deadlines import cancel_change, exceed_deadline_change
+from executors.deadlines import cancel_change, exceed_deadline_change, remote_unknown_change
 from executors.egress import EgressService, InFlight, target_host
-from executors.outcomes import apply_decision
+from executors.outcomes import apply_decision, terms_of
+from executors.polling import PollingService
 from executors.recovery import decide_open_attempt
 from executors.secrets import MissingSecretError, SecretResolver, resolve_payload
 from executors.settlement import SettlementService, first_per_entity
@@ -45,9 +46,12 @@ from ledger.decisions import (
     Claim,
     ExceedDeadline,
     Lookup,
+    MarkRemoteUnknown,
+    Poll,
     Reclaim,
     Settle,
     Wait,
+    cancels_unsent,
     due_work,
     may_need_egress,
 )
@@ -97,6 +101,7 @@ class _Plan:
     calls: dict[UUID, InFlight] = field(default_factory=dict)
     deferred: dict[UUID, str] = field(default_factory=dict)
     windows: dict[str, CallWindow] = field(default_factory=dict)  # call budget windows of this pass
+    polls: set[UUID] = field(default_factory=set)  # accepted work claimed for polling
 
 
 class ClaimService:
@@ -111,11 +116,14 @@ class ClaimService:
         secrets: resolves ``secretref:`` payload values at egress.
         rng: random source (row order, retry jitter of reclaimed attempts).
         config: :class:`ClaimConfig`.
+        polling: follows accepted work this pass claims for polling (``ledger.decisions.Poll``);
+            without it accepted work is left to other workers.
     """
 
     def __init__(self, *, committer: Committer, view: StatusView, egress: EgressService,
                  settlement: SettlementService, adapters: Mapping[str, Adapter], secrets: SecretResolver,
-                 rng: random.Random, config: ClaimConfig) -> None:
+                 rng: random.Random, config: ClaimConfig, polling: PollingService | None = None) -> None:
+        self.polling = polling
         self.committer = committer
         self.app: LedgerApplication = committer.app
         self.view = view
@@ -204,6 +212,7 @@ class ClaimService:
         changes: list[tuple[Operation, Change]] = []
         settling: list[Operation] = []
         capacity = self.egress.free_slots()
+        polls = self.polling.room() if self.polling is not None else 0
         by_host: Counter[str] = Counter()  # claims of this pass per target host
         for op in self._current(rows):
             try:
@@ -219,6 +228,12 @@ class ClaimService:
                 changes.append((op, exceed_deadline_change(now)))
             elif isinstance(work, Cancel):
                 changes.append((op, cancel_change(now)))
+            elif isinstance(work, MarkRemoteUnknown):
+                changes.append((op, remote_unknown_change(now)))
+            elif isinstance(work, Poll) and self.polling is not None and polls > 0:
+                polls -= 1
+                plan.polls.add(op.id)
+                changes.append((op, self.polling.claim_change(now)))
             elif isinstance(work, (Claim, Reclaim)):
                 change = self._egress_change(op, now, plan, capacity, by_host)
                 if change is not None:
@@ -236,6 +251,9 @@ class ClaimService:
         for op_id in result.failed:
             self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
         for op_id, op in result.committed.items():
+            if op_id in plan.polls and self.polling is not None:
+                self.polling.hold(op, now)
+                continue
             call = plan.calls.get(op_id)
             if call is None:
                 continue
@@ -314,7 +332,8 @@ class ClaimService:
 
         def change(op: Operation) -> Sequence[Aggregate]:
             plan.calls.pop(op.id, None)
-            sends = op.execution is not E.DISPATCHING and not op.cancel_requested and op.attempts < op.max_attempts
+            cancels = cancels_unsent(op)
+            sends = op.execution is not E.DISPATCHING and not cancels and op.attempts < op.max_attempts
             try:
                 policy = self.app.registry.get(op.integration_name, op.integration_version).retry
                 adapter = self._adapter(op)
@@ -325,7 +344,7 @@ class ClaimService:
                 plan.deferred[op.id] = str(exc)
                 raise
             epoch = op.claim(now=now, worker_id=self.config.worker_id, lease_seconds=self.config.lease_seconds)
-            if op.cancel_requested and op.execution is E.CLAIMED:
+            if cancels and op.execution is E.CLAIMED:
                 op.cancel(now=now, epoch=epoch)
             elif op.execution is E.DISPATCHING:
                 self._recover(op, epoch, policy, adapter, now, plan)
@@ -349,7 +368,7 @@ class ClaimService:
             plan.calls[op.id] = InFlight(op=op, epoch=epoch, kind="lookup", request=request, policy=policy,
                                          adapter=adapter, started_at=now)
         else:
-            apply_decision(op, epoch, decision, now)
+            apply_decision(op, epoch, decision, now, terms_of(self.app, op, adapter))
 
     def _adapter(self, op: Operation) -> Adapter:
         name = self.app.registry.get(op.integration_name, op.integration_version).adapter

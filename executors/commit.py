@@ -187,6 +187,8 @@ class Counts:
     cancelled: int = 0
     rejected: int = 0
     failed: int = 0
+    polls: int = 0
+    observed: int = 0
 
     @property
     def busy(self) -> bool:
@@ -204,6 +206,7 @@ _COUNTED = {
     "Claimed": "claimed", "AttemptStarted": "attempts", "Succeeded": "outcomes", "Failed": "outcomes",
     "Ambiguous": "outcomes", "Accepted": "outcomes", "BudgetExhausted": "outcomes", "RetryScheduled": "retries",
     "Settled": "settled", "LeaseRenewed": "renewed", "DeadlineExceeded": "deadlines", "Cancelled": "cancelled",
+    "RemoteStatusObserved": "observed", "RemoteOverdue": "deadlines",
 }
 
 

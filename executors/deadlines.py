@@ -38,3 +38,14 @@ def cancel_change(now: datetime) -> Change:
         return []
 
     return change
+
+
+def remote_unknown_change(now: datetime) -> Change:
+    """The change recording that the ``accepted`` deadline passed with the provider still
+    running (``RemoteOverdue``): attention ``remote_unknown``, never an outcome (ADR 0004)."""
+
+    def change(op: Operation) -> Sequence[Aggregate]:
+        op.mark_remote_unknown(now=now)
+        return []
+
+    return change

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 from uuid import UUID
 
@@ -37,10 +37,23 @@ from ledger.declarations import RetryPolicy
 from ledger.egress import Adapter, EgressRequest
 from ledger.facts import FactKind, storable_fact
 from ledger.operation import Operation
-from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
+from ledger.outcomes import (
+    Accepted,
+    Ambiguous,
+    CancelConfirmed,
+    CancelOutcome,
+    CancelRefused,
+    Failed,
+    FailureCategory,
+    Outcome,
+    StillRunning,
+    Succeeded,
+)
 from ledger.redaction import redact
 
 log = structlog.get_logger("opledger.egress")
+
+_Redactable = TypeVar("_Redactable")
 
 DEADLINE_GRACE_SECONDS = 5.0
 """How long past a call's total deadline its lease may still be renewed, seconds: time to
@@ -48,6 +61,12 @@ queue the call, close the connection and record the outcome on a loaded machine.
 
 OUTCOME_TYPES = (Succeeded, Accepted, Failed, Ambiguous)
 """What an adapter call may return (``ledger.egress.Adapter``; a lookup may also return None)."""
+POLL_TYPES = (Succeeded, Failed, Ambiguous, CancelConfirmed, StillRunning)
+"""What a poll may return (``ledger.egress.RemoteOperations.poll``)."""
+CANCEL_TYPES = (CancelConfirmed, CancelRefused)
+"""What a remote cancel may return (``ledger.egress.RemoteOperations.cancel``)."""
+FOLLOW_KINDS = frozenset({"poll", "cancel"})
+"""Call kinds that follow accepted work (``executors.polling``); the others are attempts'."""
 DEFAULT_EGRESS_SLOTS = 256
 """Concurrent egress calls per worker (threads are started as calls need them). By Little's law
 a worker sending 1,000 calls/s to a provider answering in 100 ms needs 100 in flight, plus the
@@ -93,7 +112,8 @@ class InFlight:
     Attributes:
         op: the operation as committed just before the call (the outcome is recorded on it).
         epoch: the fencing epoch the attempt was started under.
-        kind: ``"send"`` or ``"lookup"``.
+        kind: ``"send"``, ``"lookup"``, or for accepted work ``"poll"`` or ``"cancel"``
+            (``executors.polling``, which records their results).
         request: what was handed to the adapter.
         policy: the retry policy the outcome is decided with.
         adapter: the adapter that makes the call.
@@ -136,10 +156,11 @@ class InFlight:
 @dataclass(frozen=True, slots=True)
 class Finished:
     """A call's result: the operation it was for, and the outcome (``None``: a lookup found
-    that the provider never received the operation)."""
+    that the provider never received the operation). A poll's is a ``PollResult``, a cancel's
+    a ``CancelOutcome``."""
 
     operation_id: UUID
-    outcome: Outcome | None
+    outcome: Outcome | StillRunning | CancelOutcome | None
 
 
 class EgressService:
@@ -302,6 +323,8 @@ class EgressService:
         """Make ``flight``'s call now, in this thread; never raises (an adapter's error is an
         ``Ambiguous(adapter_error)`` outcome)."""
         request, not_after = flight.request, flight.op.lease_expires_at
+        if flight.kind in FOLLOW_KINDS:
+            return self._follow(flight)
         if not_after is not None and self.clock.now() >= not_after:
             # This process stalled between recording the attempt and sending it: another
             # worker may own the operation now, so nothing may leave (DESIGN §7).
@@ -346,6 +369,35 @@ class EgressService:
                         if outcome is not None else None)
 
 
+    def _follow(self, flight: InFlight) -> Finished:
+        """A poll or a remote cancel of accepted work; never raises. A poll that fails says
+        nothing (``StillRunning``); a cancel that fails is a retryable ``CancelRefused``."""
+        request, remote_id = flight.request, flight.op.remote_id
+        not_after = flight.op.lease_expires_at
+        if remote_id is None or (not_after is not None and self.clock.now() >= not_after):
+            flight.lost = True  # the poll lease lapsed: whoever holds it now asks
+            return Finished(request.operation_id, None)
+        adapter: Any = flight.adapter
+        result: object
+        try:
+            result = adapter.poll(request, remote_id) if flight.kind == "poll" else adapter.cancel(request, remote_id)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # an adapter bug must not kill the thread
+            log.exception("adapter raised", operation_id=str(request.operation_id), kind=flight.kind)
+            result = None
+            text = adapter_error_text(exc, request.secrets)
+        else:
+            text = f"the adapter returned {type(result).__name__}"
+        allowed = POLL_TYPES if flight.kind == "poll" else CANCEL_TYPES
+        if not isinstance(result, allowed):
+            if result is not None:
+                log.error("adapter returned no outcome", operation_id=str(request.operation_id), kind=flight.kind)
+            result = (StillRunning(detail=text) if flight.kind == "poll"
+                      else CancelRefused(reason=text, retryable=True))
+        return Finished(request.operation_id, redact_outcome(result, request.secrets))
+
+
 def adapter_error_text(exc: BaseException, hidden: tuple[str, ...]) -> str:
     """An adapter's exception as storable text: ``Type: message`` with every form of ``hidden``
     redacted first, then escaped and bounded (``ledger.facts``, ``DETAIL``). Pure.
@@ -360,11 +412,12 @@ def adapter_error_text(exc: BaseException, hidden: tuple[str, ...]) -> str:
     return storable_fact(redact(f"{type(exc).__name__}: {text}", hidden), FactKind.DETAIL)
 
 
-def redact_outcome(outcome: Outcome, hidden: tuple[str, ...]) -> Outcome:
+def redact_outcome(outcome: _Redactable, hidden: tuple[str, ...]) -> _Redactable:
     """Return ``outcome`` with every text field redacted of ``hidden`` (``ledger.redaction``):
     the executor's own pass over what any adapter returns, not only the webhook adapter. Pure."""
     if not hidden:
         return outcome
-    changes: dict[str, Any] = {f.name: redact(value, hidden) for f in fields(outcome)
-               if isinstance(value := getattr(outcome, f.name), str) and value}
-    return replace(outcome, **changes) if changes else outcome
+    value_object: Any = outcome  # every outcome, poll result and cancel outcome is a dataclass
+    changes: dict[str, Any] = {f.name: redact(value, hidden) for f in fields(value_object)
+                               if isinstance(value := getattr(outcome, f.name), str) and value}
+    return replace(value_object, **changes) if changes else outcome

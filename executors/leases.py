@@ -14,7 +14,7 @@ import structlog
 from eventsourcing.domain import Aggregate
 
 from executors.commit import Change, Committer, Counts
-from executors.egress import EgressService
+from executors.egress import FOLLOW_KINDS, EgressService
 from ledger.config import DEFAULT_LEASE_SECONDS
 from ledger.operation import Operation
 
@@ -64,6 +64,8 @@ class LeaseService:
         threshold = self.config.lease_seconds * self.config.renew_when_remaining
         changes: list[tuple[Operation, Change]] = []
         for flight in self.egress.in_flight.values():
+            if flight.kind in FOLLOW_KINDS:
+                continue  # polls and cancels run under a poll lease, renewed by executors.polling
             expires = flight.op.lease_expires_at
             if flight.lost or expires is None or (expires - now).total_seconds() > threshold:
                 continue

@@ -16,7 +16,7 @@ Source: DESIGN §5, §7; docs/adr/0002-executor-services.md.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -26,13 +26,29 @@ from eventsourcing.domain import Aggregate
 
 from executors.budgets import budget_of, take_calls
 from executors.commit import Change, Committer, Counts
-from executors.egress import EgressService, Finished, InFlight
+from executors.egress import FOLLOW_KINDS, EgressService, Finished, InFlight
 from executors.settlement import SettlementService
+from ledger.application import LedgerApplication
 from ledger.budgets import CallWindow, LevelWindow
 from ledger.decisions import AwaitCallback, Decision, GiveUp, Lookup, Record, Retry, after_lookup, decide
-from ledger.modes import rules_for
+from ledger.egress import Adapter, can_follow
+from ledger.errors import UnknownIntegrationError
+from ledger.modes import Follow, how_to_follow, rules_for
 from ledger.operation import Operation
-from ledger.outcomes import Accepted, Ambiguous, Failed, Outcome, Succeeded
+from ledger.outcomes import (
+    Accepted,
+    Ambiguous,
+    CancelConfirmed,
+    CancelRefused,
+    Failed,
+    Outcome,
+    StillRunning,
+    Succeeded,
+)
+from ledger.time_limits import later
+
+FOLLOW_RESULTS = (StillRunning, CancelConfirmed, CancelRefused)
+"""Results of polls and cancels: recorded by ``executors.polling``, never here."""
 
 log = structlog.get_logger("opledger.outcomes")
 
@@ -45,7 +61,34 @@ class OutcomeConfig:
     """Outcome recording has no settings yet; the frozen record keeps the services' shape."""
 
 
-def apply_decision(op: Operation, epoch: int, decision: Decision, now: datetime) -> None:
+@dataclass(frozen=True, slots=True)
+class AcceptTerms:
+    """How accepted work will be followed, known only where the adapter is: whether it can
+    poll, and the declared hard limit (``polling.limit_seconds``, None when undeclared)."""
+
+    adapter_polls: bool = False
+    limit_seconds: float | None = None
+
+    def follow(self, op: Operation) -> Follow:
+        """``ledger.modes.how_to_follow`` for ``op``'s delivery mode."""
+        return how_to_follow(op.delivery_mode, adapter_polls=self.adapter_polls)
+
+    def until(self, now: datetime) -> datetime | None:
+        """The hard limit for work accepted at ``now`` (UTC), or None."""
+        return None if self.limit_seconds is None else later(now, self.limit_seconds)
+
+
+def terms_of(app: LedgerApplication, op: Operation, adapter: Adapter | None) -> AcceptTerms:
+    """The :class:`AcceptTerms` of ``op`` under ``adapter`` (its declaration read from ``app``)."""
+    try:
+        limit: float | None = app.registry.get(op.integration_name, op.integration_version).polling.limit_seconds
+    except UnknownIntegrationError:
+        limit = None
+    return AcceptTerms(adapter_polls=can_follow(adapter), limit_seconds=limit)
+
+
+def apply_decision(op: Operation, epoch: int, decision: Decision, now: datetime,
+                   terms: AcceptTerms = AcceptTerms()) -> None:
     """Record ``decision`` for ``op``'s latest attempt as the matching command.
 
     Args:
@@ -53,6 +96,7 @@ def apply_decision(op: Operation, epoch: int, decision: Decision, now: datetime)
         epoch: the fencing epoch the attempt ran under.
         decision: from ``ledger.decisions``; ``Lookup`` records nothing (the caller sends it).
         now: UTC-aware instant.
+        terms: how accepted work is followed (recorded on ``Accepted``).
 
     Raises:
         LedgerError: stale epoch, illegal transition (the change is rejected, nothing recorded).
@@ -68,26 +112,31 @@ def apply_decision(op: Operation, epoch: int, decision: Decision, now: datetime)
     elif isinstance(decision, AwaitCallback):
         assert attempt_id is not None
         op.accept(epoch=epoch, now=now, attempt_id=attempt_id, remote_id=str(op.id),
-                  excerpt=f"response lost ({decision.reason}); waiting for the provider's callback")
+                  excerpt=f"response lost ({decision.reason}); waiting for the provider's callback",
+                  follow=terms.follow(op), follow_until=terms.until(now))
     elif isinstance(decision, Record):
-        record_outcome(op, epoch, attempt_id, decision.outcome, now)
+        record_outcome(op, epoch, attempt_id, decision.outcome, now, terms)
 
 
-def record_outcome(op: Operation, epoch: int, attempt_id: UUID | None, outcome: Outcome, now: datetime) -> None:
+def record_outcome(op: Operation, epoch: int, attempt_id: UUID | None, outcome: Outcome, now: datetime,
+                   terms: AcceptTerms = AcceptTerms()) -> None:
     """Record an outcome value as the matching fact; a success in a mode whose success only
-    means accepted (``ledger.modes``: ``callback``) is recorded as ``Accepted``."""
+    means accepted (``ledger.modes``: ``callback``) is recorded as ``Accepted``, with how it
+    is followed (``terms``)."""
     if isinstance(outcome, Succeeded):
         if rules_for(op.delivery_mode).success_means_accepted:
             assert attempt_id is not None
             op.accept(epoch=epoch, now=now, attempt_id=attempt_id, remote_id=outcome.remote_id or str(op.id),
-                      status_code=outcome.status_code, excerpt=outcome.excerpt)
+                      status_code=outcome.status_code, excerpt=outcome.excerpt, follow=terms.follow(op),
+                      follow_until=terms.until(now))
         else:
             op.succeed(epoch=epoch, now=now, attempt_id=attempt_id, status_code=outcome.status_code,
                        remote_id=outcome.remote_id, excerpt=outcome.excerpt)
     elif isinstance(outcome, Accepted):
         assert attempt_id is not None
         op.accept(epoch=epoch, now=now, attempt_id=attempt_id, remote_id=outcome.remote_id,
-                  status_code=outcome.status_code, excerpt=outcome.excerpt)
+                  status_code=outcome.status_code, excerpt=outcome.excerpt, follow=terms.follow(op),
+                  follow_until=terms.until(now))
     elif isinstance(outcome, Failed):
         op.fail(epoch=epoch, now=now, attempt_id=attempt_id, category=outcome.category,
                 retryable=outcome.retryable, status_code=outcome.status_code, detail=outcome.detail)
@@ -107,15 +156,19 @@ class OutcomeService:
         settlement: receives operations whose outcome now awaits settlement.
         rng: random source for retry jitter.
         config: :class:`OutcomeConfig`.
+        follow: receives the results of polls and remote cancels (``executors.polling``);
+            without it they are dropped (logged).
     """
 
     def __init__(self, *, committer: Committer, egress: EgressService, settlement: SettlementService,
-                 rng: random.Random, config: OutcomeConfig | None = None) -> None:
+                 rng: random.Random, config: OutcomeConfig | None = None,
+                 follow: Callable[[list[tuple[InFlight, Finished]]], None] | None = None) -> None:
         self.committer = committer
         self.egress = egress
         self.settlement = settlement
         self.rng = rng
         self.config = config or OutcomeConfig()
+        self.follow = follow
 
     def run_once(self, now: datetime) -> Counts:
         """Record every call finished since the last cycle, in one batch.
@@ -126,6 +179,13 @@ class OutcomeService:
         counts = Counts()
         self.egress.refresh(self.committer.load)  # after an outage: drop changes never stored
         finished = self.egress.take_finished()
+        followed = [pair for pair in finished if pair[0].kind in FOLLOW_KINDS]
+        if followed:
+            finished = [pair for pair in finished if pair[0].kind not in FOLLOW_KINDS]
+            if self.follow is not None:
+                self.follow(followed)
+            else:
+                log.warning("poll results dropped: no polling service", count=len(followed))
         if not finished:
             return counts
         lookups: dict[UUID, tuple[InFlight, datetime | None]] = {}
@@ -168,15 +228,16 @@ class OutcomeService:
             lookups.pop(op.id, None)
             waits.pop(op.id, None)
             if flight.kind == "lookup":
+                assert not isinstance(item.outcome, FOLLOW_RESULTS)
                 decision = after_lookup(found=item.outcome, policy=flight.policy, attempts=op.attempts,
                                         now=now, rng=self.rng)
             else:
-                assert item.outcome is not None
+                assert item.outcome is not None and not isinstance(item.outcome, FOLLOW_RESULTS)
                 decision = decide(outcome=item.outcome, mode=op.delivery_mode, policy=flight.policy,
                                   attempts=op.attempts, now=now, rng=self.rng)
             if isinstance(decision, Lookup):
                 return self._lookup(op, flight, now, lookups, waits, windows)
-            apply_decision(op, flight.epoch, decision, now)
+            apply_decision(op, flight.epoch, decision, now, terms_of(self.committer.app, op, flight.adapter))
             return []
 
         return change

@@ -1,7 +1,8 @@
 """The worker: composes the executor services of one process and owns their threads.
 
 Each service has one concern and one shape (``Config``, ``run_once(now) -> Counts``; STYLE
-rule 11): the due-work pass (``claim``), egress, outcome recording, settlement and lease renewal.
+rule 11): the due-work pass (``claim``), egress, outcome recording, polling of accepted work,
+settlement and lease renewal.
 A cycle reads the clock once and runs them in the order below; ``run`` is only the loop and the
 graceful stop. The deterministic simulator drives the same services through ``run_once(now)``
 with ``inline`` egress, a fake clock and an in-memory store.
@@ -25,6 +26,7 @@ from executors.commit import Committer, Counts, describe
 from executors.egress import DEFAULT_EGRESS_SLOTS, DEFAULT_PER_HOST_SLOTS, EgressConfig, EgressService
 from executors.leases import LeaseConfig, LeaseService
 from executors.outcomes import OutcomeService
+from executors.polling import DEFAULT_POLL_LEASE_SECONDS, PollingConfig, PollingService
 from executors.secrets import EnvironmentSecrets, SecretResolver
 from executors.settlement import SettlementService
 from ledger.application import LedgerApplication
@@ -59,6 +61,8 @@ class WorkerConfig:
         egress_per_host: concurrent egress calls at most to one target host.
         poll_interval_seconds: idle wait between cycles, seconds.
         inline_egress: make calls inside ``run_once`` instead of on threads (simulator, tests).
+        poll_lease_seconds: how long a poll lease holds accepted work, seconds
+            (``executors.polling``; ADR 0004).
     """
 
     worker_id: str
@@ -68,6 +72,7 @@ class WorkerConfig:
     egress_per_host: int = DEFAULT_PER_HOST_SLOTS
     poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS
     inline_egress: bool = False
+    poll_lease_seconds: float = DEFAULT_POLL_LEASE_SECONDS
 
 
 class Worker:
@@ -107,15 +112,20 @@ class Worker:
         self.egress = egress or EgressService(clock=clock, config=EgressConfig(
             slots=config.egress_slots, per_host=config.egress_per_host, inline=config.inline_egress))
         self.settlement = SettlementService(committer=self.committer)
+        self.polling = PollingService(committer=self.committer, egress=self.egress, settlement=self.settlement,
+                                      adapters=adapters, rng=rng,
+                                      config=PollingConfig(worker_id=config.worker_id,
+                                                           lease_seconds=config.poll_lease_seconds),
+                                      stopping=self.stopping)
         self.outcomes = OutcomeService(committer=self.committer, egress=self.egress, settlement=self.settlement,
-                                       rng=rng)
+                                       rng=rng, follow=self.polling.receive)
         self.leases = LeaseService(committer=self.committer, egress=self.egress,
                                    config=LeaseConfig(lease_seconds=config.lease_seconds))
         self.claims = ClaimService(
             committer=self.committer, view=view, egress=self.egress, settlement=self.settlement,
             adapters=adapters, secrets=secrets or EnvironmentSecrets(), rng=rng,
             config=ClaimConfig(worker_id=config.worker_id, lease_seconds=config.lease_seconds,
-                               batch_size=config.batch_size))
+                               batch_size=config.batch_size), polling=self.polling)
 
     @property
     def in_flight(self) -> int:
@@ -124,8 +134,9 @@ class Worker:
 
     def run_once(self, now: datetime | None = None) -> Counts:
         """One cycle at ``now`` (default: the clock, read once): keep the projection (if this
-        worker keeps it), make inline calls, record finished calls, settle what they ended,
-        renew leases, then do due work (unless stopping).
+        worker keeps it), make inline calls, record finished calls, follow accepted work (record
+        polls, renew poll leases, send due polls), settle what they ended, renew leases, then do
+        due work (unless stopping).
 
         Returns:
             :class:`Counts` of what was committed.
@@ -138,6 +149,7 @@ class Worker:
                 log.exception("status projection failed; retrying next cycle")
         counts = self.egress.run_once(now)
         counts.add(self.outcomes.run_once(now))
+        counts.add(self.polling.run_once(now))
         counts.add(self.settlement.run_once(now))
         counts.add(self.leases.run_once(now))
         if not self.stopping.is_set():

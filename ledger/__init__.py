@@ -7,7 +7,7 @@ from ledger.application import LedgerApplication
 from ledger.clock import Clock, FakeClock, SystemClock
 from ledger.config import Settings
 from ledger.declarations import DeliveryMode, Integration, Registry
-from ledger.egress import Adapter, EgressRequest
+from ledger.egress import Adapter, EgressRequest, RemoteOperations
 from ledger.errors import (
     AttemptBudgetExceededError,
     ConfigurationError,
@@ -30,7 +30,16 @@ from ledger.errors import (
 )
 from ledger.identity import Source
 from ledger.operation import Operation
-from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Succeeded
+from ledger.outcomes import (
+    Accepted,
+    Ambiguous,
+    CancelConfirmed,
+    CancelRefused,
+    Failed,
+    FailureCategory,
+    StillRunning,
+    Succeeded,
+)
 from ledger.settlement import SettlementOutcome
 from ledger.status import TERMINAL_STATUSES, ExecutionState, SettlementState, Status
 
@@ -52,6 +61,10 @@ __all__ = [
     # the adapter seam
     "Adapter",
     "EgressRequest",
+    "RemoteOperations",
+    "StillRunning",
+    "CancelConfirmed",
+    "CancelRefused",
     "Succeeded",
     "Accepted",
     "Failed",

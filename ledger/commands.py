@@ -40,7 +40,7 @@ from ledger.intents import (
     check_payload,
     require_principal,
 )
-from ledger.modes import rules_for
+from ledger.modes import Follow, rules_for
 from ledger.outcomes import FailureCategory
 from ledger.status import (
     APPROVAL_DENIED,
@@ -61,6 +61,8 @@ RESOLUTIONS_FOR_AMBIGUOUS = ("succeeded", "failed", "retry", "abandon")
 RESOLUTIONS_FOR_BLOCKED = ("retry_settlement", "abandon")
 RESOLUTIONS_FOR_LATE_OBSERVATION = ("acknowledge",)
 """An operator saw a late observation (``LateObservationRecorded``) and keeps the outcome."""
+RESOLUTIONS_FOR_REMOTE_UNKNOWN = ("succeeded", "failed")
+"""How an operator may end accepted work past its deadline (attention ``remote_unknown``)."""
 
 
 class OperationCommands:
@@ -126,6 +128,10 @@ class OperationCommands:
     approval_voided: str | None
     budget_wait: str | None
     budget_wait_until: datetime | None
+    follow: str | None
+    follow_until: datetime | None
+    remote_overdue: bool
+    cancel_refused: bool
 
     if TYPE_CHECKING:  # provided by ``Operation`` and the library's ``Aggregate``
         id: UUID
@@ -148,6 +154,7 @@ class OperationCommands:
         Intended: type[Any]
         LateObservationRecorded: type[Any]
         LeaseRenewed: type[Any]
+        RemoteOverdue: type[Any]
         RemoteStatusObserved: type[Any]
         Resolved: type[Any]
         RetryScheduled: type[Any]
@@ -492,7 +499,9 @@ class OperationCommands:
         self._fence(epoch)
         if self.lease_expired(now):
             raise LeaseExpiredError(f"operation {self.id}: lease expired at {self.lease_expires_at}")
-        if self.cancel_requested:
+        if self.cancel_requested and not self.possibly_applied:
+            # After a possibly applied attempt the retry (same key, in a mode where that is safe)
+            # is how the ledger learns what happened; a cancel then follows the evidence.
             raise IllegalTransitionError("start_attempt", "claimed", "cancellation was requested")
         if self.approval in (APPROVAL_REQUIRED, APPROVAL_DENIED):
             raise IllegalTransitionError("start_attempt", "claimed", f"approval is {self.approval}")
@@ -508,16 +517,54 @@ class OperationCommands:
         return number
 
     def accept(self, *, epoch: int, now: datetime, attempt_id: UUID, remote_id: str,
-               status_code: int | None = None, excerpt: str = "") -> None:
-        """Record that the provider accepted the work as remote operation ``remote_id``."""
+               status_code: int | None = None, excerpt: str = "", follow: Follow | str = Follow.WAIT,
+               follow_until: datetime | None = None) -> None:
+        """Record that the provider accepted the work as remote operation ``remote_id``.
+
+        Args:
+            follow: how its result will come (``ledger.modes.how_to_follow``).
+            follow_until: the hard limit on waiting for it (UTC), from the declaration's
+                ``polling.limit_seconds``; None: the ``accepted`` deadline ends it.
+
+        Raises:
+            InvalidArgumentError: an empty ``remote_id``, a ``follow_until`` before ``now``.
+        """
+        now = require_utc(now)
         self._allow("accept")
         self._fence(epoch)
         self._attempt(attempt_id, "accept")
         if not remote_id:
             raise InvalidArgumentError("remote_id must be non-empty")
-        self.trigger_event(self.Accepted, timestamp=require_utc(now), epoch=epoch, attempt_id=attempt_id,
+        follow = Follow(follow)
+        if follow_until is not None and require_utc(follow_until, "follow_until") < now:
+            raise InvalidArgumentError("follow_until must not be before now")
+        self.trigger_event(self.Accepted, timestamp=now, epoch=epoch, attempt_id=attempt_id,
                            remote_id=storable_fact(remote_id, FactKind.REMOTE_ID), status_code=status_code,
-                           excerpt=storable_fact(excerpt, FactKind.EXCERPT))
+                           excerpt=storable_fact(excerpt, FactKind.EXCERPT), follow=follow.value,
+                           follow_until=follow_until)
+
+    def mark_remote_unknown(self, *, now: datetime) -> None:
+        """Record that the ``accepted`` deadline passed with the provider still running
+        (``RemoteOverdue``): not an outcome. The operation shows as ``remote_unknown`` on the
+        attention queue and is followed until ``follow_until``, when ``exceed_deadline``
+        records it ambiguous (issue 12 items 2 and 5).
+
+        Raises:
+            IllegalTransitionError: not accepted, no hard limit recorded (an acceptance recorded
+                before polling existed: its deadline ends it), already overdue, or the deadline
+                has not passed at ``now``.
+        """
+        now = require_utc(now)
+        self._allow("mark_remote_unknown")
+        if self.follow_until is None or self.remote_overdue:
+            raise IllegalTransitionError("mark_remote_unknown", self.execution.value,
+                                         "already overdue" if self.remote_overdue else "no hard limit recorded")
+        deadline = self.deadline_at
+        assert deadline is not None
+        if now < deadline:
+            raise IllegalTransitionError("mark_remote_unknown", self.execution.value,
+                                         f"the deadline is {deadline.isoformat()}")
+        self.trigger_event(self.RemoteOverdue, timestamp=now, deadline_at=deadline)
 
     def observe_remote_status(self, *, epoch: int, now: datetime, remote_status: str) -> bool:
         """Record a polled remote status, only when it changed (``RemoteStatusObserved``).
@@ -764,10 +811,11 @@ class OperationCommands:
 
         Args:
             resolution: for an ambiguous operation ``succeeded``, ``failed``, ``retry`` (the
-                operator asserts nothing applied; needs an attempt left) or ``abandon``; for a
-                blocked settlement ``retry_settlement`` or ``abandon``; for a late observation
-                (``LateObservationRecorded``) ``acknowledge``, which keeps the outcome. Every
-                resolution clears a late observation.
+                operator asserts nothing applied; needs an attempt left) or ``abandon``; for
+                accepted work past its deadline (``remote_unknown``) ``succeeded`` or ``failed``;
+                for a blocked settlement ``retry_settlement`` or ``abandon``; for a late
+                observation (``LateObservationRecorded``) ``acknowledge``, which keeps the
+                outcome. Every resolution clears a late observation.
             evidence: what the operator checked (required, shown on the timeline).
 
         Raises:
@@ -785,6 +833,10 @@ class OperationCommands:
         allowed: tuple[str, ...]
         if self.execution in lifecycle.RESOLVABLE_EXECUTION:
             allowed = RESOLUTIONS_FOR_AMBIGUOUS
+        elif self.execution is E.ACCEPTED and self.remote_overdue:
+            # remote_unknown: the operator may say how it ended (issue 12 item 2); the provider
+            # may still be running it, so neither retry nor abandon.
+            allowed = RESOLUTIONS_FOR_REMOTE_UNKNOWN
         elif self.settlement in lifecycle.RESOLVABLE_SETTLEMENT:
             allowed = RESOLUTIONS_FOR_BLOCKED
         else:

@@ -25,6 +25,8 @@ from ledger.time_limits import MAX_GRACE_SECONDS, MAX_LEASE_SECONDS, MAX_POLL_IN
 
 DEFAULT_DATABASE_URL = "sqlite:///.opledger/opledger.db"
 DEFAULT_LEASE_SECONDS = 30.0
+DEFAULT_POLL_LEASE_SECONDS = 300.0
+"""How long a poll lease holds accepted work, seconds (``executors.polling``; ADR 0004)."""
 DEFAULT_POLL_INTERVAL_SECONDS = 0.2
 SQLITE_LOCK_TIMEOUT_SECONDS = 30
 DEFAULT_POOL_SIZE = 10
@@ -206,7 +208,10 @@ class Settings(BaseSettings):
         max_clock_skew_seconds: PostgreSQL: a worker whose own clock is further than this from the
             database's logs a warning at start and every minute, seconds. Leases are judged by the
             database's clock either way (DESIGN §7).
-        webhook_secret: the Standard Webhooks signing secret (``whsec_...``) of the webhook adapter.
+        webhook_secret: the Standard Webhooks signing secret (``whsec_...``) of the webhook adapter
+            (and of the ``lro`` adapter, which signs the same way).
+        poll_lease_seconds: how long a worker holds accepted work it polls, seconds: a worker
+            killed mid-poll leaves it this long before another resumes it (ADR 0004).
         callback_base_url: where providers reach ``opledger serve`` (``http(s)://host:port``):
             a ``callback``-mode request carries ``X-Callback-Url: <base>/callbacks/<integration>``.
             None sends no callback URL (the provider must know it otherwise).
@@ -244,6 +249,7 @@ class Settings(BaseSettings):
     store_id: str | None = None
     open_check: str = Field(default="quick", pattern=r"^(quick|header)$")
     approval_policy: str | None = Field(default=None, pattern=r"^[\w.]+:[\w.]+$")
+    poll_lease_seconds: float = Field(default=DEFAULT_POLL_LEASE_SECONDS, gt=0, le=MAX_LEASE_SECONDS)
 
     @field_validator("database_url")
     @classmethod

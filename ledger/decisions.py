@@ -43,12 +43,17 @@ class OperationState(Protocol):
     settlement: SettlementState
     approval: str
     cancel_requested: bool
+    possibly_applied: bool
     state_entered_at: datetime
     deadlines: dict[str, float]
     due_at: datetime
     lease_expires_at: datetime | None
     budget_wait_until: datetime | None
     settlement_due_at: datetime | None
+    follow: str | None
+    follow_until: datetime | None
+    remote_overdue: bool
+    cancel_refused: bool
 
 
 # ---------------------------------------------------------------------------- due work
@@ -83,6 +88,21 @@ class Cancel:
 
 
 @dataclass(frozen=True, slots=True)
+class Poll:
+    """Accepted, and no worker holds it while it needs one (it is followed by polling, or a
+    cancellation waits to be sent): claim it under a poll lease (``executors.polling``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MarkRemoteUnknown:
+    """The ``accepted`` deadline passed at ``deadline_at`` (UTC) with no answer from the
+    provider: record ``RemoteOverdue`` (attention ``remote_unknown``), never an outcome; the
+    operation is followed until its hard limit (issue 12 item 2)."""
+
+    deadline_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Wait:
     """Nothing to do now. ``until``: the earliest instant (UTC) something will be, or None when
     only an outside event (an operator, a callback, an approval) can move the operation."""
@@ -90,9 +110,12 @@ class Wait:
     until: datetime | None
 
 
-Work = Claim | Reclaim | Settle | ExceedDeadline | Cancel | Wait
+Work = Claim | Reclaim | Settle | ExceedDeadline | MarkRemoteUnknown | Cancel | Poll | Wait
 
-CLAIM, RECLAIM, SETTLE, CANCEL = Claim(), Reclaim(), Settle(), Cancel()
+CLAIM, RECLAIM, SETTLE, CANCEL, POLL = Claim(), Reclaim(), Settle(), Cancel(), Poll()
+
+FOLLOW_POLL = "poll"
+"""``Operation.follow`` of accepted work that is polled (``ledger.modes.Follow.POLL``)."""
 
 
 def deadline_at(op: OperationState) -> datetime | None:
@@ -104,6 +127,8 @@ def deadline_at(op: OperationState) -> datetime | None:
     """
     if op.execution not in ACTIVE_STATES:
         return None
+    if op.execution is E.ACCEPTED and op.remote_overdue and op.follow_until is not None:
+        return op.follow_until  # past the accepted deadline: the declared hard limit bounds it
     return later(op.state_entered_at, op.deadlines[op.execution.value])
 
 
@@ -133,11 +158,13 @@ def due_at(op: OperationState) -> datetime | None:
 def _start_at(op: OperationState) -> datetime | None:
     # When a worker may take the operation (claim, reclaim or cancel), deadlines aside.
     if op.execution is E.PENDING:
-        if op.cancel_requested or op.approval != APPROVAL_REQUIRED:
+        if cancels_unsent(op) or op.approval != APPROVAL_REQUIRED:
             return op.due_at
         return None
     if op.execution is E.ACCEPTED:
-        return None  # waits for its result (callback, later polling) or its deadline
+        if not needs_follower(op):
+            return None  # waits for its callback, its deadline or an operator
+        return op.lease_expires_at or op.state_entered_at  # a poller's lease, or at once
     # Claimed or dispatching: once no lease is held and a recorded call budget wait
     # (``BudgetWaited``, issue 14 item 1) is over; a holder that gave its lease up with a wait
     # leaves only the wait.
@@ -145,21 +172,41 @@ def _start_at(op: OperationState) -> datetime | None:
     return max(times) if times else None
 
 
+def cancels_unsent(op: OperationState) -> bool:
+    """Whether a pending operation's cancellation is recorded as ``Cancelled`` without egress:
+    it was requested and no earlier attempt may have applied. When one may have (a retry after a
+    lost response, in a mode whose retries are safe), the retry is sent anyway with the same key
+    to learn what the provider did: a success stands ("completed despite cancel"), accepted work
+    is then cancelled at the provider. Recording ``Cancelled`` would claim an effect that may
+    exist did not (ADR 0004)."""
+    return op.cancel_requested and not op.possibly_applied
+
+
+def needs_follower(op: OperationState) -> bool:
+    """Whether accepted work needs a worker holding it: it is followed by polling, or a
+    cancellation was requested and not yet refused (it is sent to the provider)."""
+    return op.follow == FOLLOW_POLL or (op.cancel_requested and not op.cancel_refused)
+
+
 def due_work(op: OperationState, now: datetime) -> Work:
     """What is due for ``op`` at ``now`` (UTC): the one rule every executor service obeys.
 
-    Precedence, first match wins: settle a due settlement; record a passed deadline; cancel an
-    unleased operation whose cancellation was requested; claim a pending, approved, due one
-    (due: ``due_at``, which a ``BudgetWaited`` moves to the next window); reclaim a claimed or
-    dispatching one whose lease expired (or was given up) and whose recorded call budget wait,
-    if any, is over; otherwise wait.
+    Precedence, first match wins: settle a due settlement; record a passed deadline (for
+    accepted work followed under a hard limit, the first pass of the ``accepted`` deadline is
+    ``MarkRemoteUnknown``, the hard limit ``ExceedDeadline``); cancel an unleased pending
+    operation whose cancellation was requested (:func:`cancels_unsent`); claim a pending,
+    approved, due one (due: ``due_at``, which a ``BudgetWaited`` moves to the next window); poll
+    accepted work no live poll lease holds; reclaim a claimed or dispatching one whose lease
+    expired (or was given up) and whose recorded call budget wait, if any, is over; otherwise
+    wait.
 
     Args:
         op: the operation's current state.
         now: UTC-aware instant.
 
     Returns:
-        ``Claim``, ``Reclaim``, ``Settle``, ``ExceedDeadline``, ``Cancel`` or ``Wait(until)``;
+        ``Claim``, ``Reclaim``, ``Settle``, ``ExceedDeadline``, ``MarkRemoteUnknown``,
+        ``Cancel``, ``Poll`` or ``Wait(until)``;
         ``Wait.until`` equals :func:`due_at` whenever the result is ``Wait``.
 
     Source: DESIGN §7; docs/adr/0002-executor-services.md (the table tests render it).
@@ -171,9 +218,13 @@ def due_work(op: OperationState, now: datetime) -> Work:
         return SETTLE
     deadline = deadline_at(op)
     if deadline is not None and deadline <= now:
+        if op.execution is E.ACCEPTED and op.follow_until is not None and not op.remote_overdue:
+            return MarkRemoteUnknown(deadline)
         return ExceedDeadline(deadline)
     if op.execution is E.PENDING:
-        return CANCEL if op.cancel_requested else CLAIM
+        return CANCEL if cancels_unsent(op) else CLAIM
+    if op.execution is E.ACCEPTED:
+        return POLL
     return RECLAIM
 
 
@@ -181,14 +232,17 @@ def may_need_egress(execution: ExecutionState, settlement: SettlementState, canc
     """Whether due work in this state may take an egress slot (``Claim`` or ``Reclaim``).
 
     Lets a worker choose which due rows to load before loading them: rows for which this is
-    False (settlements, cancellations) never wait for a free slot. A superset: a row for which
-    it is True may still turn out to be a deadline.
+    False (settlements, accepted work) never wait for a free slot. A superset: a row for which
+    it is True may still turn out to be a deadline or a cancellation.
     """
     if settlement is not SettlementState.NONE:
         return False
-    # A pending operation whose cancellation was requested is cancelled, never claimed; a
-    # leased one is reclaimed first (its holder may be gone), which takes a slot.
-    return execution in (E.CLAIMED, E.DISPATCHING) or (execution is E.PENDING and not cancel_requested)
+    # Every pending row may need one: a cancelled one is usually recorded without egress, but
+    # one whose earlier attempt may have applied is sent again (``cancels_unsent``), and the row
+    # does not say which. A leased one is reclaimed first (its holder may be gone), which takes
+    # a slot. Accepted work is claimed for polling without a slot: its polls ask for one when due.
+    del cancel_requested  # kept in the signature: callers pass what the row holds
+    return execution in (E.CLAIMED, E.DISPATCHING, E.PENDING)
 
 
 # ---------------------------------------------------------------------------- after an attempt

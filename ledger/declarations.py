@@ -38,9 +38,21 @@ MAX_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
 """The largest ``max_payload_bytes`` a declaration may set, bytes (payloads are stored inline)."""
 DEFAULT_APPROVAL_VALID_SECONDS = 86_400.0
 """How long an approval allows egress unless declared otherwise, seconds (a day)."""
+DEFAULT_POLL_INITIAL_DELAY_SECONDS = 1.0
+"""How long after acceptance the first poll of a remote operation waits unless declared, seconds."""
+DEFAULT_POLL_MAX_INTERVAL_SECONDS = 60.0
+"""The longest wait between two polls before the accepted deadline unless declared, seconds."""
+DEFAULT_POLL_OVERDUE_INTERVAL_SECONDS = 600.0
+"""The wait between polls once the accepted deadline passed (``remote_unknown``), seconds."""
+DEFAULT_POLL_LIMIT_SECONDS = 7 * 86_400.0
+"""The hard limit on following an accepted operation, from its acceptance, seconds (a week)."""
 _DIGEST_DEFAULTS: dict[str, Any] = {"max_payload_bytes": DEFAULT_MAX_PAYLOAD_BYTES, "approval_purpose": "",
                                     "approval_valid_seconds": DEFAULT_APPROVAL_VALID_SECONDS,
-                                    "budgets.per_tenant": None}
+                                    "budgets.per_tenant": None,
+                                    "polling": {"initial_delay_seconds": DEFAULT_POLL_INITIAL_DELAY_SECONDS,
+                                                "max_interval_seconds": DEFAULT_POLL_MAX_INTERVAL_SECONDS,
+                                                "overdue_interval_seconds": DEFAULT_POLL_OVERDUE_INTERVAL_SECONDS,
+                                                "limit_seconds": DEFAULT_POLL_LIMIT_SECONDS}}
 """Fields added after digests were first recorded (dotted: a nested field): left out of the
 digest while at their default, so a declaration written before them keeps its recorded digest
 (no false drift)."""
@@ -111,6 +123,31 @@ class Deadlines(_Strict):
     claimed: float = Field(default=300.0, gt=0, le=MAX_DEADLINE_SECONDS)
     dispatching: float = Field(default=600.0, gt=0, le=MAX_DEADLINE_SECONDS)
     accepted: float = Field(default=86_400.0, gt=0, le=MAX_DEADLINE_SECONDS)
+
+
+class Polling(_Strict):
+    """How an accepted remote operation is followed (docs/adr/0004-accepted-work.md).
+
+    Polls back off exponentially from ``initial_delay_seconds`` (doubling) up to
+    ``max_interval_seconds``, never sooner than a provider's ``Retry-After``. Once the
+    ``accepted`` deadline passes with the provider still running, the operation is shown as
+    ``remote_unknown`` (never failed) and polled every ``overdue_interval_seconds``, until
+    ``limit_seconds`` after acceptance: then ``DeadlineExceeded`` records it ambiguous.
+    """
+
+    initial_delay_seconds: float = Field(default=DEFAULT_POLL_INITIAL_DELAY_SECONDS, gt=0, le=MAX_BACKOFF_SECONDS)
+    max_interval_seconds: float = Field(default=DEFAULT_POLL_MAX_INTERVAL_SECONDS, gt=0, le=MAX_BACKOFF_SECONDS)
+    overdue_interval_seconds: float = Field(default=DEFAULT_POLL_OVERDUE_INTERVAL_SECONDS, gt=0,
+                                            le=MAX_BACKOFF_SECONDS)
+    limit_seconds: float = Field(default=DEFAULT_POLL_LIMIT_SECONDS, gt=0, le=MAX_DEADLINE_SECONDS)
+
+    @field_validator("max_interval_seconds")
+    @classmethod
+    def _interval_ordered(cls, value: float, info: ValidationInfo) -> float:
+        first = info.data.get("initial_delay_seconds")
+        if first is not None and value < first:
+            raise ValueError("max_interval_seconds must be >= initial_delay_seconds")
+        return value
 
 
 class SettlementAction(_Strict):
@@ -192,6 +229,7 @@ class Integration(_Strict):
     approval_purpose: str = Field(default="", max_length=200, description='e.g. "refund above 1,000 EUR"')
     approval_valid_seconds: float = Field(default=DEFAULT_APPROVAL_VALID_SECONDS, gt=0, le=MAX_DEADLINE_SECONDS)
     budgets: Budgets = Budgets()
+    polling: Polling = Polling()
     payload: Mapping[str, Classification] = Field(default_factory=dict)
     max_payload_bytes: int = Field(default=DEFAULT_MAX_PAYLOAD_BYTES, ge=1, le=MAX_MAX_PAYLOAD_BYTES)
 
@@ -207,6 +245,16 @@ class Integration(_Strict):
         if value is not None and url_has_credentials(value):
             raise ValueError("endpoint must not carry credentials (user:password@): put them in a "
                              "payload field classified secret, or a header the adapter adds")
+        return value
+
+    @field_validator("polling")
+    @classmethod
+    def _limit_after_deadline(cls, value: Polling, info: ValidationInfo) -> Polling:
+        # The hard limit bounds the slow polling that follows the accepted deadline.
+        deadlines = info.data.get("deadlines")
+        if deadlines is not None and value.limit_seconds < deadlines.accepted:
+            raise ValueError("polling.limit_seconds must be >= deadlines.accepted (it bounds the polling "
+                             "that goes on after the accepted deadline)")
         return value
 
     @field_validator("payload")

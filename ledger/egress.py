@@ -2,6 +2,8 @@
 
 One small protocol (STYLE rule 6): ``send`` performs one egress and returns an ``Outcome``
 value; ``lookup`` answers "did you receive operation X?" for ``recoverable_remote_id`` mode.
+An adapter whose provider accepts work as a remote operation may also follow it
+(:class:`RemoteOperations`: ``poll`` and ``cancel``, values too).
 Adapters never raise for a provider's behaviour, only for bugs (STYLE rule 5).
 """
 
@@ -9,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
 from ledger.declarations import DeliveryMode
-from ledger.outcomes import Outcome
+from ledger.outcomes import CancelOutcome, Outcome, PollResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,3 +73,42 @@ class Adapter(Protocol):
             never received it (safe to retry); an ``Ambiguous`` when the lookup itself failed.
         """
         ...
+
+
+@runtime_checkable
+class RemoteOperations(Protocol):
+    """What an adapter offers to follow a remote operation it started (AIP-151 shape).
+
+    An adapter with these methods has its accepted operations polled by the worker
+    (``executors.polling``); one without them leaves them to a callback or their deadline.
+    Both return values, never raise for a provider's behaviour (STYLE rule 5).
+
+    Source: issue 12 items 1 and 4; docs/adr/0004-accepted-work.md.
+    """
+
+    def poll(self, request: EgressRequest, remote_id: str) -> PollResult:
+        """Ask for the remote operation ``remote_id``'s state.
+
+        Returns:
+            ``Succeeded`` (done, with a response), ``Failed(REMOTE_FAILED)`` (done, with an
+            error), ``CancelConfirmed`` (done, cancelled), ``Ambiguous(reason="remote_lost")``
+            (the provider no longer knows it), or ``StillRunning`` (not done, or no answer).
+        """
+        ...
+
+    def cancel(self, request: EgressRequest, remote_id: str) -> CancelOutcome:
+        """Ask the provider to cancel ``remote_id``.
+
+        Returns:
+            ``CancelConfirmed`` when the provider says it is cancelled, else ``CancelRefused``.
+        """
+        ...
+
+
+def can_follow(adapter: object) -> bool:
+    """Whether ``adapter`` implements :class:`RemoteOperations` (``poll`` and ``cancel``).
+
+    The same answer as ``isinstance(adapter, RemoteOperations)`` at a fraction of its cost
+    (a runtime protocol check costs about half a millisecond; outcomes ask it per accepted call).
+    """
+    return callable(getattr(adapter, "poll", None)) and callable(getattr(adapter, "cancel", None))

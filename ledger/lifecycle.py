@@ -26,6 +26,7 @@ BY_EXECUTION: dict[str, frozenset[E]] = {
     "start_attempt": frozenset({E.CLAIMED}),
     "accept": frozenset({E.DISPATCHING}),
     "observe_remote_status": frozenset({E.ACCEPTED}),
+    "mark_remote_unknown": frozenset({E.ACCEPTED}),
     "receive_callback": frozenset({E.DISPATCHING, E.ACCEPTED}),
     "succeed": frozenset({E.DISPATCHING, E.ACCEPTED}),
     "fail": frozenset({E.CLAIMED, E.DISPATCHING, E.ACCEPTED}),

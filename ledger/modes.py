@@ -30,6 +30,36 @@ class AfterLostResponse(StrEnum):
     """Treat the request as accepted and wait for the provider's authenticated callback."""
 
 
+class Follow(StrEnum):
+    """How the result of accepted work will come (recorded on ``Accepted``)."""
+
+    POLL = "poll"
+    """The worker polls the provider's remote operation (``ledger.egress.RemoteOperations``)."""
+    CALLBACK = "callback"
+    """The provider calls us back (``callback`` mode)."""
+    WAIT = "wait"
+    """Neither: the adapter cannot poll and the mode expects no callback; the operation waits
+    for its deadline (then ``remote_unknown``) or an operator."""
+
+
+def how_to_follow(mode: DeliveryMode, *, adapter_polls: bool) -> Follow:
+    """How accepted work of ``mode`` is followed, given whether the adapter can poll.
+
+    Args:
+        mode: the delivery mode.
+        adapter_polls: the adapter offers ``poll``/``cancel`` (``ledger.egress.RemoteOperations``).
+
+    Returns:
+        ``CALLBACK`` where a 2xx only acknowledges receipt (the provider reports by calling us),
+        else ``POLL`` when the adapter can, else ``WAIT``.
+
+    Source: DESIGN §5; docs/adr/0004-accepted-work.md.
+    """
+    if rules_for(mode).success_means_accepted:
+        return Follow.CALLBACK
+    return Follow.POLL if adapter_polls else Follow.WAIT
+
+
 @dataclass(frozen=True, slots=True)
 class ModeRules:
     """What one delivery mode allows.

@@ -166,6 +166,10 @@ class Operation(OperationCommands, Aggregate):
             op.approval_voided = None
             op.budget_wait = None
             op.budget_wait_until = None
+            op.follow = None
+            op.follow_until = None
+            op.remote_overdue = False
+            op.cancel_refused = False
 
         # As above: the library's generic signature; a creation event always returns the new one.
         def mutate(self, aggregate: Operation | None) -> Operation:  # type: ignore[override]
@@ -302,13 +306,29 @@ class Operation(OperationCommands, Aggregate):
             op.last_attempt_id = self.attempt_id
 
     class Accepted(Event):
+        """The provider accepted the work as remote operation ``remote_id``. ``follow`` says how
+        its result will come (``ledger.modes.Follow``); ``follow_until`` is the hard limit on
+        waiting for it (UTC; None in records written before polling existed: the ``accepted``
+        deadline then ends it, as it always did)."""
+
+        class_version = 2
         epoch: int
         attempt_id: UUID
         remote_id: str
         status_code: int | None
         excerpt: str
+        follow: str
+        follow_until: datetime | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["follow"] = "wait"
+            state["follow_until"] = None
 
         def apply(self, op: Operation) -> None:
+            op.follow = self.follow
+            op.follow_until = self.follow_until
+            op.remote_overdue = False
             op.execution = E.ACCEPTED
             op.state_entered_at = self.timestamp
             op.remote_id = self.remote_id
@@ -326,6 +346,16 @@ class Operation(OperationCommands, Aggregate):
 
         def apply(self, op: Operation) -> None:
             op.remote_status = self.remote_status
+
+    class RemoteOverdue(Event):
+        """The ``accepted`` deadline passed at ``deadline_at`` while the provider had not
+        answered: not an outcome (it may still finish). The operation is on the attention queue
+        as ``remote_unknown`` and is followed until ``follow_until``."""
+
+        deadline_at: datetime
+
+        def apply(self, op: Operation) -> None:
+            op.remote_overdue = True
 
     class CallbackReceived(Event):
         """An authenticated callback reported on the operation (``ledger.callbacks``).
@@ -454,6 +484,7 @@ class Operation(OperationCommands, Aggregate):
 
         def apply(self, op: Operation) -> None:
             op.cancel_reason = f"cancel failed: {self.reason}"
+            op.cancel_refused = True
 
     class DeadlineExceeded(Event):
         state: str
@@ -622,7 +653,27 @@ class Operation(OperationCommands, Aggregate):
             return "declaration_mismatch"
         if self.execution in lifecycle.ACTIVE and self.lease_takeovers >= LEASE_TAKEOVERS_FOR_ATTENTION:
             return "lease_expired_repeatedly"
+        if self.execution is E.ACCEPTED and self.remote_overdue:
+            return "remote_unknown"
+        if self.execution in lifecycle.ACTIVE and self.cancel_refused:
+            return "cancel_failed"
         return decisions.time_problem(self)
+
+    @property
+    def cancel_outcome(self) -> str | None:
+        """What became of a requested cancellation, in words an operator reads, or None when
+        none was requested: ``cancelled``, ``completed despite cancel`` (the provider finished
+        first: the evidence wins, issue 12 item 4), ``failed before cancel took effect``,
+        ``cancel failed`` (still running) or ``requested``."""
+        if not self.cancel_requested:
+            return None
+        if self.execution is E.CANCELLED:
+            return "cancelled"
+        if self.execution is E.SUCCEEDED:
+            return "completed despite cancel"
+        if self.execution in TERMINAL_EXECUTION_STATES or self.execution is E.AMBIGUOUS:
+            return f"{self.execution.value} before cancel took effect"
+        return "cancel failed" if self.cancel_refused else "requested"
 
     def lease_expired(self, now: datetime) -> bool:
         """True when no worker holds a live lease at ``now`` (UTC)."""

@@ -108,3 +108,60 @@ class Ambiguous:
 
 Outcome = Succeeded | Accepted | Failed | Ambiguous
 """What one egress produced (DESIGN §3, 'outcome')."""
+
+
+@dataclass(frozen=True, slots=True)
+class StillRunning:
+    """A poll found the remote operation not done yet, or learned nothing (STYLE rule 5).
+
+    Attributes:
+        next_check_after: the provider's hint (``Retry-After``), seconds, already bounded; None
+            when it gave none.
+        remote_status: the provider's status word (``running``, ``queued``); None when the
+            poll got no answer (a timeout, a 5xx): nothing is recorded then.
+        detail: bounded, redacted, valid UTF-8 text for logs.
+    """
+
+    next_check_after: float | None = None
+    remote_status: str | None = None
+    detail: str = ""
+
+
+
+
+@dataclass(frozen=True, slots=True)
+class CancelConfirmed:
+    """The provider says the remote operation is cancelled: record ``Cancelled``.
+
+    Attributes:
+        detail: bounded, redacted text of its answer.
+    """
+
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRefused:
+    """The provider did not cancel: it refused, the operation completed first, or the cancel
+    call failed. Polling goes on and decides the outcome.
+
+    Attributes:
+        reason: bounded, redacted text for the ``CancelFailed`` fact.
+        retryable: the call itself failed (nothing was decided): ask again at the next poll
+            instead of recording ``CancelFailed``.
+        status_code: HTTP status, when there was a response.
+    """
+
+    reason: str
+    retryable: bool = False
+    status_code: int | None = None
+
+
+CancelOutcome = CancelConfirmed | CancelRefused
+"""What one remote cancel returned (issue 12 item 4)."""
+
+
+PollResult = Succeeded | Failed | Ambiguous | CancelConfirmed | StillRunning
+"""What one poll of an accepted remote operation returned: a terminal outcome (``Failed``: the
+remote operation failed; ``Ambiguous``: the provider lost it; ``CancelConfirmed``: it was
+cancelled), or :class:`StillRunning`."""

@@ -35,9 +35,11 @@ class ExecutionState(StrEnum):
 
     ACCEPTED = "accepted"
     """The provider accepted the work and named a remote operation; the result comes by polling
-    or callback. Left by ``Succeeded``, ``Failed``, ``Ambiguous``, ``Cancelled``,
-    ``CallbackReceived`` with a final status, or ``DeadlineExceeded``.
-    Deadline: ``deadlines.accepted``."""
+    or callback (``Accepted.follow``). Left by ``Succeeded``, ``Failed``, ``Ambiguous``,
+    ``Cancelled``, ``CallbackReceived`` with a final status, or ``DeadlineExceeded``.
+    Deadline: ``deadlines.accepted``, whose passing records ``RemoteOverdue`` (attention
+    ``remote_unknown``, not an outcome); then the hard limit ``Accepted.follow_until``, which
+    records ``DeadlineExceeded`` (ambiguous). ADR 0004."""
 
     SUCCEEDED = "succeeded"
     """Terminal: the effect is known to have happened."""

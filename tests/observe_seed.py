@@ -112,6 +112,7 @@ EXPECTED_COUNTERS: dict[tuple[str, str, str], float] = {
     ("opledger_settlement_failures", "payments.charge", ""): 1,
     ("opledger_settled", "payments.charge", ""): 2,
     ("opledger_attention_entries", "notifications.send", "ambiguous"): 1,
+    ("opledger_attention_entries", "notifications.send", "cancel_failed"): 1,  # CancelFailed is an attention reason (issue 12)
 }
 
 

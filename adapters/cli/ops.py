@@ -215,6 +215,19 @@ def _act(database_url: str | None, operation_id: str, action: OperatorAction, js
         return
     events = ", ".join(entry["event"] for entry in result["recorded"]) or "nothing new (already recorded)"
     console.print(f"operation {op_id}: recorded {events}; status {result['status']}", highlight=False)
+    if action.kind == "cancel" and result["status"] in _CANCEL_NEXT:
+        console.print(_CANCEL_NEXT[result["status"]], highlight=False)
+
+
+_CANCEL_NEXT = {
+    "pending": "next: a worker records Cancelled; nothing is sent",
+    "claimed": "next: the worker holding it records Cancelled before any egress",
+    "dispatching": "next: the attempt on the wire ends first and its outcome is recorded; accepted work is then "
+                   "cancelled at the provider, a retry is cancelled, a success or failure stands",
+    "accepted": "next: a worker asks the provider to cancel; it records Cancelled, or CancelFailed (attention "
+                "cancel_failed) and then whatever the provider reports; a success that wins the race stands",
+}
+"""What happens after ``opledger cancel``, by the status it left the operation in (ADR 0004)."""
 
 
 def resolve(
@@ -238,7 +251,8 @@ def cancel(
     database_url: str = DatabaseOption,
     json_output: bool = JsonOption,
 ) -> None:
-    """Request cancellation; a worker honours it before egress."""
+    """Request cancellation (CancelRequested): before egress a worker records Cancelled; accepted work is
+    cancelled at the provider (Cancelled or CancelFailed). Prints what was recorded and what comes next."""
     _act(database_url, operation_id, OperatorAction("cancel", principal, reason=reason), json_output)
 
 

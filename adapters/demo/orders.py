@@ -13,6 +13,7 @@ from uuid import UUID, uuid4
 from eventsourcing.domain import Aggregate, event
 from pydantic import BaseModel, Field
 
+from adapters.demo.lro_flow import PROVISIONING
 from ledger.application import LedgerApplication
 from ledger.declarations import Integration
 from ledger.inbound import CommandContext, CommandRefused, Reply, command
@@ -115,10 +116,10 @@ class PlaceOrder(BaseModel):
 
 
 class OrdersApp(LedgerApplication):
-    """The demo host application."""
+    """The demo host application (its workspaces' provisioning: ``adapters.demo.lro_flow``)."""
 
     name = "orders"
-    integrations = [PAYMENTS, NOTIFICATIONS, FULFILMENT]
+    integrations = [PAYMENTS, NOTIFICATIONS, FULFILMENT, PROVISIONING]
 
     def place_order(
         self, *, customer_email: str, amount_cents: int, payments_url: str, notify_url: str,

@@ -11,6 +11,10 @@
 5. The callback flow (``adapters.demo.callback_flow``): fulfilments in ``callback`` mode,
    answered by the partner's signed callbacks through ``opledger serve``, which is SIGKILLed
    mid-callback and restarted; a forged and a replayed callback are refused.
+
+Beside the orders runs the long-running-operation flow (``adapters.demo.lro_flow``): workspaces
+provisioned on the partner's mock LRO provider, polled, one cancelled mid-flight between the two
+workers; the first worker is killed while they are being polled.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import shutil
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from adapters.cli.common import cell
+from adapters.demo import lro_flow
 from adapters.demo.callback_flow import CallbackFlow
 from adapters.demo.orders import OrdersApp, new_email
 from adapters.operator import timeline_entries
@@ -99,21 +105,31 @@ def run_demo(*, database_url: str | None, as_json: bool, orders: int) -> int:
         say(f"placed {orders} orders: {len(op_ids)} operations intended, each co-committed with its order")
         fulfilments = flow.request(database, op_ids[0::2], partner.url)
         say(f"{len(fulfilments)} orders asked the warehouse for fulfilment (callback mode)")
+        workspaces = _start_flow(database, partner.url)
+        op_ids.extend(workspaces)
+        modes.update(lro_flow.modes(workspaces))
+        say(f"requested {len(workspaces)} workspaces: long-running provisioning operations, polled")
         env = {
             "OPLEDGER_DATABASE_URL": database.url(), "OPLEDGER_APP": APP_TOPIC,
             "OPLEDGER_LEASE_SECONDS": str(LEASE_SECONDS), "OPLEDGER_WEBHOOK_SECRET": webhook_secret,
             "OPLEDGER_SECRET_DEMO_CARD": "tok_demo_4242", "OPLEDGER_POLL_INTERVAL_SECONDS": "0.05",
             "OPLEDGER_LOG_FORMAT": "json", "OPLEDGER_GRACE_SECONDS": "5", **flow.worker_env(),
+            "OPLEDGER_POLL_LEASE_SECONDS": str(lro_flow.POLL_LEASE_SECONDS),
         }
         first = spawn_worker(env, DEMO_DIR / f"demo-worker-{run_id}-1.log")
-        in_flight = _kill_when_in_flight(first, partner.log, op_ids)
-        say(f"worker 1 (pid {first.pid}) SIGKILLed with {in_flight} partner calls still unanswered")
+        in_flight = _kill_when_in_flight(first, partner.log, op_ids,
+                                         ready=lambda: lro_flow.mid_flight(partner.log, workspaces))
+        say(f"worker 1 (pid {first.pid}) SIGKILLed with {in_flight} partner calls still unanswered, "
+            "mid-poll of the provisioning operations")
+        cancelled_in = lro_flow.cancel_mid_flight(database, OrdersApp, workspaces)
+        say(f"cancel requested for workspace {lro_flow.CANCELLED_LABEL} while {cancelled_in}")
         second = spawn_worker(env, DEMO_DIR / f"demo-worker-{run_id}-2.log")
         say(f"worker 2 (pid {second.pid}) started; recovering and waiting for every operation to settle")
         rows = _wait_quiescent(database, op_ids, second)
         flow.wait_accepted(database, second)
         second.terminate()
         summary = _summary(database, op_ids, modes, rows, partner.log)
+        summary["lro"] = lro_flow.summary(workspaces, rows, partner.log)
         summary["partner_log"] = str(partner_log)
         summary["killed_in_flight"] = in_flight
         summary["callbacks"] = flow.run(database, env, partner.log, partner.url, say)
@@ -126,9 +142,17 @@ def run_demo(*, database_url: str | None, as_json: bool, orders: int) -> int:
 
 def _clean(summary: dict[str, Any]) -> bool:
     callbacks = summary["callbacks"]
-    return (summary["lost"] == 0 and summary["duplicate_effects"] == 0 and callbacks["lost"] == 0
-            and callbacks["duplicate_effects"] == 0 and callbacks["forged_accepted"] == 0
-            and callbacks["replayed_accepted"] == 0)
+    return (summary["lost"] == 0 and summary["duplicate_effects"] == 0 and not summary["lro"]["mismatches"]
+            and callbacks["lost"] == 0 and callbacks["duplicate_effects"] == 0
+            and callbacks["forged_accepted"] == 0 and callbacks["replayed_accepted"] == 0)
+
+
+def _start_flow(database: Database, partner_url: str) -> dict[UUID, lro_flow.Provisioning]:
+    app = OrdersApp(env=database.library_env(create_table=False))
+    try:
+        return lro_flow.place(app, partner_url)
+    finally:
+        app.close()  # releases the SQLite store for the worker processes
 
 
 def _fresh_database(database_url: str | None) -> Database:
@@ -183,14 +207,16 @@ def _place_orders(database: Database, partner_url: str, orders: int) -> tuple[li
     return op_ids, modes
 
 
-def _kill_when_in_flight(worker: WorkerProcess, log: PartnerLog, op_ids: list[UUID]) -> int:
-    """SIGKILL the worker once slow partner calls are under way; return how many were unanswered."""
+def _kill_when_in_flight(worker: WorkerProcess, log: PartnerLog, op_ids: list[UUID],
+                         ready: Callable[[], bool] = lambda: True) -> int:
+    """SIGKILL the worker once slow partner calls are under way (and ``ready`` says the rest of
+    the stage is set); return how many calls were unanswered."""
     keys = {str(i) for i in op_ids}
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and worker.alive():
         requests = [r for r in log.requests() if r.kind == "delivery" and r.idempotency_key in keys]
         slow = [r for r in requests if r.fault and "delay" in r.fault]
-        if len(slow) >= 2:
+        if len(slow) >= 2 and ready():
             time.sleep(SLOW_SECONDS / 3)  # well inside the partner's delay: responses not sent yet
             break
         time.sleep(0.02)
@@ -303,6 +329,7 @@ def _print_summary(console: Console, summary: dict[str, Any], database: Database
             events.add_row(cell(entry["version"]), cell(entry["event"]),
                            cell(", ".join(f"{k}={v}" for k, v in shown.items())))
         console.print(events)
+    _print_flow(console, summary["lro"])
     callbacks = summary["callbacks"]
     console.print(f"callbacks: {callbacks['operations']} fulfilments, serve SIGKILLed mid-callback: "
                   f"{callbacks['serve_killed_mid_callback']}, callbacks recorded {callbacks['callbacks_recorded']} "
@@ -315,6 +342,18 @@ def _print_summary(console: Console, summary: dict[str, Any], database: Database
     console.print(f"{verdict}: {summary['operations']} operations, lost {summary['lost']}, "
                   f"duplicate effects {summary['duplicate_effects']}. Inspect with "
                   f"`{_this_command()} ops list --database-url {mask_url(database.url())}`.")
+
+
+def _print_flow(console: Console, flow: dict[str, Any]) -> None:
+    table = Table(title="provisioning (long-running operations): the ledger against the provider")
+    for column in ("workspace", "ledger outcome", "provider state"):
+        table.add_column(column)
+    for label, outcome in flow["outcomes"].items():
+        table.add_row(cell(label), cell(outcome), cell(flow["provider"][label]))
+    console.print(table)
+    console.print(f"create calls applied: {flow['creates_applied']} for {flow['operations']} operations; "
+                  f"polls answered: {flow['polls']}; cancels received: {flow['cancel_requests']}; "
+                  f"mismatches: {len(flow['mismatches'])}")
 
 
 def _this_command() -> str:

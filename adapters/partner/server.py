@@ -6,6 +6,8 @@ Routes:
   ``standardwebhooks`` package (401 and nothing applied when it fails); the effect is applied
   once per ``Idempotency-Key`` and later deliveries get the stored first response.
 - ``GET /idempotency/{key}``: 200 with the stored response when applied, else 404 (signed too).
+- ``POST /lro/...``, ``GET /lro/operations/{key}``, ``POST /lro/operations/{key}:cancel``: the mock
+  long-running-operation provider (AIP-151 shape, signed too): :mod:`.lro`.
 - ``POST /_control/faults`` ``{"path": ..., "fault": {...}}``, ``DELETE /_control/faults``
   (``?path=`` for one path), ``GET /_control/health``: the test harness (not signed).
 - ``POST /_control/callbacks/forge`` and ``/_control/callbacks/replay`` ``{"key": ...}``: send a
@@ -40,7 +42,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from standardwebhooks.webhooks import Webhook
 
-from adapters.partner import callbacks
+from adapters.partner import callbacks, lro
 from adapters.partner.faults import FAULT_HEADER, ApplyTiming, Fault, FaultBook, FaultError
 from adapters.partner.store import PartnerRequest, PartnerStore, StoredResponse
 from ledger.clock import Clock, SystemClock
@@ -177,22 +179,41 @@ class PartnerHandler(BaseHTTPRequestHandler):
             return self._finish(entry, 400, {"error": str(exc)})
         if kind == "lookup":
             return self._lookup(incoming, fault)
+        if kind in ("poll", "cancel"):
+            return self._follow(incoming, kind, fault)
         if kind != "delivery":
             return self._finish(incoming.entry(kind, signature_valid=True), 404, {"error": "not found"})
         if incoming.key is None:
             entry = incoming.entry(kind, signature_valid=True)
             return self._finish(entry, 400, {"error": "Idempotency-Key is required"})
-        return self._deliver(incoming, incoming.key, fault)
+        script = None
+        if lro.is_create(incoming.method, incoming.path):
+            try:
+                script = lro.LroScript.from_query(incoming.query)
+            except lro.LroScriptError as exc:
+                return self._finish(incoming.entry(kind, signature_valid=True), 400, {"error": str(exc)})
+        return self._deliver(incoming, incoming.key, fault, script)
 
-    def _deliver(self, incoming: _Incoming, key: str, fault: Fault) -> None:
+    def _deliver(self, incoming: _Incoming, key: str, fault: Fault, script: lro.LroScript | None = None) -> None:
         stored = self.server.store.stored(key)
         wants_callback = callbacks.CALLBACK_URL_HEADER in incoming.headers
-        normal = stored or _fresh_response(key, accept=fault.accept or wants_callback)
+        headers: dict[str, str] = {}
+        create_lro = None
+        if script is not None:
+            status, body, location = lro.created_response(key)
+            normal = stored or StoredResponse(status, body)
+            headers["Operation-Location"] = location
+            now = self.server.clock.now()
+
+            def create_lro(db: Any) -> None:
+                lro.create(db, key=key, now=now, script=script)
+        else:
+            normal = stored or _fresh_response(key, accept=fault.accept or wants_callback)
         wire = fault.wire_status(normal.status)
         timing = fault.timing(wire)
         entry = incoming.entry("delivery", signature_valid=True, fault=fault.describe() or None, status=wire)
         applied = False
-        on_apply = None
+        on_apply = create_lro
         if wants_callback:  # queued with the effect, in its transaction: never applied without it
             due = self.server.clock.now().timestamp() + callbacks.FIRST_DELAY_SECONDS
 
@@ -207,7 +228,24 @@ class PartnerHandler(BaseHTTPRequestHandler):
             applied, stored = self.server.store.record(entry, apply=normal, payload=incoming.body, on_apply=on_apply)
         elif timing is ApplyTiming.NEVER:
             self.server.store.record(entry)
-        self._respond(wire, fault, stored or normal, replayed=stored is not None and not applied)
+        self._respond(wire, fault, stored or normal, replayed=stored is not None and not applied, headers=headers)
+
+    def _follow(self, incoming: _Incoming, kind: str, fault: Fault) -> None:
+        # A poll or cancel of a long-running operation: the state change and its log row commit
+        # together, before the (possibly faulted) response.
+        name, now = lro.name_of(incoming.path), self.server.clock.now()
+
+        def work(db: Any) -> tuple[PartnerRequest, lro.LroAnswer]:
+            answer = (lro.poll if kind == "poll" else lro.cancel)(db, name, now)
+            entry = incoming.entry(kind, signature_valid=True, fault=fault.describe() or None,
+                                   status=fault.wire_status(answer.status))
+            return entry, answer
+
+        answer = self.server.store.transact(work)
+        time.sleep(fault.delay)
+        headers = {"Retry-After": str(answer.retry_after)} if answer.retry_after is not None else {}
+        self._respond(fault.wire_status(answer.status), fault, StoredResponse(answer.status, _json(answer.document)),
+                      headers=headers)
 
     def _lookup(self, incoming: _Incoming, fault: Fault) -> None:
         stored = self.server.store.stored(incoming.key or "")
@@ -255,7 +293,8 @@ class PartnerHandler(BaseHTTPRequestHandler):
         self._respond(status, None, StoredResponse(status, _json(document)))
 
     def _respond(self, status: int | None, fault: Fault | None, response: StoredResponse, *,
-                 replayed: bool = False, stored_status: int | None = None) -> None:
+                 replayed: bool = False, stored_status: int | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         if status is None:
             self.close_connection = True  # the drop fault: no status line, no bytes
             return
@@ -273,6 +312,9 @@ class PartnerHandler(BaseHTTPRequestHandler):
             self.send_header("Idempotent-Replayed", "true")
         if stored_status is not None:
             self.send_header("X-Partner-Stored-Status", str(stored_status))
+        for name, value in (headers or {}).items():
+            if not (name == "Retry-After" and fault and fault.retry_after is not None):
+                self.send_header(name, value)
         self.end_headers()
         try:
             for start in range(0, len(body), WRITE_CHUNK_BYTES):
@@ -295,6 +337,9 @@ class PartnerHandler(BaseHTTPRequestHandler):
 
 
 def _kind(incoming: _Incoming) -> str:
+    followed = lro.kind_of(incoming.method, incoming.path)
+    if followed is not None:
+        return followed
     if incoming.method == "POST":
         return "delivery"
     if incoming.method == "GET" and incoming.path.startswith(LOOKUP_PREFIX):

@@ -16,16 +16,18 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from adapters.partner import callbacks
 
 BUSY_TIMEOUT_MS = 5000
+T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     received_at TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('delivery', 'lookup', 'control', 'other')),
+    kind TEXT NOT NULL CHECK (kind IN ('delivery', 'lookup', 'poll', 'cancel', 'control', 'other')),
     method TEXT NOT NULL,
     path TEXT NOT NULL,
     idempotency_key TEXT,
@@ -43,6 +45,16 @@ CREATE TABLE IF NOT EXISTS effects (
     status INTEGER NOT NULL,
     body BLOB NOT NULL,
     payload BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS lro_operations (
+    name TEXT PRIMARY KEY,
+    idempotency_key TEXT NOT NULL UNIQUE,
+    created_at TEXT NOT NULL,
+    script TEXT NOT NULL,
+    polls INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL CHECK (state IN ('running', 'succeeded', 'failed', 'cancelled', 'lost')),
+    done_at TEXT,
+    cancel_requests INTEGER NOT NULL DEFAULT 0
 );
 """
 _COLUMNS = ("seq", "received_at", "kind", "method", "path", "idempotency_key", "webhook_id",
@@ -123,6 +135,28 @@ class PartnerStore:
             row = self._db.execute(_SELECT_EFFECT, (key,)).fetchone()
         return StoredResponse(row[0], bytes(row[1])) if row else None
 
+    def transact(self, work: Callable[[sqlite3.Connection], tuple[PartnerRequest, T]]) -> T:
+        """Run ``work`` in one transaction and append the log row it returns, so a change to
+        the partner's state and its log row commit together (the long-running operations of
+        :mod:`.lro`).
+
+        Args:
+            work: reads and writes through the connection; returns ``(log row, result)``.
+
+        Returns:
+            ``work``'s result.
+        """
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                entry, result = work(self._db)
+                self._db.execute(_INSERT_REQUEST, tuple(getattr(entry, c) for c in _INSERTED))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return result
+
     def record(self, entry: PartnerRequest, *, apply: StoredResponse | None = None,
                payload: bytes = b"", on_apply: Callable[[sqlite3.Connection], None] | None = None,
                ) -> tuple[bool, StoredResponse | None]:
@@ -136,7 +170,8 @@ class PartnerStore:
             apply: the response to store when this request applies the effect.
             payload: the request body, kept with the effect for inspection.
             on_apply: called with the connection, in the same transaction, when this request
-                applies the effect (queues the provider's callback: ``.callbacks``).
+                applies the effect (queues the provider's callback: ``.callbacks``; creates a
+                long-running operation: ``.lro``).
 
         Returns:
             Whether this request applied the effect, and the key's stored response (if any).
@@ -219,6 +254,13 @@ class PartnerLog:
         if kind is not None:
             query, args = query + " WHERE kind = ?", (kind,)
         return [(r[0], r[1], r[2]) for r in self._query(query + " ORDER BY seq", args)]
+
+    def lro_operations(self) -> list[dict[str, object]]:
+        """Every long-running operation the partner created (:mod:`.lro`), oldest first: name,
+        idempotency key, state, polls answered, cancel requests received."""
+        rows = self._query("SELECT name, idempotency_key, state, polls, cancel_requests FROM lro_operations "
+                           "ORDER BY created_at, name", ())
+        return [dict(zip(("name", "idempotency_key", "state", "polls", "cancel_requests"), r)) for r in rows]
 
     def _count(self, condition: str, key: object) -> int:
         rows = self._query(f"SELECT count(*) FROM requests WHERE idempotency_key = ? AND {condition}",

@@ -56,6 +56,10 @@ class Fault(StrEnum):
     """An attacker re-sends the provider's callback byte for byte (inside or past the tolerance)."""
     CALLBACK_LOST = "callback_lost"
     """The provider never calls back."""
+    POLL_FAILING = "poll_failing"
+    """A poll of a long-running operation gets no answer (``adapters.simulation.lro``)."""
+    CANCEL = "cancel"
+    """An operator requests cancellation of a long-running operation at a drawn time."""
 
 
 PROVIDER_FAULTS: dict[Fault, float] = {

@@ -36,16 +36,25 @@ def integration_name(mode: DeliveryMode) -> str:
     return f"sim.{mode.value}"
 
 
-def _declaration(mode: DeliveryMode) -> Integration:
+LRO_INTEGRATION = "sim.lro"
+"""The simulated long-running-operation integration (``adapters.simulation.lro``)."""
+LRO_ADAPTER = "sim_lro"
+
+
+def _declaration(mode: DeliveryMode, name: str | None = None, adapter: str = ADAPTER) -> Integration:
     return Integration.parse({
-        "name": integration_name(mode),
+        "name": name or integration_name(mode),
         "version": 1,
-        "adapter": ADAPTER,
+        "adapter": adapter,
         "delivery_mode": mode.value,
         "request_timeout_seconds": 2.0,
         "retry": {"max_attempts": MAX_ATTEMPTS, "base_backoff_seconds": 0.5, "max_backoff_seconds": 4.0,
                   "jitter": 0.2},
         "deadlines": {"pending": 600, "claimed": 60, "dispatching": 60, "accepted": 120},
+        # Past the accepted deadline an operation is remote_unknown and followed until this
+        # limit, then ambiguous: within the drain (run.DRAIN_LIMIT_SECONDS).
+        "polling": {"initial_delay_seconds": 1.0, "max_interval_seconds": 8.0, "overdue_interval_seconds": 30.0,
+                    "limit_seconds": 600.0},
         "settlement": {"entity_type": f"{__name__}:Account", "method": "on_result", "max_attempts": 3,
                        "backoff_seconds": 1.0},
         "payload": {"n": "public"},
@@ -105,15 +114,19 @@ class SimApp(LedgerApplication):
     """The simulated host application (in memory: the library's POPO recorder)."""
 
     name = "sim"
-    integrations: ClassVar[list[Integration]] = [_declaration(mode) for mode in MODES]
+    integrations: ClassVar[list[Integration]] = [
+        *(_declaration(mode) for mode in MODES),
+        _declaration(DeliveryMode.IDEMPOTENT, LRO_INTEGRATION, LRO_ADAPTER),
+    ]
     global_call_budget = GLOBAL_BUDGET
 
-    def open_account(self, seed: int, number: int, mode: DeliveryMode) -> tuple[Account, UUID]:
-        """Create account ``number`` of run ``seed`` and intend one operation of ``mode`` for it,
-        co-committed. Returns the account and the operation id."""
+    def open_account(self, seed: int, number: int, mode: DeliveryMode | None) -> tuple[Account, UUID]:
+        """Create account ``number`` of run ``seed`` and intend one operation of ``mode`` for it
+        (None: a long-running operation of ``sim.lro``), co-committed. Returns the account and
+        the operation id."""
         account = Account(name=f"{seed}-{number}")
-        op = self.intend(account, integration_name(mode), target=TARGET, payload={"n": number},
-                         tenant=tenant_of(number))
+        name = integration_name(mode) if mode is not None else LRO_INTEGRATION
+        op = self.intend(account, name, target=TARGET, payload={"n": number}, tenant=tenant_of(number))
         self.save(account, op)
         return account, op.id
 

@@ -186,6 +186,8 @@ class Oracle:
         applied = self.provider.applied[op_id] > 0
         if isinstance(event, Operation.Succeeded) and not applied:
             return Violation("outcome_matches_truth", op_id, "Succeeded, but the provider never applied it")
+        if isinstance(event, Operation.Cancelled) and applied:
+            return Violation("outcome_matches_truth", op_id, "Cancelled, but the provider applied it")
         if applied and (isinstance(event, Operation.Failed) or (
                 isinstance(event, (Operation.BudgetExhausted, Operation.DeadlineExceeded)) and not event.ambiguous)):
             return Violation("outcome_matches_truth", op_id,

@@ -43,7 +43,8 @@ from adapters.simulation.faults import (
     Fault,
     FaultPlan,
 )
-from adapters.simulation.model import ADAPTER, LEASE_SECONDS, MODES, POPO, SettlementFaults, SimApp
+from adapters.simulation.lro import CancelPlan, SimLroProvider
+from adapters.simulation.model import ADAPTER, LEASE_SECONDS, LRO_ADAPTER, MODES, POPO, SettlementFaults, SimApp
 from adapters.simulation.oracle import Oracle, Violation
 from adapters.simulation.provider import SimProvider
 from executors.commit import Counts
@@ -54,7 +55,7 @@ from projections.rows import StatusRow
 from projections.status import StatusProjection
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
-STAGES = ("egress", "outcomes", "settlement", "leases", "claims")
+STAGES = ("egress", "outcomes", "polling", "settlement", "leases", "claims")
 """A worker's cycle, in ``executors.runtime.Worker.run_once``'s order."""
 EGRESS_SLOTS = 8
 DRAIN_LIMIT_SECONDS = 3600.0
@@ -130,6 +131,8 @@ class _World:
     oracle: Oracle
     budgets: BudgetWatch
     callbacks: SimCallbacks
+    lro: SimLroProvider
+    cancels: CancelPlan = field(default_factory=CancelPlan)
     workers: list[_SimWorker | None] = field(default_factory=list)
     restarts: dict[int, datetime] = field(default_factory=dict)
     generations: Counter[int] = field(default_factory=Counter)
@@ -182,7 +185,8 @@ def _build(seed: int, config: SimConfig) -> _World:
     projection = StatusProjection(app=app, view=store.open_view())
     world = _World(seed=seed, config=config, rng=rng, faults=faults, clock=clock, app=app, provider=provider,
                    store=store, projection=projection, oracle=Oracle(app, provider, callbacks=callbacks.genuine),
-                   budgets=BudgetWatch(provider, clock, app), callbacks=callbacks)
+                   budgets=BudgetWatch(provider, clock, app), callbacks=callbacks,
+                   lro=SimLroProvider(truth=provider, faults=faults, clock=clock))
     world.workers = [_start_worker(world, i) for i in range(config.workers)]
     return world
 
@@ -192,7 +196,8 @@ def _start_worker(world: _World, index: int) -> _SimWorker:
     name = f"w{index}.{world.generations[index]}"
     egress = SimulatedEgress(clock=world.clock, faults=world.faults, rng=world.rng, slots=EGRESS_SLOTS,
                              lease_seconds=LEASE_SECONDS)
-    worker = Worker(app=world.app, view=world.store.open_view(), adapters={ADAPTER: world.budgets},
+    worker = Worker(app=world.app, view=world.store.open_view(), adapters={ADAPTER: world.budgets,
+                                                                          LRO_ADAPTER: world.lro},
                     clock=world.clock, rng=random.Random(world.rng.getrandbits(64)), egress=egress,
                     config=WorkerConfig(worker_id=name, lease_seconds=LEASE_SECONDS, egress_slots=EGRESS_SLOTS,
                                         inline_egress=True),
@@ -229,6 +234,8 @@ def _budget_check(world: _World) -> Violation | None:
 
 def _step(world: _World, step: int) -> None:
     rng, now = world.rng, world.clock.now()
+    for line in world.cancels.run_due(world.app, now):
+        world.log(step, "operator", line)
     actors: list[tuple[str, int]] = [("clock", 2), ("projection", 2), ("callbacks", 1)]
     if world.created < world.config.operations:
         actors.append(("host", 2))
@@ -254,15 +261,17 @@ def _step(world: _World, step: int) -> None:
 
 
 def _create(world: _World, step: int) -> None:
-    mode = world.rng.choice(MODES)
+    mode = world.rng.choice([*MODES, None])  # None: a long-running operation (sim.lro)
     account, op_id = world.app.open_account(world.seed, world.created, mode)
     world.created += 1
     note = ""
+    if mode is None and (delay := world.cancels.consider(world.faults, op_id, world.clock.now())) is not None:
+        note = f"; an operator cancels it in {delay:.1f}s"
     if world.faults.chance(Fault.SETTLEMENT_RAISES, SETTLEMENT_FAULT_CHANCE):
         times = world.rng.randint(1, 4)
         SettlementFaults.remaining[account.id] = times
         note = f"; its settlement raises {times}x"
-    world.log(step, "host", f"intent {_short(op_id)} {mode.value}{note}")
+    world.log(step, "host", f"intent {_short(op_id)} {mode.value if mode else 'lro'}{note}")
 
 
 def _worker_step(world: _World, step: int, index: int) -> None:
@@ -318,7 +327,7 @@ def _store_down_step(world: _World, step: int, slot: _SimWorker, now: datetime) 
 def _run_stage(slot: _SimWorker, now: datetime) -> Counts:
     worker = slot.worker
     stages: dict[str, Callable[[datetime], Counts]] = {
-        "egress": worker.egress.run_once, "outcomes": worker.outcomes.run_once,
+        "egress": worker.egress.run_once, "outcomes": worker.outcomes.run_once, "polling": worker.polling.run_once,
         "settlement": worker.settlement.run_once, "leases": worker.leases.run_once, "claims": worker.claims.run_once}
     return stages[STAGES[slot.stage]](now)
 
@@ -338,7 +347,10 @@ def _drain(world: _World) -> Violation | None:
     for _ in range(DRAIN_ROUNDS):
         _restart_due(world, "drain")
         moved = world.callbacks.run_once(world.clock.now()) > 0
-        moved = world.projection.run_once() > 0 or moved
+        requested = world.cancels.run_due(world.app, world.clock.now())
+        for line in requested:
+            world.log("drain", "operator", line)
+        moved = world.projection.run_once() > 0 or bool(requested) or moved
         for slot in world.workers:
             if slot is None or (slot.paused_until is not None and slot.paused_until > world.clock.now()):
                 continue
@@ -389,6 +401,8 @@ def _jump(world: _World, end: datetime) -> None:
     times = [t for t in world.restarts.values()]
     if (at := world.callbacks.next_event_at()) is not None:
         times.append(at)
+    if (cancel_at := world.cancels.next_at()) is not None:
+        times.append(cancel_at)
     for slot in world.workers:
         if slot is None:
             continue
@@ -397,6 +411,7 @@ def _jump(world: _World, end: datetime) -> None:
         egress = slot.worker.egress
         if isinstance(egress, SimulatedEgress) and (at := egress.next_event_at()) is not None:
             times.append(at)
+        times += [held.next_at for held in slot.worker.polling.held.values() if not held.in_flight]
     times += [row.next_due_at for row in _rows(world) if not _ended(row) and row.next_due_at is not None]
     target = min([t for t in times if t > now], default=end)
     world.clock.set(max(min(target, end), now + timedelta(milliseconds=1)))

@@ -131,3 +131,15 @@ def test_serve_refuses_bad_tokens_without_showing_them(tokens: str, message: str
     result = run("serve", "--port", "0")
     assert result.exit_code == 2 and message in result.stderr
     assert "tok-never-shown" not in result.output and "Traceback" not in result.output
+
+
+def test_cancel_prints_what_it_recorded_and_what_comes_next(desk: dict[str, Any]) -> None:
+    result = run("cancel", str(desk["pending"]), "--reason", "customer left")
+    assert result.exit_code == 0, result.output
+    printed = " ".join(result.stdout.split())  # the console wraps at the runner's width
+    assert f"operation {desk['pending']}: recorded CancelRequested; status pending" in printed
+    assert "next: a worker records Cancelled; nothing is sent" in printed
+    again = run("cancel", str(desk["pending"]))
+    assert again.exit_code == 0 and "nothing new (already recorded)" in " ".join(again.stdout.split())
+    shown = json.loads(run("ops", "show", str(desk["pending"]), "--json").stdout)
+    assert shown["cancel"] == "requested"

@@ -21,9 +21,9 @@ def test_demo_loses_nothing_and_applies_nothing_twice(tmp_path: Path) -> None:
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     summary = json.loads(run.stdout)
-    assert summary["operations"] == 12
+    assert summary["operations"] == 12 + 5  # two per order, and the provisioning flow's five
     assert summary["lost"] == 0 and summary["duplicate_effects"] == 0
-    assert sum(summary["by_status"].values()) == 12
+    assert sum(summary["by_status"].values()) == 17
     assert set(summary["by_status"]) <= {"settled", "ambiguous"}
     assert not summary["succeeded_without_exactly_one_effect"]
     assert (tmp_path / ".opledger" / "demo.db").exists()
@@ -33,3 +33,9 @@ def test_demo_loses_nothing_and_applies_nothing_twice(tmp_path: Path) -> None:
     assert callbacks["callbacks_recorded"] == 3 and set(callbacks["by_status"].values()) == {"settled"}
     assert (callbacks["forged_status"], callbacks["replayed_status"]) == (401, 401)
     assert callbacks["forged_accepted"] == callbacks["replayed_accepted"] == 0
+    # The long-running-operation flow, checked against the provider's own state (issue 12 item 6).
+    flow = summary["lro"]
+    assert flow["mismatches"] == [] and flow["creates_applied"] == 5
+    assert flow["outcomes"] == {"ws-quick": "succeeded", "ws-throttled": "succeeded", "ws-long": "succeeded",
+                                "ws-broken": "failed", "ws-cancelled": "cancelled"}
+    assert flow["provider"]["ws-cancelled"] == "cancelled" and flow["cancel_requests"] >= 1

@@ -143,7 +143,8 @@ def build(state: E, **overrides: Any) -> Built:
         _dispatch(b)
     elif state is E.ACCEPTED:
         _dispatch(b)
-        op.accept(epoch=b.epoch, now=b.tick(), attempt_id=b.attempt_id, remote_id="remote-1", status_code=202)
+        op.accept(epoch=b.epoch, now=b.tick(), attempt_id=b.attempt_id, remote_id="remote-1", status_code=202,
+                  follow="poll", follow_until=b.at(b.now + timedelta(days=30)))
         # Accepted work is unleased until a poller claims it; build it as a poller holds it.
         op.claim(now=b.tick(), worker_id="poller", lease_seconds=LEASE_SECONDS)
     elif state is E.SUCCEEDED:

@@ -60,14 +60,15 @@ PUBLIC_API = {
         "LedgerApplication", "Operation", "Integration", "Registry", "DeliveryMode", "Source",
         "SettlementOutcome", "Settings", "Clock", "SystemClock", "FakeClock", "ExecutionState",
         "SettlementState", "Status", "TERMINAL_STATUSES", "Succeeded", "Accepted", "Failed", "Ambiguous",
-        "FailureCategory", "EgressRequest", "Adapter", "LedgerError", "IllegalTransitionError",
+        "FailureCategory", "EgressRequest", "Adapter", "RemoteOperations", "StillRunning", "CancelConfirmed",
+        "CancelRefused", "LedgerError", "IllegalTransitionError",
         "StaleEpochError", "LeaseExpiredError", "AttemptBudgetExceededError", "IntentConflictError",
         "DeclarationError", "PayloadError", "CorruptRecordError", "ConfigurationError", "StoreLockedError",
         "StoreIdentityError", "StorePathError", "StoreDamagedError", "OperationNotFoundError", "UnknownIntegrationError", "UnreadableEventError", "UnreadableHistoryError",
     ],
     "executors": [
         "Worker", "WorkerConfig", "Counts", "ClaimService", "ClaimConfig", "EgressService", "EgressConfig",
-        "OutcomeService", "SettlementService", "LeaseService", "LeaseConfig", "commit_changes", "CommitResult",
+        "OutcomeService", "PollingService", "PollingConfig", "SettlementService", "LeaseService", "LeaseConfig", "commit_changes", "CommitResult",
         "Committer", "SecretProvider", "SecretResolver", "EnvironmentSecrets", "FileSecrets", "MissingSecretError",
     ],
     "projections": [

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ledger.decisions import (
     CANCEL,
     CLAIM,
+    POLL,
     RECLAIM,
     SETTLE,
     AwaitCallback,
@@ -22,6 +23,7 @@ from ledger.decisions import (
     ExceedDeadline,
     GiveUp,
     Lookup,
+    MarkRemoteUnknown,
     Reclaim,
     Record,
     Retry,
@@ -46,6 +48,7 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 DEADLINE = 100  # seconds after entering the state, for every state
 DUE, LEASE, SETTLEMENT_DUE = 10, 30, 5  # seconds after T0
 WINDOW_END = 60  # seconds after T0: a recorded call budget wait's ``until``
+LIMIT = 1000  # the hard limit on following accepted work, seconds after T0
 
 
 def at(seconds: float) -> datetime:
@@ -60,6 +63,7 @@ class State:
     settlement: SettlementState = S.NONE
     approval: str = APPROVAL_NOT_REQUIRED
     cancel_requested: bool = False
+    possibly_applied: bool = False
     state_entered_at: datetime = T0
     deadlines: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("pending", "claimed", "dispatching", "accepted"), float(DEADLINE)))
@@ -67,6 +71,10 @@ class State:
     lease_expires_at: datetime | None = None
     budget_wait_until: datetime | None = None
     settlement_due_at: datetime | None = None
+    follow: str | None = None
+    follow_until: datetime | None = None
+    remote_overdue: bool = False
+    cancel_refused: bool = False
 
 
 def state(execution: ExecutionState, **kw: object) -> State:
@@ -88,6 +96,9 @@ TABLE = [
      [(0, Wait(at(DEADLINE))), (DUE, Wait(at(DEADLINE))), (DEADLINE, ExceedDeadline(at(DEADLINE)))]),
     ("pending, approved, cancel requested", state(E.PENDING, cancel_requested=True),
      [(0, Wait(at(DUE))), (DUE, CANCEL), (DEADLINE + 1, ExceedDeadline(at(DEADLINE)))]),
+    ("pending, cancel requested, an earlier attempt may have applied: sent again to learn",
+     state(E.PENDING, cancel_requested=True, possibly_applied=True),
+     [(0, Wait(at(DUE))), (DUE, CLAIM), (DEADLINE, ExceedDeadline(at(DEADLINE)))]),
     ("pending, awaiting approval, cancel requested",
      state(E.PENDING, approval=APPROVAL_REQUIRED, cancel_requested=True),
      [(0, Wait(at(DUE))), (DUE, CANCEL), (DEADLINE, ExceedDeadline(at(DEADLINE)))]),
@@ -112,6 +123,23 @@ TABLE = [
      [(DUE, Wait(at(WINDOW_END))), (WINDOW_END, CLAIM)]),
     ("accepted (waits for its result; no lease)", state(E.ACCEPTED, lease_expires_at=at(LEASE)),
      [(0, Wait(at(DEADLINE))), (LEASE, Wait(at(DEADLINE))), (DEADLINE, ExceedDeadline(at(DEADLINE)))]),
+    ("accepted, polled, no poller yet", state(E.ACCEPTED, follow="poll", follow_until=at(LIMIT)),
+     [(0, POLL), (50, POLL), (DEADLINE, MarkRemoteUnknown(at(DEADLINE)))]),
+    ("accepted, polled, poll lease held", state(E.ACCEPTED, follow="poll", follow_until=at(LIMIT),
+                                                lease_expires_at=at(LEASE)),
+     [(0, Wait(at(LEASE))), (LEASE, POLL), (DEADLINE, MarkRemoteUnknown(at(DEADLINE)))]),
+    ("accepted, polled, past the accepted deadline (remote_unknown)",
+     state(E.ACCEPTED, follow="poll", follow_until=at(LIMIT), remote_overdue=True, lease_expires_at=at(LEASE)),
+     [(0, Wait(at(LEASE))), (DEADLINE, POLL), (LIMIT - 1, POLL), (LIMIT, ExceedDeadline(at(LIMIT)))]),
+    ("accepted, waiting for a callback", state(E.ACCEPTED, follow="callback", follow_until=at(LIMIT)),
+     [(0, Wait(at(DEADLINE))), (DEADLINE, MarkRemoteUnknown(at(DEADLINE)))]),
+    ("accepted, waiting for a callback, cancel requested",
+     state(E.ACCEPTED, follow="callback", follow_until=at(LIMIT), cancel_requested=True),
+     [(0, POLL), (DEADLINE, MarkRemoteUnknown(at(DEADLINE)))]),
+    ("accepted, waiting for a callback, cancel failed",
+     state(E.ACCEPTED, follow="callback", follow_until=at(LIMIT), cancel_requested=True, cancel_refused=True,
+           lease_expires_at=at(LEASE)),
+     [(0, Wait(at(DEADLINE))), (LEASE, Wait(at(DEADLINE))), (DEADLINE, MarkRemoteUnknown(at(DEADLINE)))]),
     ("ambiguous (waits for an operator)", state(E.AMBIGUOUS), [(0, NEVER), (10**6, NEVER)]),
     *[(f"{s.value}, settlement pending", state(s, settlement=S.PENDING),
        [(0, Wait(at(SETTLEMENT_DUE))), (SETTLEMENT_DUE, SETTLE), (10**6, SETTLE)]) for s in TERMINAL],
@@ -146,8 +174,11 @@ def test_a_deadline_past_year_9999_is_reported_not_raised() -> None:
 states = st.builds(
     State, execution=st.sampled_from(list(E)), settlement=st.sampled_from(list(S)),
     approval=st.sampled_from([APPROVAL_NOT_REQUIRED, APPROVAL_REQUIRED]), cancel_requested=st.booleans(),
+    possibly_applied=st.booleans(),
     due_at=st.integers(0, 200).map(at), lease_expires_at=st.none() | st.integers(0, 200).map(at),
     budget_wait_until=st.none() | st.integers(0, 200).map(at), settlement_due_at=st.none() | st.integers(0, 200).map(at),
+    follow=st.sampled_from([None, "poll", "callback", "wait"]), follow_until=st.none() | st.integers(100, 400).map(at),
+    remote_overdue=st.booleans(), cancel_refused=st.booleans(),
 )
 
 

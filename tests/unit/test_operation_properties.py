@@ -225,7 +225,12 @@ class OperationMachine(RuleBasedStateMachine):
     def accept(self, step: int, offset: int, which: str) -> None:
         attempt = self._attempt(which)
         self._run(lambda: self.op.accept(epoch=self._epoch(offset), now=self._time(step),
-                                         attempt_id=attempt, remote_id="remote-1"))
+                                         attempt_id=attempt, remote_id="remote-1", follow="poll",
+                                         follow_until=self._time(step) + timedelta(seconds=600)))
+
+    @command(step=st.sampled_from([0, 5, 60, 300, 1000]))
+    def mark_remote_unknown(self, step: int) -> None:
+        self._run(lambda: self.op.mark_remote_unknown(now=self._time(step)))
 
     @command(step=STEP, offset=EPOCH_OFFSETS, status=st.sampled_from(["queued", "running", "done"]))
     def observe_remote_status(self, step: int, offset: int, status: str) -> None:

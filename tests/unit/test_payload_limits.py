@@ -69,7 +69,7 @@ def test_the_payload_limit_is_declared_and_exact() -> None:
     _intend(exact)  # exactly at the default limit
 
 
-NEW_FIELDS = {"max_payload_bytes", "approval_purpose", "approval_valid_seconds"}
+NEW_FIELDS = {"max_payload_bytes", "approval_purpose", "approval_valid_seconds", "polling"}
 """Declaration fields added by issue 14; a declaration written before them hashed the rest."""
 
 

@@ -82,6 +82,15 @@ def _exceed_deadline(b: Built, epoch: Any) -> Any:
     return b.op.exceed_deadline(now=b.at(b.now))
 
 
+def _exceed_deadline_with(record: Callable[[Built], Any]) -> Callable[[Built, Any], Any]:
+    def call(b: Built, epoch: Any) -> Any:
+        deadline = b.op.deadline_at or b.now
+        b.now = max(b.now, deadline + timedelta(seconds=1))
+        return record(b)
+
+    return call
+
+
 def _resolve(b: Built, epoch: Any) -> Any:
     resolution = "retry_settlement" if b.op.settlement is S.BLOCKED else "failed"
     return b.op.resolve(now=b.tick(), principal="operator", resolution=resolution, evidence="checked the partner")
@@ -138,6 +147,10 @@ SPECS: dict[str, Spec] = {
         Operation.RemoteStatusObserved,
         lambda b, epoch: b.op.observe_remote_status(epoch=epoch, now=b.tick(), remote_status="running"),
         returns=True,
+    ),
+    "mark_remote_unknown": Spec(
+        Operation.RemoteOverdue,
+        _exceed_deadline_with(lambda b: b.op.mark_remote_unknown(now=b.at(b.now))),
     ),
     "receive_callback": Spec(
         Operation.CallbackReceived,
@@ -811,6 +824,34 @@ def test_resolve_retry_needs_an_attempt_left() -> None:
     b = build(E.AMBIGUOUS, retry={"max_attempts": 1})
     with pytest.raises(IllegalTransitionError, match="no attempt left"):
         b.op.resolve(now=b.tick(), principal="op", resolution="retry", evidence="checked")
+
+
+def _overdue() -> Built:
+    b = build(E.ACCEPTED)
+    b.now = (b.op.deadline_at or b.now) + timedelta(seconds=1)
+    b.op.mark_remote_unknown(now=b.at(b.now))
+    assert b.op.attention == "remote_unknown" and b.op.execution is E.ACCEPTED
+    return b
+
+
+@pytest.mark.parametrize(("resolution", "after"), [("succeeded", E.SUCCEEDED), ("failed", E.FAILED)])
+def test_an_operator_resolves_remote_unknown_work(resolution: str, after: E) -> None:
+    b = _overdue()
+    b.op.resolve(now=b.tick(), principal="op", resolution=resolution, evidence="the provider's console says so")
+    assert (b.op.execution, b.op.settlement, b.op.disposition) == (after, S.PENDING, "resolved")
+
+
+@pytest.mark.parametrize("resolution", ["retry", "abandon", "retry_settlement"])
+def test_remote_unknown_work_is_not_retried_or_abandoned(resolution: str) -> None:
+    b = _overdue()
+    with pytest.raises(IllegalTransitionError, match="resolution must be one of succeeded, failed"):
+        b.op.resolve(now=b.tick(), principal="op", resolution=resolution, evidence="checked")
+
+
+def test_accepted_work_before_its_deadline_is_not_resolvable() -> None:
+    b = build(E.ACCEPTED)
+    with pytest.raises(IllegalTransitionError, match="nothing to resolve"):
+        b.op.resolve(now=b.tick(), principal="op", resolution="succeeded", evidence="checked")
 
 
 def test_resolve_abandon_is_final() -> None:

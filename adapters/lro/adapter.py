@@ -1,0 +1,103 @@
+"""The long-running-operation adapter: create, poll and cancel an AIP-151-shaped operation.
+
+The create call is a signed POST like a webhook (``adapters.webhook``: the same headers, total
+deadline, bounded reads, redirect rules by delivery mode); its 2xx response names an operation
+(``name`` in the body, or an ``Operation-Location`` or ``Location`` header). The operation name
+is resolved against the create URL (RFC 3986 §5), so ``operations/abc`` created at
+``https://p/v1/instances`` is polled at ``https://p/v1/operations/abc``, and an absolute path or
+URL is used as given. ``poll`` is a signed ``GET`` of it, ``cancel`` a signed ``POST`` of
+``<it>:cancel`` followed by one poll. Every answer is a value (STYLE rule 5): see
+:mod:`.classify`.
+
+Source: AIP-151; issue 12 items 1 and 4; ``ledger.egress.RemoteOperations``.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from adapters.lro.classify import classify_cancel, classify_create, classify_poll
+from adapters.webhook.adapter import WebhookAdapter, _is_http_url
+from adapters.webhook.classify import HttpExchange, TransportFailure
+from adapters.webhook.excerpt import secrets_of
+from ledger.clock import require_utc
+from ledger.declarations import canonical_json
+from ledger.egress import EgressRequest
+from ledger.modes import rules_for
+from ledger.outcomes import CancelOutcome, CancelRefused, Failed, FailureCategory, Outcome, PollResult, StillRunning
+
+CANCEL_SUFFIX = ":cancel"
+"""AIP-151's custom method for cancelling an operation."""
+
+
+class LroAdapter(WebhookAdapter):
+    """Starts and follows long-running operations (``ledger.egress.Adapter`` and
+    ``ledger.egress.RemoteOperations``). Construct as :class:`~adapters.webhook.WebhookAdapter`
+    (secret, clock, client, config).
+    """
+
+    def send(self, request: EgressRequest) -> Outcome:
+        """POST the create call and classify it (:func:`~adapters.lro.classify.classify_create`).
+
+        Returns:
+            ``Accepted(operation name)``, a result already done, or what the webhook adapter
+            would classify.
+        """
+        secrets = secrets_of(request)
+        if not _is_http_url(request.target):
+            return self._invalid(f"target {request.target!r} is not an http(s) URL", secrets)
+        assert request.target is not None
+        try:
+            body_text = canonical_json(dict(request.payload)).decode("utf-8")
+        except ValueError as exc:
+            return self._invalid(f"payload is not plain JSON data: {exc}", secrets)
+        now = require_utc(self._clock.now(), "clock.now()")
+        headers = self._signed_headers(request, body_text, now)
+        headers["Content-Type"] = "application/json"
+        exchange = self._exchange("POST", request.target, content=body_text.encode("utf-8"), headers=headers,
+                                  timeout_seconds=request.timeout_seconds,
+                                  follow_redirects=rules_for(request.delivery_mode).follows_redirects,
+                                  secrets=secrets)
+        return classify_create(exchange, now=self._clock.now(),
+                               max_retry_after_seconds=self._config.max_retry_after_seconds)
+
+    def poll(self, request: EgressRequest, remote_id: str) -> PollResult:
+        """GET the operation (:func:`~adapters.lro.classify.classify_poll`)."""
+        exchange = self._call("GET", request, remote_id)
+        if isinstance(exchange, Failed):
+            return StillRunning(detail=exchange.detail)
+        return classify_poll(exchange, now=self._clock.now(),
+                             max_retry_after_seconds=self._config.max_retry_after_seconds)
+
+    def cancel(self, request: EgressRequest, remote_id: str) -> CancelOutcome:
+        """POST ``<operation>:cancel``, then poll once to learn what it did
+        (:func:`~adapters.lro.classify.classify_cancel`)."""
+        exchange = self._call("POST", request, remote_id, suffix=CANCEL_SUFFIX)
+        if isinstance(exchange, Failed):
+            return CancelRefused(reason=exchange.detail)
+        then = None
+        if exchange.status_code is not None and 200 <= exchange.status_code < 300:
+            then = self.poll(request, remote_id)
+        return classify_cancel(exchange, then)
+
+    def _call(self, method: str, request: EgressRequest, remote_id: str, *, suffix: str = "") -> HttpExchange | Failed:
+        secrets = secrets_of(request)
+        if not _is_http_url(request.target):
+            return self._invalid(f"target {request.target!r} is not an http(s) URL", secrets)
+        assert request.target is not None
+        try:
+            url = httpx.URL(request.target).join(remote_id + suffix)
+        except (httpx.InvalidURL, ValueError, TypeError) as exc:
+            return self._invalid(f"operation name {remote_id!r} is not a URL reference: {exc}", secrets)
+        if url.scheme not in ("http", "https"):
+            return self._invalid(f"operation name {remote_id!r} resolves to a non-HTTP URL", secrets)
+        body = "{}" if method == "POST" else ""
+        headers = self._signed_headers(request, body, require_utc(self._clock.now(), "clock.now()"))
+        if method == "POST":
+            headers["Content-Type"] = "application/json"
+        exchange = self._exchange(method, url, content=body.encode() if body else None, headers=headers,
+                                  timeout_seconds=request.timeout_seconds, follow_redirects=method == "GET",
+                                  secrets=secrets)
+        if exchange.failure is TransportFailure.INVALID_REQUEST:
+            return Failed(FailureCategory.INVALID_REQUEST, retryable=False, egress=False, detail=exchange.excerpt)
+        return exchange
