@@ -8,7 +8,7 @@ import base64
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -49,15 +49,20 @@ class CallbackDesk:
         """The notification log's length: every event on every stream."""
         return int(self.ledger.recorder.max_notification_id() or 0)
 
-    def accepted(self, n: int = 0) -> tuple[UUID, UUID]:
-        """A callback-mode operation driven to ``accepted``; returns (operation id, attempt id)."""
+    def accepted(self, n: int = 0, *, follow_for: float | None = None) -> tuple[UUID, UUID]:
+        """A callback-mode operation driven to ``accepted``; returns (operation id, attempt id).
+        ``follow_for``: record it as a worker does, followed for a callback until this many
+        seconds after acceptance (the hard limit), else as an acceptance recorded before
+        follow-up existed (its ``accepted`` deadline ends it)."""
         op_id = self.ledger.make(DeliveryMode.CALLBACK, "http://provider.invalid/hook", n=n)
         op = self.ledger.get_operation(op_id)
         now = self.clock.now()
         epoch = op.claim(now=now, worker_id="w1", lease_seconds=30)
         attempt = uuid4()
         op.start_attempt(epoch=epoch, now=now, attempt_id=attempt, request_fingerprint="r")
-        op.accept(epoch=epoch, now=now, attempt_id=attempt, remote_id=f"rop_{op_id}")
+        follow = {} if follow_for is None else {"follow": "callback",
+                                                 "follow_until": now + timedelta(seconds=follow_for)}
+        op.accept(epoch=epoch, now=now, attempt_id=attempt, remote_id=f"rop_{op_id}", **follow)
         self.ledger.save(op)
         return op_id, attempt
 

@@ -99,9 +99,8 @@ def test_a_body_that_is_not_a_callback_is_422_once_authenticated(desk: CallbackD
 
 def test_a_callback_after_the_deadline_is_a_late_observation_never_the_outcome(desk: CallbackDesk) -> None:
     op_id, attempt = desk.accepted()
-    # The accepted deadline (60 s) passes and its outcome is recorded (today: ambiguous). Should the
-    # accepted deadline stop ending the operation (issue 12's remote_unknown), a later callback is
-    # no longer late: it records the outcome, and this test must follow.
+    # Recorded without a hard limit (as before follow-up existed), the accepted deadline (60 s)
+    # ends the operation ambiguous; so does the hard limit of one followed for a callback.
     desk.clock.advance(61)
     op = desk.ledger.get_operation(op_id)
     op.exceed_deadline(now=desk.clock.now())
@@ -115,6 +114,26 @@ def test_a_callback_after_the_deadline_is_a_late_observation_never_the_outcome(d
     length = desk.log_length()
     desk.clock.advance(10)
     assert desk.post(op_id, attempt, callback_id="msg_late").json()["result"] == "duplicate"
+    assert desk.log_length() == length
+
+
+def test_a_callback_after_the_accepted_deadline_but_before_the_hard_limit_is_the_outcome(
+        desk: CallbackDesk) -> None:
+    # The accepted deadline passing is not an outcome (issue 12 item 5): the operation shows
+    # remote_unknown and still waits; the provider's late success is then recorded, once.
+    op_id, attempt = desk.accepted(follow_for=600)
+    desk.clock.advance(61)
+    op = desk.ledger.get_operation(op_id)
+    op.mark_remote_unknown(now=desk.clock.now())
+    desk.ledger.save(op)
+    assert desk.ledger.get_operation(op_id).attention == "remote_unknown"
+    answer = desk.post(op_id, attempt, callback_id="msg_slow")
+    assert answer.status_code == 200 and answer.json()["fact"] == "CallbackReceived", answer.text
+    op = desk.ledger.get_operation(op_id)
+    assert op.execution is E.SUCCEEDED and op.attention is None and op.late_observation is None
+    length = desk.log_length()
+    desk.clock.advance(10)
+    assert desk.post(op_id, attempt, callback_id="msg_slow").json()["result"] == "duplicate"
     assert desk.log_length() == length
 
 
