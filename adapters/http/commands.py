@@ -35,7 +35,12 @@ from adapters.http.problems import MEDIA_TYPE, PROBLEM_RESPONSES, reject_unknown
 from adapters.runtime import Store
 from executors.receipt_leases import DEFAULT_RENEW_INTERVAL_SECONDS, ReceiptLeaseConfig, ReceiptLeaseService
 from executors.receipt_recovery import ReceiptRecoveryConfig, ReceiptRecoveryService
-from executors.receipt_retention import DEFAULT_RETENTION_SECONDS, ReceiptRetentionConfig, ReceiptRetentionService
+from executors.receipt_retention import (
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_SWEEP_INTERVAL_SECONDS,
+    ReceiptRetentionConfig,
+    ReceiptRetentionService,
+)
 from ledger.clock import SystemClock
 from ledger.errors import CommandIncompleteError, ConfigurationError, ReceiptMismatchError, ReceiptPendingError
 from ledger.inbound import UnknownCommandError, problem_body
@@ -63,6 +68,8 @@ class ReceiptSettings(BaseSettings):
         lease_seconds: an owner's lease on a pending receipt, seconds.
         renew_interval_seconds: how often owned receipts are renewed (at most lease / 3), seconds.
         retention_seconds: how long a completed receipt replays, seconds (default 24 h).
+        sweep_interval_seconds: how often the retention sweep runs, seconds; a receipt expires
+            at the first sweep after its retention ran out.
         max_adoptions: how many times recovery adopts one receipt; after that it waits for the
             client's retry (a handler that throws every time is not run forever).
         max_body_bytes: the largest command request body, bytes (keyed or not); a larger one is
@@ -74,6 +81,7 @@ class ReceiptSettings(BaseSettings):
     lease_seconds: float = Field(default=DEFAULT_RECEIPT_LEASE_SECONDS, gt=0, le=86400)
     renew_interval_seconds: float = Field(default=DEFAULT_RENEW_INTERVAL_SECONDS, gt=0, le=86400)
     retention_seconds: float = Field(default=DEFAULT_RETENTION_SECONDS, gt=0, le=366 * 86400)
+    sweep_interval_seconds: float = Field(default=DEFAULT_SWEEP_INTERVAL_SECONDS, gt=0, le=86400)
     max_adoptions: int = Field(default=3, ge=1, le=1000)
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024, le=64 * 1024 * 1024)
 
@@ -318,7 +326,7 @@ def start_receipt_services(store: Store, settings: ReceiptSettings, stop: thread
         ("receipt-recovery", ReceiptRecoveryService(runner=runner, config=ReceiptRecoveryConfig(
             interval_seconds=min(1.0, settings.lease_seconds / 3), max_adoptions=settings.max_adoptions)).run),
         ("receipt-retention", ReceiptRetentionService(runner=runner, config=ReceiptRetentionConfig(
-            retention_seconds=settings.retention_seconds)).run),
+            retention_seconds=settings.retention_seconds, interval_seconds=settings.sweep_interval_seconds)).run),
     ]
     threads = []
     if runner.commands:  # a host application without commands needs none of them
