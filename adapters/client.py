@@ -86,16 +86,19 @@ class CommandClient:
         Args:
             name: the command's name.
             body: plain JSON data (the command's request model).
-            key: the key to use (e.g. one persisted before a crash); a new UUID when None.
+            key: the key to use (e.g. one persisted before a crash); a new UUID when None. An
+                empty key is refused, never replaced (a persisted empty key would otherwise
+                become a fresh key on every retry and run the command again).
 
         Returns:
             The final response: the command's answer (or its replay), or the last retryable
             answer when the tries ran out.
 
         Raises:
+            ValueError: ``key`` is empty or holds a character an sf-string cannot (nothing sent).
             httpx.TransportError: the server could not be reached on the last try.
         """
-        headers = {**self.headers, "Idempotency-Key": format_key(key or str(uuid.uuid4())),
+        headers = {**self.headers, "Idempotency-Key": format_key(key if key is not None else str(uuid.uuid4())),
                    "Content-Type": "application/json"}
         url = f"{self.base_url}/v1/commands/{name}"
         retrying = Retrying(stop=stop_after_attempt(self.max_attempts), wait=self._wait, sleep=self.sleep,
@@ -106,12 +109,15 @@ class CommandClient:
         return response
 
     def _wait(self, state: RetryCallState) -> float:
+        """The wait before the next try, seconds: the larger of the server's ``Retry-After`` (the
+        least wait, RFC 9110 §10.2.3) and the doubling backoff, at most ``max_wait_seconds``."""
+        backoff = self.backoff_seconds * 2 ** (state.attempt_number - 1)
         outcome = state.outcome
         if outcome is not None and not outcome.failed:
             hinted = outcome.result().headers.get("Retry-After")
             if hinted is not None and hinted.isdigit():
-                return min(float(hinted), self.max_wait_seconds)
-        return min(self.backoff_seconds * 2 ** (state.attempt_number - 1), self.max_wait_seconds)
+                return min(max(float(hinted), backoff), self.max_wait_seconds)
+        return min(backoff, self.max_wait_seconds)
 
     def close(self) -> None:
         if self._owns_client:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -171,23 +173,126 @@ def commands_of(app_class: type) -> dict[str, CommandSpec]:
     return found
 
 
+MAX_BODY_DEPTH = 64
+"""The deepest nesting of arrays and objects a command body may have (a deeper one is refused as
+``invalid_json`` before anything recurses over it)."""
+INVALID_JSON = "invalid_json"
+UNSTORABLE_TEXT = "unstorable_text"
+BODY_ERROR_STATUS = {INVALID_JSON: 400, UNSTORABLE_TEXT: 422}
+"""The status of each body refusal code."""
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+class BodyRefused(ValueError):
+    """A command body refused before its model sees it: ``code`` is ``invalid_json`` or
+    ``unstorable_text``; the message says what is wrong."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def parse_body(body: bytes) -> Any:
+    """A command body as plain JSON data.
+
+    Refused (``invalid_json``): an empty body; bytes that are not UTF-8 (RFC 8259 §8.1: JSON
+    exchanged between systems is UTF-8; a byte order mark is refused too); text that is not JSON;
+    a repeated member name in one object (RFC 8259 §4 leaves its meaning open: it is refused,
+    never "last wins"); NaN or infinities; nesting deeper than :data:`MAX_BODY_DEPTH`.
+    Refused (``unstorable_text``): a NUL character or a lone surrogate in any key or text,
+    which the store cannot hold (``ledger.codec``).
+
+    Raises:
+        BodyRefused: as above.
+    """
+    if not body.strip():
+        raise BodyRefused(INVALID_JSON, "the body is empty; send a JSON object")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BodyRefused(INVALID_JSON, f"the body is not UTF-8 (RFC 8259 \u00a78.1): {exc}") from None
+    if text.startswith("\ufeff"):
+        raise BodyRefused(INVALID_JSON, "the body starts with a byte order mark; send UTF-8 JSON without one")
+    try:
+        value = json.loads(text, object_pairs_hook=_unique_members, parse_constant=_no_constant)
+    except RecursionError:
+        raise BodyRefused(INVALID_JSON, f"the body nests deeper than {MAX_BODY_DEPTH} levels") from None
+    except BodyRefused:
+        raise
+    except ValueError as exc:
+        raise BodyRefused(INVALID_JSON, f"the body is not valid JSON: {exc}") from None
+    _check_tree(value)
+    return value
+
+
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in found:
+            raise BodyRefused(INVALID_JSON, f"the body repeats the member name {name!r} in one object")
+        found[name] = value
+    return found
+
+
+def _no_constant(name: str) -> Any:
+    raise BodyRefused(INVALID_JSON, f"the body holds {name}, which is not JSON (numbers must be finite)")
+
+
+def _check_tree(value: Any) -> None:
+    """Walk ``value`` without recursion: its depth, and text the store cannot hold."""
+    pending: list[tuple[Any, str, int]] = [(value, "body", 1)]
+    while pending:
+        item, path, depth = pending.pop()
+        if isinstance(item, str):
+            _check_text(item, path)
+        elif isinstance(item, (dict, list)):
+            if depth > MAX_BODY_DEPTH:
+                raise BodyRefused(INVALID_JSON, f"the body nests deeper than {MAX_BODY_DEPTH} levels")
+            if isinstance(item, dict):
+                for key, member in item.items():
+                    _check_text(key, f"a member name in {path}")
+                    pending.append((member, f"{path}.{key}", depth + 1))
+            else:
+                pending.extend((member, f"{path}[{i}]", depth + 1) for i, member in enumerate(item))
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise BodyRefused(INVALID_JSON, f"{path} is not a finite number")
+
+
+def _check_text(text: str, path: str) -> None:
+    bad = _UNSTORABLE.search(text)
+    if bad is not None:
+        what = "a NUL character" if bad.group() == "\x00" else f"a lone surrogate (U+{ord(bad.group()):04X})"
+        raise BodyRefused(UNSTORABLE_TEXT, f"{path} holds {what} at character {bad.start()}, which the store "
+                                           "cannot hold; remove it")
+
+
 def canonical_request(name: str, principal: str, body: bytes) -> dict[str, Any]:
     """The request a receipt stores and fingerprints: route, command, principal, canonical body.
 
-    A body that is not JSON (or not plain JSON data: NaN, a lone surrogate) is kept as its digest
-    and the error, so that the same bytes give the same fingerprint and a terminal refusal.
+    A body :func:`parse_body` refuses is kept as its digest and the error, so that the same bytes
+    give the same fingerprint and a terminal refusal, and nothing unstorable or unbounded is
+    stored. ``body_error_code`` is present only for a refusal other than ``invalid_json`` (so the
+    fingerprints of requests recorded before it existed are unchanged).
 
     Returns:
-        Plain JSON data: ``{"route", "command", "principal", "body", "body_error"}``.
+        Plain JSON data: ``{"route", "command", "principal", "body", "body_error"}`` (plus
+        ``"body_error_code"``, see above).
     """
+    extra: dict[str, Any] = {}
     try:
-        value = json.loads(body) if body.strip() else None
-        canonical_json(value)  # refuses NaN, infinities, what JSON cannot carry
+        value = parse_body(body)
+        canonical_json(value)  # what JSON cannot carry
         error = None
-    except (ValueError, UnicodeDecodeError) as exc:
+    except BodyRefused as exc:
+        value = {"sha256": hashlib.sha256(body).hexdigest()}
+        error = str(exc)
+        if exc.code != INVALID_JSON:
+            extra["body_error_code"] = exc.code
+    except ValueError as exc:
         value = {"sha256": hashlib.sha256(body).hexdigest()}
         error = f"the body is not valid JSON: {exc}"
-    return {"route": COMMAND_ROUTE, "command": name, "principal": principal, "body": value, "body_error": error}
+    return {"route": COMMAND_ROUTE, "command": name, "principal": principal, "body": value, "body_error": error,
+            **extra}
 
 
 def problem_body(*, status: int, title: str, code: str, detail: str, retryable: bool,

@@ -93,9 +93,9 @@ def check_intent(integration: Integration, source: Source, target: str | None, p
         PayloadError: listing every problem found.
     """
     problems: list[str] = []
-    target_problem = _target_problem(target) if target is not None else None
-    if target_problem is not None:
-        problems.append(f"target: {target_problem}")
+    found = target_problem(target) if target is not None else None
+    if found is not None:
+        problems.append(f"target: {found}")
     if target is None and integration.adapter in TARGET_ADAPTERS:
         problems.append("target: none given and the declaration has no endpoint")
     if not isinstance(source.tenant, str) or not source.tenant.strip():
@@ -117,7 +117,11 @@ def check_intent(integration: Integration, source: Source, target: str | None, p
         raise PayloadError(integration.name, problems)
 
 
-def _target_problem(target: str) -> str | None:
+def target_problem(target: str) -> str | None:
+    """Why ``target`` cannot be an operation's target, or None when it can: an http(s) URL of at
+    most ``MAX_TARGET_CHARS`` characters, without credentials, NUL or lone surrogates. A host
+    application may check its own input with it before it intends (``intend`` refuses the same).
+    """
     if not isinstance(target, str):
         return f"must be text, got {type(target).__name__}"
     if len(target) > MAX_TARGET_CHARS:

@@ -11,7 +11,7 @@ none                                   :class:`Open`: commit ``Opened``, then ru
 expired (past retention, swept)        :class:`Reopen`: a new generation, whatever the request
 another fingerprint                    :class:`Mismatch`: 422, nothing recorded
 completed                              :class:`Replay`: the envelope byte for byte
-pending, owner's lease live            :class:`InFlight`: 409 ``idempotency_receipt_pending``
+pending, owner's lease live            :class:`InFlight`: 409 ``idempotency_receipt_pending``, 1 s
 pending, lease expired or released     :class:`Adopt`: take over (epoch + 1) and run it
 =====================================  ==========================================================
 
@@ -21,20 +21,25 @@ docs/adr/0006-idempotency-receipts.md.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from eventsourcing.application import AggregateNotFoundError
+
 from ledger.clock import require_utc
+from ledger.errors import IntentConflictError, OperationNotFoundError, PayloadError, UnrepresentableTimeError
 from ledger.receipts import COMPLETED, EXPIRED, PENDING, Envelope, Receipt
 from ledger.status import TERMINAL_EXECUTION_STATES, SettlementState, Status
 
-MIN_RETRY_AFTER_SECONDS = 1
-"""The smallest ``Retry-After`` sent with a 409 pending answer, seconds (a delta-seconds
-integer, RFC 9110 §10.2.3)."""
-MAX_RETRY_AFTER_SECONDS = 30
-"""The largest ``Retry-After`` of a 409 pending answer, seconds: a long lease is not a long wait
-for a handler that finishes early."""
+PENDING_RETRY_AFTER_SECONDS = 1
+"""``Retry-After`` of a 409 pending answer, seconds (a delta-seconds integer, RFC 9110 §10.2.3).
+
+The rule: 1 s, whatever the lease. A live owner usually completes within milliseconds and the
+server cannot know how long a handler will run; the lease's remainder (up to the whole lease)
+would make every duplicate wait as long as a crash recovery. ``Retry-After`` is the *least* wait:
+``adapters.client.CommandClient`` waits the larger of it and its own doubling backoff, so polls
+of a long handler thin out. A dead owner's lease runs out by itself and the next try adopts it.
+Source: tryout R12; docs/adr/0006-idempotency-receipts.md."""
 
 
 @dataclass(frozen=True)
@@ -103,8 +108,53 @@ def decide_request(receipt: Receipt | None, fingerprint: str | None, now: dateti
     remaining = (receipt.lease_expires_at - now).total_seconds()
     if receipt.released or remaining <= 0:
         return Adopt()
-    return InFlight(retry_after_seconds=min(MAX_RETRY_AFTER_SECONDS, max(MIN_RETRY_AFTER_SECONDS,
-                                                                         math.ceil(remaining))))
+    return InFlight(retry_after_seconds=PENDING_RETRY_AFTER_SECONDS)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A deterministic refusal raised inside a handler: the terminal ``not_applied`` answer."""
+
+    status: int
+    code: str
+    message: str
+
+
+REFUSALS: tuple[tuple[type[Exception], int, str], ...] = (
+    (AggregateNotFoundError, 404, "unknown_entity"),
+    (OperationNotFoundError, 404, "unknown_operation"),
+    (PayloadError, 422, "invalid_payload"),
+    (UnrepresentableTimeError, 422, "unrepresentable_time"),
+    (IntentConflictError, 409, "intent_conflict"),
+)
+"""The exceptions a handler may raise that refuse the request deterministically: the same request
+on the same state is refused the same way every time, and nothing was applied. Each is
+``(class, status, code)``; the first matching class wins."""
+
+
+def refusal_of(exc: BaseException) -> Refusal | None:
+    """Whether an exception a handler raised is a deterministic refusal of the request (a terminal
+    ``not_applied`` envelope, replayed for the same key) or a thrown error (None: the receipt stays
+    pending and retryable, and recovery may run it again).
+
+    The rule: an error that judges the *request* (the entity or operation it names does not
+    exist; the payload, target or tenant the ledger was asked to intend is refused by the
+    declaration, ``PayloadError``; a time it implies cannot be represented; the same transition
+    was already intended with other content) is a refusal, because running it again gives the
+    same answer. Everything else stays pending, because a retry, a deploy or an operator can
+    change the answer: store errors, declaration and configuration errors
+    (``UnknownIntegrationError``, ``DeclarationError``), corrupt records, and the handler's own
+    bugs, including a broken precondition of the ledger (``InvalidArgumentError``,
+    ``NaiveDatetimeError``). A handler's own typed refusal is ``CommandRefused``.
+
+    Source: issue 15 item 4 ("deterministic validation failures ... become terminal"; "thrown
+    errors ... leave the receipt pending"); docs/adr/0006-idempotency-receipts.md; tryout R4.
+    """
+    for kind, status, code in REFUSALS:
+        if isinstance(exc, kind):
+            message = f"no entity {exc}" if kind is AggregateNotFoundError else str(exc)
+            return Refusal(status=status, code=code, message=message)
+    return None
 
 
 def renewal_interval(requested_seconds: float, lease_seconds: float) -> float:

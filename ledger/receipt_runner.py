@@ -34,6 +34,8 @@ from ledger.errors import (
     ReceiptPendingError,
 )
 from ledger.inbound import (
+    BODY_ERROR_STATUS,
+    INVALID_JSON,
     CommandContext,
     CommandRefused,
     CommandSpec,
@@ -44,7 +46,7 @@ from ledger.inbound import (
     reply_envelope,
 )
 from ledger.operation import Operation
-from ledger.receipt_decisions import Adopt, InFlight, Mismatch, Open, Reopen, Replay, decide_request
+from ledger.receipt_decisions import Adopt, InFlight, Mismatch, Open, Reopen, Replay, decide_request, refusal_of
 from ledger.receipts import PENDING, Envelope, Receipt, receipt_id, request_fingerprint
 
 log = structlog.get_logger("opledger.receipts")
@@ -240,6 +242,8 @@ class ReceiptRunner:
         except IntegrityError:
             return False
         except Exception as exc:
+            log.warning("recording the receipt failed; reading it back", receipt_id=str(receipt.id),
+                        error=f"{type(exc).__name__}: {exc}")
             try:
                 stored = self.load(receipt.id)
             except Exception:
@@ -296,7 +300,8 @@ class ReceiptRunner:
         """Run the handler on ``request``: its envelope and the aggregates to save. Deterministic
         refusals become ``not_applied`` envelopes; anything else the handler raises propagates."""
         if request["body_error"] is not None:
-            return refusal_envelope(400, "invalid_json", request["body_error"], transaction_id=rid), []
+            code = request.get("body_error_code", INVALID_JSON)
+            return refusal_envelope(BODY_ERROR_STATUS[code], code, request["body_error"], transaction_id=rid), []
         try:
             model = spec.request.model_validate(request["body"])
         except ValidationError as exc:
@@ -310,8 +315,13 @@ class ReceiptRunner:
         except CommandRefused as refused:
             return refusal_envelope(refused.status, refused.code, refused.message, retryable=refused.retryable,
                                     transaction_id=rid), []
-        except AggregateNotFoundError as missing:
-            return refusal_envelope(404, "unknown_entity", f"no entity {missing}", transaction_id=rid), []
+        except Exception as exc:
+            refusal = refusal_of(exc)
+            if refusal is None:
+                raise  # a thrown error: the receipt stays pending (ledger.receipt_decisions.refusal_of)
+            log.info("command refused by the ledger", receipt_id=str(rid) if rid else None, command=spec.name,
+                     code=refusal.code, error=f"{type(exc).__name__}: {exc}")
+            return refusal_envelope(refusal.status, refusal.code, refusal.message, transaction_id=rid), []
         return reply_envelope(reply, rid), list(ctx.staged)
 
     def _settle_unknown(self, rid: UUID, epoch: int, exc: Exception) -> Answer:

@@ -160,6 +160,7 @@ class MakeTicket(BaseModel):
     label: str = Field(min_length=1, max_length=100)
     n: int = Field(default=0, ge=0, le=10**9)
     sleep_seconds: float = Field(default=0.0, ge=0, le=30)
+    target: str | None = Field(default=None, max_length=3000)  # passed to intend unchecked (tryout R4)
 
 
 class RenameTicket(BaseModel):
@@ -192,7 +193,8 @@ class CommandsApp(LedgerApplication):
         if request.label == "boom":
             raise RuntimeError("the handler failed on purpose")
         ticket = Ticket(label=request.label)
-        op = self.intend(ticket, "test.idempotent", target="https://partner.test/tickets", principal=ctx.principal,
+        op = self.intend(ticket, "test.idempotent", target=request.target or "https://partner.test/tickets",
+                         principal=ctx.principal,
                          payload={"n": request.n, "note": "", "token": "secretref:test-token"}, now=ctx.now)
         ctx.stage(ticket, op)
         return Reply(201, body={"ticket_id": str(ticket.id), "label": ticket.label, "operation_id": str(op.id)},

@@ -11,12 +11,13 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from eventsourcing.domain import Aggregate, event
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from adapters.demo.lro_flow import PROVISIONING
 from ledger.application import LedgerApplication
 from ledger.declarations import Integration
 from ledger.inbound import CommandContext, CommandRefused, Reply, command
+from ledger.intents import target_problem
 from ledger.operation import Operation
 from ledger.settlement import SettlementOutcome
 
@@ -107,12 +108,22 @@ ORDER_LIMIT_CENTS = 1_000_000
 
 
 class PlaceOrder(BaseModel):
-    """The ``place_order`` command's body."""
+    """The ``place_order`` command's body. The URLs are checked as the ledger checks an
+    operation's target (``ledger.intents.target_problem``: http or https, no credentials), so a
+    bad one is a 422 ``invalid_request`` naming the field."""
 
-    customer_email: str = Field(min_length=3, max_length=200)
+    customer_email: str = Field(min_length=3, max_length=200, pattern=r"^[^@\s]+@[^@\s]+$")
     amount_cents: int = Field(gt=0, le=10**12)
     payments_url: str = Field(min_length=1, max_length=2000)
     notify_url: str = Field(min_length=1, max_length=2000)
+
+    @field_validator("payments_url", "notify_url")
+    @classmethod
+    def _a_target(cls, value: str) -> str:
+        problem = target_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class OrdersApp(LedgerApplication):

@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from standardwebhooks.webhooks import Webhook
 from starlette.concurrency import run_in_threadpool
 
+from adapters.http.bodies import read_bounded_body
 from adapters.http.callback_auth import CallbackSecretUnavailable, SignedMessage, authenticate, load_verifier
 from adapters.http.problems import PROBLEM_RESPONSES, RETRY_AFTER_SECONDS, Problem
 from adapters.runtime import Store
@@ -103,20 +104,8 @@ Integration = Annotated[str, Path(pattern=NAME_PATTERN, max_length=200, descript
              summary="Receive a provider's signed callback for an operation of this integration",
              openapi_extra={"requestBody": _BODY_SCHEMA})
 async def receive_callback(request: Request, integration: Integration) -> CallbackReceipt:
-    body = await _bounded_body(request)
+    body = await read_bounded_body(request, MAX_CALLBACK_BYTES, what="a callback body")
     return await run_in_threadpool(_receive, request, integration, body)
-
-
-async def _bounded_body(request: Request) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_CALLBACK_BYTES:
-        raise Problem(413, "Body too large", f"a callback body is at most {MAX_CALLBACK_BYTES} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_CALLBACK_BYTES:
-            raise Problem(413, "Body too large", f"a callback body is at most {MAX_CALLBACK_BYTES} bytes")
-    return bytes(body)
 
 
 def _receive(request: Request, integration: str, raw: bytes) -> CallbackReceipt:

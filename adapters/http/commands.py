@@ -30,11 +30,17 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adapters.http.auth import TokenGrant, principal_with
+from adapters.http.bodies import read_bounded_body
 from adapters.http.problems import MEDIA_TYPE, PROBLEM_RESPONSES, reject_unknown_query
 from adapters.runtime import Store
 from executors.receipt_leases import DEFAULT_RENEW_INTERVAL_SECONDS, ReceiptLeaseConfig, ReceiptLeaseService
 from executors.receipt_recovery import ReceiptRecoveryConfig, ReceiptRecoveryService
-from executors.receipt_retention import DEFAULT_RETENTION_SECONDS, ReceiptRetentionConfig, ReceiptRetentionService
+from executors.receipt_retention import (
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_SWEEP_INTERVAL_SECONDS,
+    ReceiptRetentionConfig,
+    ReceiptRetentionService,
+)
 from ledger.clock import SystemClock
 from ledger.errors import CommandIncompleteError, ConfigurationError, ReceiptMismatchError, ReceiptPendingError
 from ledger.inbound import UnknownCommandError, problem_body
@@ -44,9 +50,13 @@ from ledger.receipts import Envelope
 MAX_KEY_LENGTH = 255
 """The longest idempotency key accepted, characters (inside the quotes)."""
 KEY_HEADER = "Idempotency-Key"
-KEY_PATTERN = r'^"[A-Za-z0-9_.:+/=-]{1,255}"$'
-"""The key form the OpenAPI document shows (a UUID, a token): any sf-string of 1-255 printable
-characters is accepted (``parse_key``), this is the portable subset clients should use."""
+KEY_PATTERN = r'^"(?:[ !#-\[\]-~]|\\["\\]){1,255}"$'
+"""The key form the OpenAPI document shows: exactly what ``parse_key`` accepts, an sf-string of
+1-255 printable ASCII characters with ``\\"`` and ``\\\\`` escapes (the length is checked after
+unescaping). A UUID is the portable choice."""
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+"""The largest command request body accepted by default, bytes (1 MiB);
+``OPLEDGER_RECEIPT_MAX_BODY_BYTES`` changes it."""
 REPLAYED_HEADER = "Idempotent-Replayed"
 TRANSACTION_HEADER = "Opledger-Transaction-Id"
 
@@ -58,8 +68,12 @@ class ReceiptSettings(BaseSettings):
         lease_seconds: an owner's lease on a pending receipt, seconds.
         renew_interval_seconds: how often owned receipts are renewed (at most lease / 3), seconds.
         retention_seconds: how long a completed receipt replays, seconds (default 24 h).
+        sweep_interval_seconds: how often the retention sweep runs, seconds; a receipt expires
+            at the first sweep after its retention ran out.
         max_adoptions: how many times recovery adopts one receipt; after that it waits for the
             client's retry (a handler that throws every time is not run forever).
+        max_body_bytes: the largest command request body, bytes (keyed or not); a larger one is
+            refused with 413 before anything is stored.
     """
 
     model_config = SettingsConfigDict(env_prefix="OPLEDGER_RECEIPT_", extra="ignore")
@@ -67,7 +81,9 @@ class ReceiptSettings(BaseSettings):
     lease_seconds: float = Field(default=DEFAULT_RECEIPT_LEASE_SECONDS, gt=0, le=86400)
     renew_interval_seconds: float = Field(default=DEFAULT_RENEW_INTERVAL_SECONDS, gt=0, le=86400)
     retention_seconds: float = Field(default=DEFAULT_RETENTION_SECONDS, gt=0, le=366 * 86400)
+    sweep_interval_seconds: float = Field(default=DEFAULT_SWEEP_INTERVAL_SECONDS, gt=0, le=86400)
     max_adoptions: int = Field(default=3, ge=1, le=1000)
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024, le=64 * 1024 * 1024)
 
 
 def load_receipt_settings() -> ReceiptSettings:
@@ -104,30 +120,75 @@ def parse_key(values: list[str]) -> str | None:
     if len(values) > 1:
         raise KeyError400("send one Idempotency-Key header, not several")
     raw = values[0].strip(" \t\r\n")  # OWS (a line break cannot reach us over HTTP/1.1; a test client may add one)
-    if len(raw) < 2 or raw[0] != '"' or raw[-1] != '"':
-        raise KeyError400('the Idempotency-Key must be a quoted string (RFC 8941 sf-string), e.g. "8e03978e-..."')
-    out: list[str] = []
-    inner = raw[1:-1]
-    i = 0
-    while i < len(inner):
-        c = inner[i]
-        if c == "\\":
-            if i + 1 >= len(inner) or inner[i + 1] not in '"\\':
-                raise KeyError400('in an sf-string a backslash escapes only " and \\')
-            out.append(inner[i + 1])
-            i += 2
-            continue
-        if c == '"' or not (0x20 <= ord(c) <= 0x7E):
-            raise KeyError400("the Idempotency-Key holds a character an sf-string cannot (printable ASCII only; "
-                              'escape " and \\)')
-        out.append(c)
-        i += 1
-    key = "".join(out)
+    if not raw.startswith('"'):
+        raise KeyError400('the Idempotency-Key must be a quoted string (RFC 8941 sf-string), e.g. "8e03978e-...", '
+                          f"not {_shown(raw)}")
+    key, end = _sf_string(raw)
+    rest = raw[end:].lstrip(" \t")
+    if rest.startswith(";"):
+        raise KeyError400("the Idempotency-Key takes no parameters: send the quoted key alone, without ';...'")
+    if rest.startswith(","):
+        raise KeyError400("send one Idempotency-Key, not a list of keys")
+    if rest:
+        raise KeyError400(f"the Idempotency-Key has {_shown(rest)} after its closing quote; an unescaped \" "
+                          'ends the key (escape it as \\")')
     if not key:
         raise KeyError400("the Idempotency-Key is empty")
     if len(key) > MAX_KEY_LENGTH:
         raise KeyError400(f"the Idempotency-Key is longer than {MAX_KEY_LENGTH} characters")
     return key
+
+
+def _sf_string(raw: str) -> tuple[str, int]:
+    """The content of the sf-string that ``raw`` starts with (RFC 8941 §4.2.5) and the index just
+    past its closing quote.
+
+    Raises:
+        KeyError400: no closing quote, a bad escape, or a character that is not printable ASCII.
+    """
+    out: list[str] = []
+    i = 1
+    while i < len(raw):
+        c = raw[i]
+        if c == '"':
+            return "".join(out), i + 1
+        if c == "\\":
+            if i + 1 >= len(raw) or raw[i + 1] not in '"\\':
+                raise KeyError400('in an sf-string a backslash escapes only " and \\')
+            out.append(raw[i + 1])
+            i += 2
+            continue
+        if not 0x20 <= ord(c) <= 0x7E:
+            raise KeyError400(f"the Idempotency-Key holds {_shown(c)} at character {i}: an sf-string holds "
+                              "printable ASCII only")
+        out.append(c)
+        i += 1
+    raise KeyError400('the Idempotency-Key has no closing quote (an sf-string: "...", escaping " and \\ with a '
+                      "backslash)")
+
+
+def _shown(text: str) -> str:
+    """``text`` as a message shows it: its repr, cut to 40 characters."""
+    return repr(text[:40]) + ("..." if len(text) > 40 else "")
+
+
+def json_media_problem(content_type: str | None) -> str | None:
+    """Why a command request's ``Content-Type`` is refused (415), or None when it is JSON.
+
+    Accepted: none given, ``application/json`` or any ``application/*+json``, with no ``charset``
+    or ``charset=utf-8`` (RFC 8259 §8.1: JSON between systems is UTF-8; §11 defines no charset).
+    """
+    if content_type is None:
+        return None
+    media, _, params = content_type.partition(";")
+    media = media.strip().lower()
+    if not (media == "application/json" or (media.startswith("application/") and media.endswith("+json"))):
+        return f"a command body is JSON: send Content-Type: application/json, not {_shown(content_type)}"
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            return f"a command body is UTF-8 JSON (RFC 8259 \u00a78.1), not charset {value.strip()!r}"
+    return None
 
 
 def runner_of(request: Request) -> ReceiptRunner:
@@ -174,11 +235,21 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
                                         "description": "present on a replay of a stored response"}}},
     201: {"description": "Created (the command's own status; replayed byte for byte)"},
     400: {**PROBLEM_RESPONSES[400], "description": "A malformed or missing Idempotency-Key, or a body that is "
-                                                   "not JSON"},
-    409: {**PROBLEM_RESPONSES[409], "description": "`idempotency_receipt_pending`: a request with this key is "
-                                                   "in flight; retry after Retry-After"},
+                                                   "not UTF-8 JSON (`invalid_json`: empty, malformed, a repeated "
+                                                   "member name, nested deeper than 64 levels)"},
+    409: {**PROBLEM_RESPONSES[409], "description": "`idempotency_receipt_pending` (retryable): a request with "
+                                                   "this key is in flight; retry after Retry-After (1 s). "
+                                                   "`store_read_only` (not retryable): this server opened the "
+                                                   "SQLite store read-only; use `serve --write` or PostgreSQL. "
+                                                   "Or the command's own refusal (its `code`)"},
+    413: {**PROBLEM_RESPONSES[400], "description": "`body_too_large`: the body is larger than "
+                                                   "OPLEDGER_RECEIPT_MAX_BODY_BYTES (1 MiB by default)"},
+    415: {**PROBLEM_RESPONSES[400], "description": "`unsupported_media_type`: a Content-Type other than JSON "
+                                                   "(UTF-8)"},
     422: {**PROBLEM_RESPONSES[422], "description": "The key was used for another request, or the body is "
-                                                   "invalid, or the command refused"},
+                                                   "invalid (`invalid_request`; `unstorable_text`: a NUL or a lone "
+                                                   "surrogate), or the ledger or the command refused it "
+                                                   "(`invalid_payload`, or the command's own code)"},
     503: {**PROBLEM_RESPONSES[503], "description": "`command_incomplete`: retry with the same key after "
                                                    "Retry-After"},
 }
@@ -201,6 +272,9 @@ async def run_command(
         key = parse_key(request.headers.getlist(KEY_HEADER))
     except KeyError400 as exc:
         return problem(400, "Bad request", "idempotency_key_malformed", str(exc))
+    media_problem = json_media_problem(request.headers.get("content-type"))
+    if media_problem is not None:
+        return problem(415, "Unsupported media type", "unsupported_media_type", media_problem)
     if not request.app.state.writable:
         return problem(409, "Conflict", "store_read_only", "this server opened the SQLite store read-only (a "
                        "worker owns it): commands need `opledger serve --write` or PostgreSQL")
@@ -214,7 +288,8 @@ async def run_command(
     if key is None and spec.key_required:
         return problem(400, "Bad request", "idempotency_key_missing",
                        f"command {name!r} requires an Idempotency-Key header (an sf-string)")
-    body = await request.body()
+    limit = getattr(request.app.state, "command_max_body_bytes", DEFAULT_MAX_BODY_BYTES)
+    body = await read_bounded_body(request, limit, what="a command body")  # 413 before anything is stored
     try:
         if key is None:
             envelope = await run_in_threadpool(runner.run_unkeyed, spec, grant.principal, body)
@@ -251,7 +326,7 @@ def start_receipt_services(store: Store, settings: ReceiptSettings, stop: thread
         ("receipt-recovery", ReceiptRecoveryService(runner=runner, config=ReceiptRecoveryConfig(
             interval_seconds=min(1.0, settings.lease_seconds / 3), max_adoptions=settings.max_adoptions)).run),
         ("receipt-retention", ReceiptRetentionService(runner=runner, config=ReceiptRetentionConfig(
-            retention_seconds=settings.retention_seconds)).run),
+            retention_seconds=settings.retention_seconds, interval_seconds=settings.sweep_interval_seconds)).run),
     ]
     threads = []
     if runner.commands:  # a host application without commands needs none of them

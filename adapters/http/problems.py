@@ -37,13 +37,29 @@ MEDIA_TYPE = "application/problem+json"
 
 class ProblemDetail(BaseModel):
     """An RFC 9457 problem: ``type`` (``about:blank``: the status says it all), ``title``,
-    ``status``, ``detail`` for people, and ``errors`` for invalid fields."""
+    ``status``, ``detail`` for people, the extension members ``code`` (stable, for machines) and
+    ``retryable`` (whether the same request may succeed later), and ``errors`` for invalid fields."""
 
     type: str = "about:blank"
     title: str
     status: int
     detail: str | None = None
+    code: str
+    retryable: bool
     errors: list[dict[str, Any]] | None = None
+
+
+DEFAULT_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+                 405: "method_not_allowed", 409: "conflict", 413: "body_too_large", 415: "unsupported_media_type",
+                 422: "invalid_request", 500: "internal_error", 503: "unavailable"}
+"""The ``code`` of a problem raised without one, by status (``error`` for any other status)."""
+
+
+def default_retryable(status: int) -> bool:
+    """Whether a problem of ``status`` raised without an explicit ``retryable`` is retryable:
+    503 (unavailable for now) and 429 (too many requests) are; every other status is not (a 500
+    is a bug that the same request meets again; a 4xx is the request's own)."""
+    return status in (429, 503)
 
 
 STORE_ERRORS: tuple[type[Exception], ...] = (psycopg.OperationalError, psycopg.InterfaceError,
@@ -64,9 +80,12 @@ class Problem(Exception):
     """Raise to answer with a problem+json response."""
 
     def __init__(self, status: int, title: str, detail: str | None = None, *,
-                 headers: dict[str, str] | None = None, errors: list[dict[str, Any]] | None = None) -> None:
+                 headers: dict[str, str] | None = None, errors: list[dict[str, Any]] | None = None,
+                 code: str | None = None, retryable: bool | None = None) -> None:
         super().__init__(detail or title)
-        self.body = ProblemDetail(title=title, status=status, detail=detail, errors=errors)
+        self.body = ProblemDetail(title=title, status=status, detail=detail, errors=errors,
+                                  code=code or DEFAULT_CODES.get(status, "error"),
+                                  retryable=default_retryable(status) if retryable is None else retryable)
         self.headers = headers
 
 
@@ -79,15 +98,15 @@ def problem_response(problem: Problem) -> JSONResponse:
 def translate(exc: LedgerError) -> Problem:
     """A ledger error as the problem an HTTP client should see."""
     if isinstance(exc, OperationNotFoundError):
-        return Problem(404, "Not found", str(exc))
+        return Problem(404, "Not found", str(exc), code="operation_not_found")
     if isinstance(exc, OperatorActionRefusedError):
-        return Problem(409, "Conflict", str(exc))
+        return Problem(409, "Conflict", str(exc), code="action_refused")
     if isinstance(exc, StoreLockedError):
-        return Problem(409, "Conflict", str(exc))
+        return Problem(409, "Conflict", str(exc), code="store_locked")
     if isinstance(exc, InvalidArgumentError):
-        return Problem(422, "Invalid input", str(exc))
+        return Problem(422, "Invalid input", str(exc), code="invalid_argument")
     if isinstance(exc, CorruptRecordError):
-        return Problem(409, "Conflict", f"{exc} (the operation is on the attention queue)")
+        return Problem(409, "Conflict", f"{exc} (the operation is on the attention queue)", code="corrupt_record")
     return Problem(400, "Bad request", str(exc))
 
 
@@ -106,10 +125,12 @@ def reject_unknown_query(request: Request) -> None:
     unknown = sorted(set(request.query_params) - allowed)
     if unknown:
         raise Problem(422, "Invalid input", f"unknown query parameter(s) {', '.join(map(repr, unknown))}; "
-                                            f"this route takes {', '.join(sorted(allowed)) or 'none'}")
+                                            f"this route takes {', '.join(sorted(allowed)) or 'none'}",
+                      code="unknown_query_parameter")
     repeated = sorted({key for key in request.query_params if len(request.query_params.getlist(key)) > 1})
     if repeated:  # every parameter here takes one value; the last of several would silently win
-        raise Problem(422, "Invalid input", f"query parameter(s) {', '.join(map(repr, repeated))} given more than once")
+        raise Problem(422, "Invalid input", f"query parameter(s) {', '.join(map(repr, repeated))} given more than once",
+                      code="repeated_query_parameter")
 
 
 def install(app: FastAPI) -> None:
@@ -146,6 +167,7 @@ def install(app: FastAPI) -> None:
             refresh_connections(store.app, store.view)
         log.warning("store unreachable answering a request", path=request.url.path, error=str(exc))
         return problem_response(Problem(503, "Store unavailable", "the store is unreachable for now; retry later",
+                                        code="store_unavailable",
                                         headers={"Retry-After": str(RETRY_AFTER_SECONDS)}))
 
     for kind in STORE_ERRORS:

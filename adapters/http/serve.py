@@ -62,6 +62,7 @@ def run_serve(settings: Settings, serve_settings: ServeSettings, *, host: str, p
                 store, receipt_settings, stop, max_clock_skew_seconds=settings.max_clock_skew_seconds)
             app.state.receipt_runner = runner
             followers.extend(receipt_threads)
+        app.state.command_max_body_bytes = receipt_settings.max_body_bytes
         log.info("serving", url=f"http://{host}:{port}", backend=settings.database.backend, writable=writable)
         try:
             uvicorn.run(app, host=host, port=port, log_level="warning")

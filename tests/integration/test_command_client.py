@@ -32,8 +32,18 @@ def test_the_client_retries_a_pending_receipt_with_the_same_key_after_retry_afte
 
         client = CommandClient("http://testserver", token="viewer-token", client=desk.client, sleep=sleep)
         response = client.send("make_ticket", {"label": "a"}, key="held")
-        assert response.status_code == 201 and waits == [3.0]  # the 409's Retry-After, then the adoption
+        # Retry-After (1 s) is the least wait; the doubling backoff stretches it until the 3 s lease ran out.
+        assert response.status_code == 201 and waits == [1.0, 1.0, 2.0]
         assert desk.runner.load(receipt_id("vera", "make_ticket", "held")).epoch == 2  # type: ignore[union-attr]
         one, two = client.send("make_ticket", {"label": "b"}), client.send("make_ticket", {"label": "b"})
         assert one.headers["opledger-transaction-id"] != two.headers["opledger-transaction-id"]  # fresh keys
         assert desk.tickets() == 3
+
+
+def test_an_empty_key_is_refused_not_replaced_by_a_fresh_one(database_url: str) -> None:
+    """Tryout R13: a persisted empty key must not become a new random key on every retry."""
+    with receipt_desk(database_url) as desk:
+        client = CommandClient("http://testserver", token="viewer-token", client=desk.client)
+        with pytest.raises(ValueError):
+            client.send("make_ticket", {"label": "a"}, key="")
+        assert desk.tickets() == 0

@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from uuid import uuid4
 
 import pytest
+from eventsourcing.application import AggregateNotFoundError
 
 from ledger import failpoints
+from ledger.errors import (
+    IntentConflictError,
+    InvalidArgumentError,
+    OperationNotFoundError,
+    PayloadError,
+    StoreError,
+    UnknownIntegrationError,
+    UnrepresentableTimeError,
+)
 from ledger.receipt_decisions import (
     Adopt,
     InFlight,
@@ -16,6 +27,7 @@ from ledger.receipt_decisions import (
     Replay,
     decide_request,
     expirable,
+    refusal_of,
     renewal_interval,
 )
 from ledger.receipts import Envelope, Receipt, receipt_id, request_fingerprint
@@ -53,8 +65,8 @@ def released() -> Receipt:
     (expired(), "sha256:other", T0, Reopen()),
     (completed(), "sha256:other", T0, Mismatch(FP)),
     (opened(), "sha256:other", T0, Mismatch(FP)),
-    (opened(), FP, T0 + timedelta(seconds=2.5), InFlight(8)),
-    (opened(lease=100), FP, T0, InFlight(30)),  # capped
+    (opened(), FP, T0 + timedelta(seconds=2.5), InFlight(1)),
+    (opened(lease=100), FP, T0, InFlight(1)),  # a long lease is not a long wait (tryout R12)
     (opened(), FP, T0 + timedelta(seconds=9.9), InFlight(1)),
     (opened(), FP, T0 + timedelta(seconds=10), Adopt()),
     (released(), FP, T0, Adopt()),
@@ -97,3 +109,21 @@ def test_receipt_commits_are_failpoint_boundaries() -> None:
             failpoints.reached("receipt_open:before")
         failpoints.reached("receipt_open:before")  # once only
     assert failpoints.ACTIVE is (failpoints.ARMED is not None)
+
+
+@pytest.mark.parametrize("exc, expected", [
+    (PayloadError("x", ["target: 'ftp://x' is not an http:// or https:// URL"]), (422, "invalid_payload")),
+    (IntentConflictError(uuid4(), "sha256:a", "sha256:b"), (409, "intent_conflict")),
+    (UnrepresentableTimeError("too far"), (422, "unrepresentable_time")),
+    (OperationNotFoundError("no operation"), (404, "unknown_operation")),
+    (AggregateNotFoundError("t-1"), (404, "unknown_entity")),
+    # Pending: a deploy, an operator or a retry may change the answer.
+    (InvalidArgumentError("intend needs the entity's authorizing transition"), None),
+    (UnknownIntegrationError("payments"), None),
+    (StoreError("permission denied"), None),
+    (RuntimeError("a bug"), None),
+])
+def test_refusal_of_tells_deterministic_refusals_from_thrown_errors(exc: Exception, expected: object) -> None:
+    """Tryout R4: the one rule for which errors raised in a handler are terminal."""
+    refusal = refusal_of(exc)
+    assert (None if refusal is None else (refusal.status, refusal.code)) == expected
