@@ -337,8 +337,9 @@ class EgressService:
                 FailureCategory.CONNECT, retryable=True, egress=False,
                 detail="lease expired before egress; nothing was sent"))
         if flight.send_by is not None and self.clock.now() >= flight.send_by:
-            # Counted in a call budget window that closed while this worker was slow: calling
-            # now would spend the next window's calls. Nothing leaves.
+            # Counted in a call budget window that ends within its send margin
+            # (``executors.budgets.send_margin``) while this worker was slow: calling now would
+            # reach the provider in the next window and spend its calls. Nothing leaves.
             if flight.kind == "lookup":
                 # As above: record nothing; whoever reclaims the operation asks again.
                 flight.lost = True
@@ -346,7 +347,7 @@ class EgressService:
             # A send fails as not sent; the mode retries it later.
             return Finished(request.operation_id, Failed(
                 FailureCategory.CONNECT, retryable=True, egress=False,
-                detail="the call budget window closed before egress; nothing was sent"))
+                detail="the call budget window was closing before egress; nothing was sent"))
         outcome: object  # checked below: an adapter's bug must not reach the ledger as a value
         try:
             if flight.kind == "send":

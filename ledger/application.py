@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from ledger import failpoints
 from ledger.clock import Clock, SystemClock
 from ledger.config import Database, Settings
-from ledger.declarations import CallBudget, Integration, Registry
+from ledger.declarations import CallBudget, Integration, Registry, validation_problems
 from ledger.errors import ConfigurationError, IntentConflictError, InvalidArgumentError, OperationNotFoundError
 from ledger.identity import Source, fingerprint, operation_id
 from ledger.operation import Operation
@@ -244,11 +244,28 @@ def _owner_lock(database: Database) -> AbstractContextManager[object]:
 
 
 def _global_budget(declared: CallBudget | Mapping[str, Any] | None) -> CallBudget | None:
-    """``global_call_budget`` checked. Raises ``ConfigurationError`` naming what is wrong."""
+    """``global_call_budget`` checked: None, a :class:`CallBudget`, or a mapping with
+    ``calls_per_window`` (>= 1) and ``window_seconds`` (required; ``MIN_BUDGET_WINDOW_SECONDS``
+    to ``MAX_BUDGET_WINDOW_SECONDS``).
+
+    Raises:
+        ConfigurationError: one line, naming each problem with its field (as declaration
+            errors do: ``ledger.declarations.validation_problems``).
+    """
     if declared is None or isinstance(declared, CallBudget):
         return declared
+    if not isinstance(declared, Mapping):
+        raise ConfigurationError(f"global_call_budget must be a mapping {{calls_per_window: N >= 1, "
+                                 f"window_seconds: S}}, got {type(declared).__name__} {str(declared)[:80]!r}")
+    problems: list[tuple[str, str]] = []
+    budget: CallBudget | None = None
     try:
-        return CallBudget.model_validate(dict(declared))
-    except (ValidationError, TypeError, ValueError) as exc:
-        raise ConfigurationError(f"global_call_budget is not a call budget ({{calls_per_window: N >= 1, "
-                                 f"window_seconds: S}}): {exc}") from None
+        budget = CallBudget.model_validate(dict(declared))
+    except ValidationError as exc:
+        problems = validation_problems(exc, "(budget)")
+    if "window_seconds" not in declared:  # no default for the one budget every call counts against
+        problems.append(("window_seconds", "required (seconds): the global budget names its window"))
+    if problems:
+        text = "; ".join(f"{path}: {message}" for path, message in problems)
+        raise ConfigurationError(f"global_call_budget is invalid: {text}")
+    return budget

@@ -28,6 +28,7 @@ from ledger.time_limits import (
     MAX_REQUEST_TIMEOUT_SECONDS,
     MAX_SETTLEMENT_BACKOFF_SECONDS,
     MAX_SETTLEMENT_DELAY_SECONDS,
+    MIN_BUDGET_WINDOW_SECONDS,
     settlement_worst_delay,
 )
 
@@ -36,6 +37,9 @@ DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024
 """An intent payload's size limit unless declared otherwise: bytes of its canonical JSON."""
 MAX_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
 """The largest ``max_payload_bytes`` a declaration may set, bytes (payloads are stored inline)."""
+DEFAULT_BUDGET_WINDOW_SECONDS = 60.0
+"""An integration's call budget window when ``budgets`` names ``calls_per_window`` without
+``window_seconds``, seconds (a minute)."""
 DEFAULT_APPROVAL_VALID_SECONDS = 86_400.0
 """How long an approval allows egress unless declared otherwise, seconds (a day)."""
 DEFAULT_POLL_INITIAL_DELAY_SECONDS = 1.0
@@ -175,38 +179,68 @@ class SettlementAction(_Strict):
         return value
 
 
+def _window_long_enough(value: float) -> float:
+    if value < MIN_BUDGET_WINDOW_SECONDS:
+        raise ValueError(f"window_seconds must be >= {MIN_BUDGET_WINDOW_SECONDS:g} s "
+                         f"(ledger.time_limits.MIN_BUDGET_WINDOW_SECONDS), got {value:g}: a shorter window "
+                         "closes before a call counted in it can reach the provider")
+    return value
+
+
 class CallBudget(_Strict):
     """One call budget: at most ``calls_per_window`` requests to the provider (sends and
-    lookups) in each ``window_seconds`` window, windows aligned to the Unix epoch (UTC)."""
+    lookups) in each ``window_seconds`` window, windows aligned to the Unix epoch (UTC).
+
+    ``window_seconds`` is from ``MIN_BUDGET_WINDOW_SECONDS`` (1 s) to
+    ``MAX_BUDGET_WINDOW_SECONDS`` (31 days); it defaults to ``DEFAULT_BUDGET_WINDOW_SECONDS``
+    (60 s) in ``per_tenant``, and the application's global budget must name it
+    (``ledger.application``)."""
 
     calls_per_window: int = Field(ge=1)
-    window_seconds: float = Field(default=60.0, gt=0, le=MAX_BUDGET_WINDOW_SECONDS)
+    window_seconds: float = Field(default=DEFAULT_BUDGET_WINDOW_SECONDS, gt=0, le=MAX_BUDGET_WINDOW_SECONDS)
+
+    _window_min = field_validator("window_seconds")(_window_long_enough)
 
 
 class Budgets(_Strict):
     """Call budgets checked before egress, never after (DESIGN §7; issue 14 item 1).
 
     ``calls_per_window``/``window_seconds`` are the integration's budget (``scope:
-    integration``) or, with ``scope: tenant``, each tenant's. ``per_tenant`` adds each tenant's
-    own budget inside the integration's: a call must fit both (and the application's global
-    budget, ``LedgerApplication.global_call_budget``).
+    integration``) or, with ``scope: tenant``, each tenant's. ``window_seconds`` defaults to
+    60 s (``DEFAULT_BUDGET_WINDOW_SECONDS``) and is at least ``MIN_BUDGET_WINDOW_SECONDS``.
+    ``per_tenant`` adds each tenant's own budget inside the integration's: a call must fit both
+    (and the application's global budget, ``LedgerApplication.global_call_budget``); one that
+    could never limit (more calls than the integration's in a window no longer) is refused.
+
+    Left out of a declaration (the default, ``calls_per_window`` None), there is no call
+    budget; a ``budgets`` block that is given must declare ``calls_per_window``
+    (``Integration._budgets_limit_something``), unless it is the dumped form of no budget
+    (``calls_per_window: null``, everything else at its default).
     """
 
     calls_per_window: int | None = Field(default=None, ge=1)
-    window_seconds: float = Field(default=60.0, gt=0, le=MAX_BUDGET_WINDOW_SECONDS)
+    window_seconds: float = Field(default=DEFAULT_BUDGET_WINDOW_SECONDS, gt=0, le=MAX_BUDGET_WINDOW_SECONDS)
     scope: str = Field(default="integration", pattern=r"^(integration|tenant)$")
     per_tenant: CallBudget | None = None
+
+    _window_min = field_validator("window_seconds")(_window_long_enough)
 
     @field_validator("per_tenant")
     @classmethod
     def _inside_the_integrations(cls, value: CallBudget | None, info: ValidationInfo) -> CallBudget | None:
         if value is None:
             return value
-        if info.data.get("calls_per_window") is None:
+        limit = info.data.get("calls_per_window")
+        if limit is None:
             raise ValueError("a per-tenant budget sits inside the integration's: declare calls_per_window too")
         if info.data.get("scope") != "integration":
             raise ValueError("scope: tenant already makes calls_per_window each tenant's; per_tenant needs "
                              "scope: integration")
+        window = info.data.get("window_seconds")
+        if window is not None and value.window_seconds <= window and value.calls_per_window > limit:
+            raise ValueError(f"per_tenant allows {value.calls_per_window} calls per {value.window_seconds:g} s, "
+                             f"more than the integration's {limit} per {window:g} s: it would never limit; "
+                             "lower it (or leave per_tenant out)")
         return value
 
 
@@ -257,6 +291,19 @@ class Integration(_Strict):
                              "that goes on after the accepted deadline)")
         return value
 
+    @field_validator("budgets")
+    @classmethod
+    def _budgets_limit_something(cls, value: Budgets) -> Budgets:
+        # Runs only for a budgets block that is given (the default is not validated), so a
+        # declaration without one keeps its digest; a given block that limits nothing is a typo.
+        # The one exception is the dumped form of no budget (``model_dump``: calls_per_window
+        # null, the rest at its defaults), so a declaration read back from its dump parses.
+        if value.calls_per_window is None and not (
+                "calls_per_window" in value.model_fields_set and value == Budgets()):
+            raise ValueError("a budgets block must declare calls_per_window (calls per window, >= 1); "
+                             "leave budgets out for no call budget")
+        return value
+
     @field_validator("payload")
     @classmethod
     def _payload_field_names(cls, value: Mapping[str, Classification]) -> Mapping[str, Classification]:
@@ -282,12 +329,7 @@ class Integration(_Strict):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            problems = [
-                (".".join(str(p) for p in err["loc"]) or "(declaration)",
-                 err["msg"] + (_LIMIT_HINT if _is_duration_limit(err) else ""))
-                for err in exc.errors()
-            ]
-            raise DeclarationError(str(name), problems) from None
+            raise DeclarationError(str(name), validation_problems(exc, "(declaration)")) from None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -323,6 +365,25 @@ class Integration(_Strict):
 
 _LIMIT_ERRORS = frozenset({"less_than_equal", "finite_number"})
 _LIMIT_HINT = " (durations are seconds, finite and within ledger.time_limits; see docs/guide.md, 'Limits')"
+
+
+def validation_problems(exc: ValidationError, whole: str) -> list[tuple[str, str]]:
+    """Each problem pydantic found, as ``(dotted path, message)`` for people: our own
+    validators' messages without pydantic's ``"Value error, "`` prefix, a duration over its
+    limit with :data:`_LIMIT_HINT`, no documentation URL. Pure.
+
+    Args:
+        exc: the validation error.
+        whole: the path shown for a problem of the whole value (no field path).
+    """
+    problems = []
+    for err in exc.errors():
+        message = str(err["msg"])
+        if err["type"] == "value_error":
+            message = message.removeprefix("Value error, ")
+        problems.append((".".join(str(p) for p in err["loc"]) or whole,
+                         message + (_LIMIT_HINT if _is_duration_limit(err) else "")))
+    return problems
 
 
 def _is_duration_limit(err: Any) -> bool:

@@ -239,7 +239,7 @@ class Operation(OperationCommands, Aggregate):
             op.worker_id = self.worker_id
             op.lease_expires_at = self.lease_expires_at
             op.declaration_mismatch = None  # only a worker with the recorded declaration claims
-            op.budget_wait = None
+            # The wait is over; ``budget_wait`` keeps the scope of the last one (``ops show``).
             op.budget_wait_until = None
             if self.takeover:
                 op.lease_takeovers += 1

@@ -47,6 +47,10 @@ MAX_SETTLEMENT_DELAY_SECONDS = 7 * DAY_SECONDS
 under this; past about 47 tries it would overflow ``timedelta`` itself."""
 MAX_BUDGET_WINDOW_SECONDS = 31 * DAY_SECONDS
 """A call-budget window (``budgets.window_seconds``): a month, the longest billing period."""
+MIN_BUDGET_WINDOW_SECONDS = 1.0
+"""The shortest call-budget window (``window_seconds``), seconds: a call counted in a window must
+reach the provider before it ends (``executors.budgets.send_margin``), and a shorter window
+closes before a worker's pass and a request can fit in it: every call would be refused unsent."""
 MAX_LEASE_SECONDS = 3600
 """A worker lease (``OPLEDGER_LEASE_SECONDS``): an hour. Leases are renewed while work runs; a
 longer one only delays recovery of a dead worker's operations by as much."""

@@ -58,7 +58,8 @@ def _declaration(mode: DeliveryMode, name: str | None = None, adapter: str = ADA
         "settlement": {"entity_type": f"{__name__}:Account", "method": "on_result", "max_attempts": 3,
                        "backoff_seconds": 1.0},
         "payload": {"n": "public"},
-        "budgets": budgets_of(mode),
+        # A budgets block must limit something; the unbudgeted modes leave it out.
+        **({"budgets": budgets_of(mode)} if budgets_of(mode) else {}),
     })
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from executors.budgets import budget_of
+from executors.budgets import budget_of, send_margin
 from ledger.budgets import (
     GLOBAL_SCOPE,
     BudgetLevel,
@@ -29,7 +29,7 @@ from ledger.declarations import CallBudget, DeclarationError, Integration
 
 def _declaration(**budgets: object) -> Integration:
     return Integration.parse({"name": "payments.refund", "version": 1, "adapter": "webhook",
-                              "delivery_mode": "idempotent", "budgets": budgets})
+                              "delivery_mode": "idempotent", **({"budgets": budgets} if budgets else {})})
 
 
 def test_scopes_per_integration_and_per_tenant() -> None:
@@ -48,14 +48,20 @@ def test_windows_are_aligned_to_the_epoch(at: datetime, start: datetime) -> None
     assert window_id("s", start) == window_id("s", window_bounds(at, 2.0)[0]) != window_id("t", start)
 
 
-def test_the_last_tenth_of_a_window_starts_no_call() -> None:
+def test_a_call_leaves_a_margin_before_its_window_ends_and_none_starts_in_the_guard_before() -> None:
+    # Send margin: the smaller of 0.25 s and a quarter of the window (tryout B5: calls checked
+    # just before a 2 s window ended reached the provider ~100 ms after it). Guard: a tenth of
+    # the window, at most 1 s, before that.
     now = datetime(2026, 1, 1, 0, 0, 1, tzinfo=UTC)
     budget = budget_of(_declaration(calls_per_window=10, window_seconds=2.0), "acme", now)
     assert budget is not None
     (slot,) = budget.slots
-    assert slot.closes_at == slot.end - timedelta(seconds=0.2)
+    assert slot.send_by == slot.end - timedelta(seconds=0.25) == budget.send_by
+    assert slot.closes_at == slot.send_by - timedelta(seconds=0.2)
     long = budget_of(_declaration(calls_per_window=10, window_seconds=3600.0), "acme", now)
-    assert long is not None and long.slots[0].end - long.slots[0].closes_at == timedelta(seconds=1)  # at most 1 s
+    assert long is not None and long.slots[0].end - long.slots[0].send_by == timedelta(seconds=0.25)
+    assert long.slots[0].send_by - long.slots[0].closes_at == timedelta(seconds=1)  # at most 1 s
+    assert send_margin(1.0) == 0.25 and send_margin(0.4) == 0.1 and send_margin(60.0) == 0.25
 
 
 def test_a_window_gives_out_its_limit_and_no_more() -> None:
@@ -160,7 +166,7 @@ def test_a_call_counts_until_the_first_of_its_windows_ends() -> None:
     budget = budget_of(nested, "acme", T0 + timedelta(seconds=0.5), GLOBAL)
     assert budget is not None
     assert [s.level.level for s in budget.slots] == [G, INT, T]
-    assert budget.send_by == T0 + timedelta(seconds=1)
+    assert budget.send_by == T0 + timedelta(seconds=1 - 0.25)  # the tenant's window, less its margin
 
 
 _levels = st.lists(st.tuples(st.sampled_from(list(Level)), st.integers(0, 3), st.floats(0.5, 120),
@@ -183,7 +189,9 @@ def test_the_limiting_level_is_one_that_stops_the_call_and_ends_last(
         assert found is next(w for w in stops if w.end == found.end)  # a tie: the outermost
 
 
-@pytest.mark.parametrize("declared", [{"calls_per_window": 0}, {"window_seconds": 2}, {"calls": 5}, 5])
+@pytest.mark.parametrize("declared", [{"calls_per_window": 0}, {"window_seconds": 2}, {"calls": 5}, 5,
+                                      {"calls_per_window": 5}, "100/min",
+                                      {"calls_per_window": 10**20, "window_seconds": 0.001}])
 def test_a_global_budget_that_is_not_one_is_refused_when_the_application_is_built(declared: object) -> None:
     from ledger.application import LedgerApplication
     from ledger.errors import ConfigurationError
@@ -204,3 +212,94 @@ def test_a_global_budget_is_read_from_the_application_class() -> None:
     app = App(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
     assert app.global_budget == GLOBAL
     assert LedgerApplication(env={"PERSISTENCE_MODULE": "eventsourcing.popo"}).global_budget is None
+
+
+# ----------------------------------------------------------------- malformed budgets (tryout B6, B7, B8)
+
+def _app_with(declared: object) -> None:
+    from ledger.application import LedgerApplication
+
+    class App(LedgerApplication):
+        global_call_budget = declared  # type: ignore[assignment]
+
+    App(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
+
+
+@pytest.mark.parametrize(("budgets", "path"), [
+    ({"calls_per_window": 10, "window_seconds": 0.001}, "budgets.window_seconds"),
+    ({"calls_per_window": 10, "window_seconds": 0.999}, "budgets.window_seconds"),
+    ({"calls_per_window": 10, "window_seconds": 2, "per_tenant": {"calls_per_window": 1, "window_seconds": 0.5}},
+     "budgets.per_tenant.window_seconds"),
+])
+def test_a_window_shorter_than_the_minimum_is_refused(budgets: dict[str, object], path: str) -> None:
+    with pytest.raises(DeclarationError) as refused:
+        _declaration(**budgets)
+    assert refused.value.problems == [(path, refused.value.problems[0][1])]
+    assert refused.value.problems[0][1].startswith("window_seconds must be >= 1 s")
+
+
+def test_the_minimum_window_is_allowed() -> None:
+    assert budget_levels(_declaration(calls_per_window=1, window_seconds=1), "acme")[0].window_seconds == 1
+
+
+@pytest.mark.parametrize("budgets", [{}, {"window_seconds": 10}, {"scope": "tenant"}, {"window_seconds": 60},
+                                     {"calls_per_window": None, "window_seconds": 10}])
+def test_a_budgets_block_that_limits_nothing_is_refused(budgets: dict[str, object]) -> None:
+    with pytest.raises(DeclarationError) as refused:
+        Integration.parse({"name": "payments.refund", "version": 1, "adapter": "webhook",
+                           "delivery_mode": "idempotent", "budgets": budgets})
+    assert refused.value.problems == [("budgets", "a budgets block must declare calls_per_window (calls per "
+                                       "window, >= 1); leave budgets out for no call budget")]
+
+
+def test_the_dumped_form_of_no_budget_parses_back_with_the_same_digest() -> None:
+    plain = _declaration()
+    dumped = plain.model_dump(mode="json")
+    assert dumped["budgets"]["calls_per_window"] is None
+    assert Integration.parse(dumped).digest() == plain.digest()
+
+
+def test_an_integration_budget_without_a_window_has_the_documented_default() -> None:
+    from ledger.declarations import DEFAULT_BUDGET_WINDOW_SECONDS
+
+    assert DEFAULT_BUDGET_WINDOW_SECONDS == 60.0
+    assert budget_levels(_declaration(calls_per_window=5), "acme")[0].window_seconds == 60.0
+
+
+def test_a_per_tenant_budget_that_could_never_limit_is_refused() -> None:
+    with pytest.raises(DeclarationError, match="more than the integration's 2 per 10 s: it would never limit"):
+        _declaration(calls_per_window=2, window_seconds=10, per_tenant={"calls_per_window": 30, "window_seconds": 10})
+    with pytest.raises(DeclarationError, match="never limit"):
+        _declaration(calls_per_window=2, window_seconds=10, per_tenant={"calls_per_window": 3, "window_seconds": 5})
+    # a longer tenant window can limit with more calls: 30 an hour inside 2 a second
+    longer = _declaration(calls_per_window=2, window_seconds=1, per_tenant={"calls_per_window": 30,
+                                                                            "window_seconds": 3600})
+    assert [level.limit for level in budget_levels(longer, "acme")] == [2, 30]
+
+
+@pytest.mark.parametrize(("declared", "says"), [
+    ({"calls_per_window": 0}, "global_call_budget is invalid: calls_per_window: Input should be greater than or "
+                              "equal to 1"),
+    ({"calls_per_window": 5}, "global_call_budget is invalid: window_seconds: required (seconds): the global budget names "
+                              "its window"),
+    ("100/min", "global_call_budget must be a mapping {calls_per_window: N >= 1, window_seconds: S}, got str "
+                "'100/min'"),
+    ({"calls_per_window": 10**20, "window_seconds": 0.001},
+     "global_call_budget is invalid: window_seconds: window_seconds must be >= 1 s"),
+])
+def test_a_global_budget_error_is_one_clear_line(declared: object, says: str) -> None:
+    from ledger.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError) as refused:
+        _app_with(declared)
+    text = str(refused.value)
+    assert text.startswith(says)
+    assert "\n" not in text and "pydantic.dev" not in text and "Value error" not in text
+
+
+def test_declaration_errors_carry_no_pydantic_prefix() -> None:
+    with pytest.raises(DeclarationError) as refused:
+        _declaration(calls_per_window=5, scope="tenant", per_tenant={"calls_per_window": 1, "window_seconds": 5})
+    assert "Value error" not in str(refused.value)
+    assert refused.value.problems == [("budgets.per_tenant", "scope: tenant already makes calls_per_window each "
+                                       "tenant's; per_tenant needs scope: integration")]

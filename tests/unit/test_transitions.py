@@ -526,7 +526,7 @@ def test_a_reclaim_records_its_wait_unleased(state: E) -> None:
     b.now = until
     assert b.op.claim(now=b.at(b.now), worker_id="w2", lease_seconds=30) == epoch + 1
     assert b.op.lease_takeovers == 1  # the lapse before the wait is a takeover, the wait adds none
-    assert (b.op.budget_wait_until, b.op.budget_wait) == (None, None)
+    assert (b.op.budget_wait_until, b.op.budget_wait) == (None, "test.x")  # over; its scope stays shown
     b.collect()
     assert state_of(replay(b.events)) == state_of(b.op)
 
@@ -971,3 +971,12 @@ def test_adr_renders_the_transition_table() -> None:
     expected["resolve"] = set(lifecycle.RESOLVABLE_EXECUTION) | set(lifecycle.RESOLVABLE_SETTLEMENT)
     assert rows == expected
     assert list(rows) == list(lifecycle.COMMANDS)
+
+
+def test_the_last_waits_scope_stays_shown_after_the_claim() -> None:
+    # ``ops show``'s ``budget_wait`` is "the scope of its last wait" (guide, 'Budgets'): a claim
+    # ends the wait (``budget_wait_until``) but not the record of what it waited for (tryout B17).
+    b = build(E.PENDING)
+    _wait(b)
+    b.op.claim(now=b.tick(10), worker_id="w", lease_seconds=30)
+    assert (b.op.execution, b.op.budget_wait, b.op.budget_wait_until) == (E.CLAIMED, "test.x", None)
