@@ -30,7 +30,8 @@ from eventsourcing.domain import Aggregate
 from executors.budgets import budgeted
 from executors.commit import Change, CommitResult, Committer, Counts, describe
 from executors.deadlines import cancel_change, exceed_deadline_change, remote_unknown_change
-from executors.egress import EgressService, InFlight, target_host
+from executors.egress import EgressService
+from executors.flights import InFlight, target_host
 from executors.outcomes import apply_decision, terms_of
 from executors.polling import PollingService
 from executors.recovery import decide_open_attempt

@@ -14,7 +14,8 @@ import structlog
 from eventsourcing.domain import Aggregate
 
 from executors.commit import Change, Committer, Counts
-from executors.egress import FOLLOW_KINDS, EgressService
+from executors.egress import EgressService
+from executors.flights import FOLLOW_KINDS
 from ledger.config import DEFAULT_LEASE_SECONDS
 from ledger.operation import Operation
 

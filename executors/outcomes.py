@@ -26,7 +26,8 @@ from eventsourcing.domain import Aggregate
 
 from executors.budgets import budget_of, take_calls
 from executors.commit import Change, Committer, Counts
-from executors.egress import FOLLOW_KINDS, EgressService, Finished, InFlight
+from executors.egress import EgressService
+from executors.flights import FOLLOW_KINDS, Finished, InFlight
 from executors.settlement import SettlementService
 from ledger.application import LedgerApplication
 from ledger.budgets import CallWindow, LevelWindow

@@ -34,7 +34,8 @@ import structlog
 from eventsourcing.domain import Aggregate
 
 from executors.commit import Change, Committer, Counts
-from executors.egress import EgressService, Finished, InFlight, target_host
+from executors.egress import EgressService
+from executors.flights import Finished, InFlight, target_host
 from executors.settlement import SettlementService
 from ledger.config import DEFAULT_POLL_LEASE_SECONDS
 from ledger.decisions import needs_follower

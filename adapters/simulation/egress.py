@@ -15,8 +15,10 @@ import random
 from datetime import datetime, timedelta
 
 from adapters.simulation.faults import SLOW_CHANCE, Fault, FaultPlan
+from executors.calls import make_call
 from executors.commit import Counts
-from executors.egress import EgressConfig, EgressService, Finished, InFlight
+from executors.egress import EgressConfig, EgressService
+from executors.flights import Finished, InFlight
 from ledger.clock import Clock
 
 MAX_SEND_DELAY_SECONDS = 0.05
@@ -58,7 +60,7 @@ class SimulatedEgress(EgressService):
         answers due by ``now``, in time order."""
         while self._sends and self._sends[0][0] <= now:
             at, _, flight = heapq.heappop(self._sends)
-            finished = self.call(flight)
+            finished = make_call(flight, self.clock)
             latency = self.rng.uniform(*LATENCY_SECONDS)
             if self.faults.chance(Fault.SLOW, SLOW_CHANCE):
                 latency = self.lease_seconds + self.rng.uniform(*SLOW_EXTRA_SECONDS)

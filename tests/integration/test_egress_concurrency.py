@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 import pytest
 
 from adapters.fake import FakeAdapter
-from executors.egress import EgressConfig, EgressService, target_host
+from executors.egress import EgressConfig, EgressService
+from executors.flights import target_host
 from executors.runtime import Worker, WorkerConfig
 from ledger.clock import FakeClock
 from ledger.config import Database

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from adapters.fake import FakeAdapter
-from executors.egress import DEADLINE_GRACE_SECONDS
+from executors.flights import DEADLINE_GRACE_SECONDS
 from executors.leases import LeaseConfig
 from executors.runtime import Worker, WorkerConfig
 from executors.secrets import EnvironmentSecrets

@@ -12,7 +12,7 @@ from urllib.parse import quote, quote_plus
 import pytest
 import structlog
 
-from executors.egress import adapter_error_text, redact_outcome
+from executors.calls import adapter_error_text, redact_outcome
 from executors.secrets import EnvironmentSecrets, FileSecrets, MissingSecretError, resolve_payload
 from ledger.declarations import Integration
 from ledger.errors import ConfigurationError
