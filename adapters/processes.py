@@ -38,19 +38,27 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """SIGKILL: no chance to record anything (a crash)."""
-        if self.alive():
-            self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
+        _kill(self.process)
 
     def terminate(self, timeout_seconds: float = 30.0) -> int:
         """SIGTERM (graceful stop), then wait; SIGKILL after ``timeout_seconds``. Returns the exit code."""
-        if self.alive():
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout_seconds)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait()
+        return _terminate(self.process, timeout_seconds)
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+def _terminate(process: subprocess.Popen[bytes], timeout_seconds: float) -> int:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(timeout_seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
 
 
 def spawn_worker(env: Mapping[str, str], log_path: Path) -> WorkerProcess:
@@ -90,19 +98,11 @@ class ServeProcess:
 
     def kill(self) -> None:
         """SIGKILL (a crash)."""
-        if self.alive():
-            self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
+        _kill(self.process)
 
     def terminate(self, timeout_seconds: float = 10.0) -> int:
         """SIGTERM, then wait; SIGKILL after ``timeout_seconds``. Returns the exit code."""
-        if self.alive():
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout_seconds)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait()
+        return _terminate(self.process, timeout_seconds)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
