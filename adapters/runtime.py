@@ -22,7 +22,6 @@ from eventsourcing.utils import resolve_topic
 
 from adapters.followers import follow_metrics
 from adapters.logs import OPERATION_CONTEXT
-from executors.commit import describe
 from executors.runtime import Worker, WorkerConfig
 from ledger.application import LedgerApplication
 from ledger.clock import Clock, SystemClock
@@ -30,6 +29,7 @@ from ledger.config import Database, Settings
 from ledger.declarations import DeliveryMode
 from ledger.egress import Adapter
 from ledger.errors import ConfigurationError, LedgerError, StoreDamagedError, StoreError
+from ledger.facts import describe
 from ledger.operation import Operation
 from ledger.persistence import StoreLock
 from ledger.store_files import check_store_files, check_store_path, damaged, is_damage

@@ -28,7 +28,7 @@ import structlog
 from eventsourcing.domain import Aggregate
 
 from executors.budgets import budgeted
-from executors.commit import Change, CommitResult, Committer, Counts, describe
+from executors.commit import Change, CommitResult, Committer, Counts
 from executors.deadlines import cancel_change, exceed_deadline_change, remote_unknown_change
 from executors.egress import EgressService
 from executors.flights import InFlight, target_host
@@ -59,6 +59,7 @@ from ledger.decisions import (
 from ledger.declarations import RetryPolicy
 from ledger.egress import Adapter, EgressRequest
 from ledger.errors import ConfigurationError, DeclarationMismatchError, UnknownIntegrationError
+from ledger.facts import describe
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState

@@ -24,7 +24,7 @@ from eventsourcing.persistence import IntegrityError, PersistenceError
 
 from ledger.application import LedgerApplication
 from ledger.errors import LedgerError
-from ledger.facts import FactKind, storable_fact
+from ledger.facts import describe
 from ledger.operation import Operation
 from projections.loading import load_aggregates
 
@@ -41,16 +41,6 @@ Change = Callable[[Operation], Sequence[Aggregate]]
 """Runs commands on the operation; returns other aggregates to save in the same transaction.
 Raising a ``LedgerError`` rejects the change (stale epoch, illegal transition...); raising
 anything else rejects it too and marks it failed (:attr:`CommitResult.failed`)."""
-
-
-def describe(exc: BaseException) -> str:
-    """``Type: message`` of an exception as a storable reason (``ledger.facts.storable_fact``:
-    escaped and bounded, so it can be recorded on an event whatever the exception says)."""
-    try:
-        text = str(exc)
-    except BaseException:  # an exception whose own str() raises still gets a reason
-        text = "(its message could not be read)"
-    return storable_fact(f"{type(exc).__name__}: {text}", FactKind.REASON)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from datetime import datetime
 import structlog
 
 from executors.claim import DEFAULT_BATCH_SIZE, ClaimConfig, ClaimService
-from executors.commit import Committer, Counts, describe
+from executors.commit import Committer, Counts
 from executors.egress import DEFAULT_EGRESS_SLOTS, DEFAULT_PER_HOST_SLOTS, EgressConfig, EgressService
 from executors.leases import LeaseConfig, LeaseService
 from executors.outcomes import OutcomeService
@@ -33,6 +33,7 @@ from ledger.application import LedgerApplication
 from ledger.clock import Clock
 from ledger.config import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_INTERVAL_SECONDS
 from ledger.egress import Adapter
+from ledger.facts import describe
 from ledger.operation import Operation
 from ledger.outages import backoff_seconds, is_transient, refresh_connections
 from projections.status import StatusProjection

@@ -20,10 +20,11 @@ import structlog
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.domain import Aggregate
 
-from executors.commit import Change, CommitResult, Committer, Counts, describe
+from executors.commit import Change, CommitResult, Committer, Counts
 from ledger.application import LedgerApplication
 from ledger.decisions import RetrySettlement, Settle, after_settlement_failure, due_work, settlement_order
 from ledger.errors import LedgerError, UnknownIntegrationError
+from ledger.facts import describe
 from ledger.operation import Operation
 from ledger.settlement import SettlementOutcome
 from projections.loading import load_aggregates

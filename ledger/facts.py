@@ -135,3 +135,13 @@ def storable_fact(text: str, kind: FactKind) -> str:
 def storable_fact_or_none(text: str | None, kind: FactKind) -> str | None:
     """:func:`storable_fact` for optional facts: None stays None. Pure."""
     return None if text is None else storable_fact(text, kind)
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception as a storable reason (:func:`storable_fact`:
+    escaped and bounded, so it can be recorded on an event whatever the exception says)."""
+    try:
+        text = str(exc)
+    except BaseException:  # an exception whose own str() raises still gets a reason
+        text = "(its message could not be read)"
+    return storable_fact(f"{type(exc).__name__}: {text}", FactKind.REASON)

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import psycopg
 import psycopg_pool
-from eventsourcing.persistence import InterfaceError, OperationalError
+from eventsourcing.persistence import InterfaceError, OperationalError, PersistenceError
 from tenacity.wait import wait_exponential
 
 BACKOFF = wait_exponential(multiplier=0.1, min=0.1, max=5.0)
@@ -55,6 +55,13 @@ def is_transient(exc: BaseException) -> bool:
         if isinstance(link, (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout)):
             return True
     return isinstance(exc, (OperationalError, InterfaceError))
+
+
+def is_store_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) came from the database driver or the ``eventsourcing``
+    recorder (``psycopg.Error``, ``sqlite3.Error``, ``PersistenceError``) rather than from code:
+    a store error is reported in one line, a code error with its traceback."""
+    return any(isinstance(link, (psycopg.Error, sqlite3.Error, PersistenceError)) for link in _chain(exc))
 
 
 def backoff_seconds(retry_number: int) -> float:

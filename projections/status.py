@@ -29,8 +29,9 @@ from eventsourcing.utils import TopicError, resolve_topic
 from ledger.application import LedgerApplication
 from ledger.codec import LEDGER_TOPIC_PREFIX
 from ledger.errors import CorruptRecordError, UnreadableEventError
+from ledger.facts import describe
 from ledger.operation import Operation
-from ledger.outages import backoff_seconds, is_transient, refresh_connections
+from ledger.outages import backoff_seconds, is_store_error, is_transient, refresh_connections
 from projections.loading import load_aggregates, record_decoder, select_records
 from projections.rows import UNREADABLE_EVENT, AttentionMark, read_topics, row_from_operation
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError, StatusView
@@ -274,6 +275,7 @@ class StatusProjection:
         ``catch_up`` once a full batch shows a backlog: its pipeline pays for its threads only
         then)."""
         outage = 0  # retries of the outage being ridden out
+        refused = ""  # the permanent store error last reported: reported once, not every retry
         while not stop.is_set():
             try:
                 applied = self.run_once()
@@ -284,7 +286,13 @@ class StatusProjection:
             except Exception as exc:
                 self._cache.clear()
                 if not is_transient(exc):
-                    log.exception("status projection failed; retrying")
+                    # A store that refuses (a dropped table, a permission) is one line, as the
+                    # worker says it; a code error keeps its traceback.
+                    if not is_store_error(exc):
+                        log.exception("status projection failed; retrying")
+                    elif describe(exc) != refused:
+                        refused = describe(exc)
+                        log.error("status projection: the store refused it; retrying", error=refused)
                     stop.wait(1.0)
                     continue
                 # The store is unreachable: say so once per outage, replace dead connections,
@@ -298,6 +306,7 @@ class StatusProjection:
             if outage:
                 log.warning("status projection: store reachable again", retries=outage)
                 outage = 0
+            refused = ""
 
     def wake(self) -> None:
         """Make an idle runner read the log now (a NOTIFY said events were appended); thread-safe."""

@@ -73,6 +73,15 @@ class ModesApp(LedgerApplication):
         return op.id
 
 
+class PatientModesApp(ModesApp):
+    """``ModesApp`` with a 5 s request timeout, for drains under load: on a busy CI machine the
+    reference partner (which commits each request to SQLite before answering) can take longer than
+    0.5 s, and a timed-out call is ambiguous for a reason those tests are not about."""
+
+    name = "modes"  # the same store as ModesApp's (eventsourcing names each subclass after itself)
+    integrations = [declaration(mode, request_timeout_seconds=5.0) for mode in DeliveryMode]
+
+
 class Fragile(Aggregate):
     """A source entity whose settlement action raises when its label says ``boom`` (an
     ``Exception``) or ``exit`` (``SystemExit``)."""

@@ -18,7 +18,7 @@ from adapters.fake import FakeAdapter
 from executors.runtime import Worker, WorkerConfig
 from ledger.clock import FakeClock
 from ledger.config import Database
-from ledger.outages import is_transient
+from ledger.outages import is_store_error, is_transient
 from migrations import migrate
 from projections.status import StatusProjection
 from projections.view import open_view
@@ -111,13 +111,14 @@ def test_a_permanent_store_error_is_not_retried(app: FakeApp, database: Database
         projection.view.close()
 
 
-@pytest.mark.parametrize(("error", "transient"), [
-    (OperationalError("server closed the connection unexpectedly"), True),
-    (ProgrammingError("relation does not exist"), False),
-    (ValueError("a bug"), False),
+@pytest.mark.parametrize(("error", "transient", "from_store"), [
+    (OperationalError("server closed the connection unexpectedly"), True, True),
+    (ProgrammingError("relation does not exist"), False, True),
+    (ValueError("a bug"), False, False),
 ])
-def test_which_errors_are_transient(error: Exception, transient: bool) -> None:
+def test_which_errors_are_transient(error: Exception, transient: bool, from_store: bool) -> None:
     assert is_transient(error) is transient
+    assert is_store_error(error) is from_store  # one line in the logs, not a traceback
 
 
 def test_sqlite_busy_is_transient_and_a_missing_table_is_not() -> None:

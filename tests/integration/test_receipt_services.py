@@ -98,7 +98,9 @@ def test_renewal_drops_receipts_that_are_no_longer_pending(desk: ReceiptDesk) ->
 
 
 def test_heartbeat_keeps_a_long_execution_owned_through_a_transient_failure(database_url: str) -> None:
-    lease = 0.9
+    # One failed renewal leaves a third of the lease; 1.5 s keeps that third (0.5 s) above the
+    # thread-scheduling stalls of a loaded two-core CI machine (0.9 s lost it there once).
+    lease = 1.5
     with receipt_desk(database_url, clock=SystemClock(), lease_seconds=lease) as desk:
         leases = ReceiptLeaseService(runner=desk.runner, config=ReceiptLeaseConfig(lease_seconds=lease,
                                                                                    interval_seconds=1.0))
