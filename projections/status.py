@@ -46,6 +46,9 @@ ID_MEMO_SIZE = 100_000  # operation ids kept parsed between batches (SQLite stor
 DEFAULT_IDLE_SECONDS = 0.1
 WAKE_CHECK_SECONDS = 0.1
 """While idle, how often ``run`` checks its stop event, seconds (a wake-up ends the wait at once)."""
+RENEW_LEADERSHIP_AFTER = 1 / 3
+"""The leader renews its lease once this share of it has passed (DESIGN §7's heartbeat rule);
+a follower tries to take it over as often."""
 DEFAULT_LEADER_LEASE_SECONDS = 3.0
 DEFAULT_RECHECK_SECONDS = 60.0
 RECHECK_LIMIT = 1000  # unreadable_event rows re-read per recheck
@@ -134,6 +137,7 @@ class StatusProjection:
         # worker thread may append while the projection thread takes (both atomic).
         self._offered: deque[Operation] = deque(maxlen=self.config.cache_size)
         self._following = True  # whether the last run_once found this process leading
+        self._led_at: float | None = None  # monotonic time the lease was last confirmed held
         self._wake = threading.Event()  # set by ``wake`` (a NOTIFY listener)
         self._progress: Callable[[int], object] | None = None  # rebuild's progress report
 
@@ -182,8 +186,20 @@ class StatusProjection:
         return len(records)
 
     def is_leader(self) -> bool:
-        """True when this process may write (always, without a lease)."""
-        return self.lease is None or self.view.lead(self.lease, self.config.lease_seconds)
+        """True when this process may write (always, without a lease).
+
+        The lease is renewed (a write to the store) only once a third of it has passed since it
+        was last confirmed, not on every call: renewing per batch cost a round trip per batch.
+        That is safe because every write re-checks the lease by the store's clock in its own
+        transaction (``NotLeaderError``), so a lease lost meanwhile writes nothing.
+        """
+        if self.lease is None:
+            return True
+        now = time.monotonic()  # scheduling only, never the domain clock
+        if self._led_at is not None and now - self._led_at < self.config.lease_seconds * RENEW_LEADERSHIP_AFTER:
+            return True
+        self._led_at = now if self.view.lead(self.lease, self.config.lease_seconds) else None
+        return self._led_at is not None
 
     def catch_up(self, stop: threading.Event | None = None) -> int:
         """Apply batches until the log is exhausted, pipelined (see :meth:`_pipeline`).
@@ -281,8 +297,12 @@ class StatusProjection:
                 applied = self.run_once()
                 if applied >= self.config.batch_size and not stop.is_set():
                     self.catch_up(stop)
+                elif not applied and self.is_leader():
+                    self._pause(stop, self.config.idle_seconds)
                 elif not applied:
-                    self._pause(stop, self.config.idle_seconds if self.is_leader() else self.config.lease_seconds / 3)
+                    # A follower only waits for the lease to lapse: a NOTIFY for each event
+                    # appended would cost it two round trips per event, for nothing.
+                    stop.wait(self.config.lease_seconds * RENEW_LEADERSHIP_AFTER)
             except Exception as exc:
                 self._cache.clear()
                 if not is_transient(exc):
@@ -329,6 +349,7 @@ class StatusProjection:
 
     def _stop_following(self) -> None:
         self._following = False
+        self._led_at = None
         self._cache.clear()  # another process leads; our cache would go stale
         self._offered.clear()
 

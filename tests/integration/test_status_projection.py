@@ -9,7 +9,7 @@ import pytest
 from adapters.demo.orders import OrdersApp
 from ledger.config import Database
 from projections.status import PROJECTION_NAME, StatusProjection, StatusProjectionConfig
-from projections.view import open_view
+from projections.view import NotLeaderError, open_view
 
 
 def _place(app: OrdersApp, n: int) -> list:
@@ -211,19 +211,46 @@ def test_a_failed_write_mid_catch_up_leaves_a_committed_prefix(orders_app: Order
 
 def test_catch_up_stops_writing_when_leadership_is_lost(orders_app: OrdersApp, migrated: Database,
                                                         monkeypatch) -> None:
-    # Before each write after the first, the lease is renewed; a lost lease ends the catch-up
-    # with nothing more written (PostgreSQL has leases; the check is the same code on SQLite).
+    # Every write re-checks the lease in its transaction; a lease lost before the second write
+    # ends the catch-up with nothing more written (PostgreSQL has leases; the check is the same
+    # code on SQLite, here made to refuse as PostgreSQL's check_lease would).
     _place(orders_app, 5)
     view = open_view(migrated)
     projection = StatusProjection(app=orders_app, view=view, config=StatusProjectionConfig(batch_size=2))
-    answers = iter([True, False])  # leads at the start, lost before the second write
     monkeypatch.setattr(projection, "lease", object())
-    monkeypatch.setattr(view, "lead", lambda lease, ttl: next(answers))
-    real_write = view.write
-    monkeypatch.setattr(view, "write", lambda rows, **kw: real_write(rows, **{**kw, "lease": None}))
+    monkeypatch.setattr(view, "lead", lambda lease, ttl: True)
+    real_write, writes = view.write, iter([True, False])
+
+    def write(rows, **kw):
+        if not next(writes):
+            raise NotLeaderError("lease lost")
+        real_write(rows, **{**kw, "lease": None})
+
+    monkeypatch.setattr(view, "write", write)
     assert projection.catch_up() == 2  # what was committed before the lease was lost
     assert view.position(PROJECTION_NAME, orders_app.name) == 3  # the first batch: Placed, two intents
     assert projection._cache == {}
+    assert not projection._following  # it stopped following
+    view.close()
+
+
+def test_the_leader_renews_its_lease_once_a_third_has_passed_not_per_batch(
+        orders_app: OrdersApp, migrated: Database, monkeypatch) -> None:
+    view = open_view(migrated)
+    projection = StatusProjection(app=orders_app, view=view, config=StatusProjectionConfig(lease_seconds=3.0))
+    calls: list[float] = []
+    answers = iter([True, True, False])
+    now = [100.0]
+    monkeypatch.setattr(projection, "lease", object())
+    monkeypatch.setattr(view, "lead", lambda lease, ttl: calls.append(now[0]) or next(answers))
+    monkeypatch.setattr("projections.status.time.monotonic", lambda: now[0])
+    assert projection.is_leader() and projection.is_leader()
+    now[0] += 0.9  # under a third of 3 s: no round trip
+    assert projection.is_leader() and calls == [100.0]
+    now[0] += 0.2  # past a third: renewed
+    assert projection.is_leader() and len(calls) == 2
+    now[0] += 1.1  # renewal refused: not the leader, and asked again the next time
+    assert not projection.is_leader() and len(calls) == 3
     view.close()
 
 
