@@ -59,3 +59,33 @@ def test_a_long_stall_is_read_on_past_the_intents_already_claimed(database: Data
         worker.close()
         view.close()
         app.close()
+
+
+@pytest.mark.postgres
+def test_an_idle_worker_woken_by_appended_events_claims_a_new_intent_without_the_projection(
+        database: Database) -> None:
+    # Pickup latency (issue 17): the NOTIFY of an appended intent makes an idle worker read the
+    # log's tail at once, while the projection moves (here: has not stalled long enough).
+    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+    migrate(database, FakeApp)
+    app = FakeApp(env=database.library_env(create_table=False), clock=clock)
+    view = open_view(database)
+    worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=clock,
+                    config=WorkerConfig(worker_id="idle", egress_slots=SLOTS, egress_per_host=SLOTS,
+                                        inline_egress=True), rng=random.Random(7))
+    try:
+        worker.run_once(clock.now())  # nothing yet: the worker goes idle
+        op_id = app.make("fresh")
+        worker.wake_for_log()  # a busy worker: not woken, and the tail is not read
+        worker.run_once(clock.now())
+        assert app.get_operation(op_id).attempts == 0
+        worker._idling = True  # as while it waits in ``_idle``
+        worker.wake_for_log()
+        worker._idling = False
+        assert worker.egress.wake.is_set()
+        worker.run_once(clock.now())
+        assert app.get_operation(op_id).attempts == 1
+    finally:
+        worker.close()
+        view.close()
+        app.close()
