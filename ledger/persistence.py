@@ -159,7 +159,10 @@ class StoreLock:
     """
 
     _held: dict[str, list[int]] = {}  # lock path -> [fd, holders] for this process
-    _guard = threading.Lock()
+    # Re-entrant: taking the lock allocates, so the garbage collector may run inside ``acquire``
+    # and an unreachable application's ``__del__`` (``Application.close``) call ``release`` on
+    # this thread; with a plain Lock that deadlocked the process (seen in the test suite).
+    _guard = threading.RLock()
 
     def __init__(self, db_path: Path) -> None:
         self.store = Path(db_path)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -176,3 +178,22 @@ def test_text_originator_ids_are_refused_with_a_clear_error() -> None:
             OrdersApp(env=env)
     finally:
         drop_schema(schema)
+
+
+def test_a_release_run_by_the_garbage_collector_inside_acquire_does_not_deadlock(tmp_path: Path) -> None:
+    # Taking the lock allocates, so the collector may run an unreachable application's
+    # ``__del__`` (which closes it, releasing its lock) inside ``acquire``, on the same thread.
+    other = StoreLock(tmp_path / "other.db").acquire()
+    lock = StoreLock(tmp_path / "store.db")
+    real = lock._lock_file
+
+    def lock_file() -> int:
+        other.release()  # what that ``__del__`` does
+        return real()
+
+    lock._lock_file = lock_file  # type: ignore[method-assign]
+    thread = threading.Thread(target=lock.acquire, daemon=True)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive(), "acquire deadlocked on a release from inside it"
+    lock.release()
