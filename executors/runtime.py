@@ -256,13 +256,13 @@ class Worker:
         self.egress.wake.set()
 
     def wake_for_log(self) -> None:
-        """A NOTIFY said events were appended: make the worker read the log's tail now if it
-        is idle (a new intent is then claimed without waiting for the status projection to
-        write its row) or if the projection stands still. A busy worker is not woken: there
-        the projection's own NOTIFY of due rows is the wake-up that matters, and a cycle per
-        event appended cost each worker a tail query per cycle. Thread-safe."""
+        """A NOTIFY said events were appended: the worker's next cycle reads the log's tail,
+        so a new intent is claimed without waiting for the status projection to write its row;
+        an idle worker (or one whose projection stands still) starts that cycle now. A busy
+        worker is not woken: it reads the tail once at its next cycle, however many events
+        arrived meanwhile. Thread-safe."""
+        self.claims.tail.fresh = True
         if self._idling or self.claims.tail.stalled:
-            self.claims.tail.fresh = True
             self.wake()
 
     def close(self) -> None:

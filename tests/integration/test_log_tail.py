@@ -62,10 +62,11 @@ def test_a_long_stall_is_read_on_past_the_intents_already_claimed(database: Data
 
 
 @pytest.mark.postgres
-def test_an_idle_worker_woken_by_appended_events_claims_a_new_intent_without_the_projection(
+def test_a_worker_told_of_appended_events_claims_a_new_intent_without_the_projection(
         database: Database) -> None:
-    # Pickup latency (issue 17): the NOTIFY of an appended intent makes an idle worker read the
-    # log's tail at once, while the projection moves (here: has not stalled long enough).
+    # Pickup latency (issue 17): after the NOTIFY of appended events a worker's next cycle reads
+    # the log's tail, while the projection moves (here: has not stalled long enough); an idle
+    # worker is woken for it, a busy one is not.
     clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
     migrate(database, FakeApp)
     app = FakeApp(env=database.library_env(create_table=False), clock=clock)
@@ -74,17 +75,21 @@ def test_an_idle_worker_woken_by_appended_events_claims_a_new_intent_without_the
                     config=WorkerConfig(worker_id="idle", egress_slots=SLOTS, egress_per_host=SLOTS,
                                         inline_egress=True), rng=random.Random(7))
     try:
-        worker.run_once(clock.now())  # nothing yet: the worker goes idle
-        op_id = app.make("fresh")
-        worker.wake_for_log()  # a busy worker: not woken, and the tail is not read
+        worker.run_once(clock.now())  # nothing yet
+        first = app.make("first")
+        worker.run_once(clock.now())  # no NOTIFY: the view alone, which shows nothing yet
+        assert app.get_operation(first).attempts == 0
+        worker.wake_for_log()  # a busy worker: not woken, but its next cycle reads the tail
+        assert not worker.egress.wake.is_set()
         worker.run_once(clock.now())
-        assert app.get_operation(op_id).attempts == 0
+        assert app.get_operation(first).attempts == 1
+        second = app.make("second")
         worker._idling = True  # as while it waits in ``_idle``
         worker.wake_for_log()
         worker._idling = False
-        assert worker.egress.wake.is_set()
+        assert worker.egress.wake.is_set()  # an idle worker is woken for it
         worker.run_once(clock.now())
-        assert app.get_operation(op_id).attempts == 1
+        assert app.get_operation(second).attempts == 1
     finally:
         worker.close()
         view.close()
