@@ -106,6 +106,19 @@ class _Plan:
     polls: set[UUID] = field(default_factory=set)  # accepted work claimed for polling
 
 
+TAIL_SOON_SECONDS = 1.0
+"""A pending intent due within this many seconds stays on offer from the log's tail."""
+
+
+def _due_soon(op: Operation, work: Wait, now: datetime) -> bool:
+    """Whether ``op`` is a pending intent due within ``TAIL_SOON_SECONDS`` of ``now``: one the
+    log's tail must offer again, not pass over. An intent read from the tail is often newer
+    than the cycle's ``now`` (appended after the clock was read), and passing over it left it
+    to the projection: 3 s, a leadership handover, after a projection leader was SIGKILLed."""
+    return (op.execution is E.PENDING and work.until is not None
+            and work.until <= now + timedelta(seconds=TAIL_SOON_SECONDS))
+
+
 class ClaimService:
     """Does the due work of one host application's operations.
 
@@ -222,7 +235,7 @@ class ClaimService:
             except Exception as exc:  # one operation's unreadable state: that operation only
                 self._defer(op.id, now, "due_work", exc)
                 continue
-            if isinstance(work, Wait):
+            if isinstance(work, Wait) and not _due_soon(op, work, now):
                 self.tail.passed(op.id)  # another worker holds it: the log tail moves past it
             if isinstance(work, Settle):
                 settling.append(op)

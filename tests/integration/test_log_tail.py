@@ -94,3 +94,33 @@ def test_a_worker_told_of_appended_events_claims_a_new_intent_without_the_projec
         worker.close()
         view.close()
         app.close()
+
+
+@pytest.mark.postgres
+def test_an_intent_newer_than_the_cycle_is_offered_again_not_passed_over(database: Database) -> None:
+    # An intent appended after a cycle read its clock is read from the tail in that cycle, and
+    # is not due yet at its ``now``. It must be offered again by the next cycle's tail, not
+    # passed over like one another worker holds: that left it waiting for the projection's
+    # handover (3 s after its leader was SIGKILLed, one bench run in two).
+    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+    migrate(database, FakeApp)
+    app = FakeApp(env=database.library_env(create_table=False), clock=clock)
+    view = open_view(database)
+    worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=clock,
+                    config=WorkerConfig(worker_id="survivor", egress_slots=SLOTS, egress_per_host=SLOTS,
+                                        inline_egress=True), rng=random.Random(7))
+    try:
+        for _ in range(3):  # the projection stands still (none runs): the tail is read each cycle
+            clock.advance(TAIL_AFTER_STALL_SECONDS)
+            worker.run_once(clock.now())
+        began = clock.now()
+        clock.advance(0.2)
+        op_id = app.make("newer")  # Intended at began + 0.2 s
+        worker.run_once(began)  # the cycle whose clock was read before the intent was appended
+        assert app.get_operation(op_id).attempts == 0
+        worker.run_once(clock.now())
+        assert app.get_operation(op_id).attempts == 1, "the tail passed over an intent that was about to be due"
+    finally:
+        worker.close()
+        view.close()
+        app.close()
