@@ -53,10 +53,19 @@ def new_postgres_url() -> tuple[str, str]:
 
 
 def drop_schema(schema: str) -> None:
+    """Drop a test's schema. A process of the test still writing to it (a ``serve`` fixture
+    torn down after the test body) can make the DROP the victim of a deadlock: try again."""
     import psycopg
 
-    with psycopg.connect(Database.parse(PG_URL).conninfo(), autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    for attempt in range(5):
+        try:
+            with psycopg.connect(Database.parse(PG_URL).conninfo(), autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            return
+        except psycopg.errors.DeadlockDetected:
+            if attempt == 4:
+                raise
+            time.sleep(0.2)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
