@@ -21,9 +21,7 @@ from adapters.webhook.adapter import WebhookAdapter, _is_http_url
 from adapters.webhook.classify import HttpExchange, TransportFailure
 from adapters.webhook.excerpt import secrets_of
 from ledger.clock import require_utc
-from ledger.declarations import canonical_json
 from ledger.egress import EgressRequest
-from ledger.modes import rules_for
 from ledger.outcomes import CancelOutcome, CancelRefused, Failed, FailureCategory, Outcome, PollResult, StillRunning
 
 CANCEL_SUFFIX = ":cancel"
@@ -36,28 +34,10 @@ class LroAdapter(WebhookAdapter):
     (secret, clock, client, config).
     """
 
-    def send(self, request: EgressRequest) -> Outcome:
-        """POST the create call and classify it (:func:`~adapters.lro.classify.classify_create`).
-
-        Returns:
-            ``Accepted(operation name)``, a result already done, or what the webhook adapter
-            would classify.
-        """
-        secrets = secrets_of(request)
-        if not _is_http_url(request.target):
-            return self._invalid(f"target {request.target!r} is not an http(s) URL", secrets)
-        assert request.target is not None
-        try:
-            body_text = canonical_json(dict(request.payload)).decode("utf-8")
-        except ValueError as exc:
-            return self._invalid(f"payload is not plain JSON data: {exc}", secrets)
-        now = require_utc(self._clock.now(), "clock.now()")
-        headers = self._signed_headers(request, body_text, now)
-        headers["Content-Type"] = "application/json"
-        exchange = self._exchange("POST", request.target, content=body_text.encode("utf-8"), headers=headers,
-                                  timeout_seconds=request.timeout_seconds,
-                                  follow_redirects=rules_for(request.delivery_mode).follows_redirects,
-                                  secrets=secrets)
+    def _classify_sent(self, exchange: HttpExchange) -> Outcome:
+        """Read the answer to :meth:`send`'s POST as a create call
+        (:func:`~adapters.lro.classify.classify_create`): ``Accepted(operation name)``, a result
+        already done, or what the webhook adapter would classify."""
         return classify_create(exchange, now=self._clock.now(),
                                max_retry_after_seconds=self._config.max_retry_after_seconds)
 

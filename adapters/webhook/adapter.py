@@ -192,8 +192,12 @@ class WebhookAdapter:
                                   headers=headers, timeout_seconds=request.timeout_seconds,
                                   follow_redirects=rules_for(request.delivery_mode).follows_redirects,
                                   secrets=secrets)
-        return classify(exchange, now=self._clock.now(),
-                        max_retry_after_seconds=self._config.max_retry_after_seconds)
+        return self._classify_sent(exchange)
+
+    def _classify_sent(self, exchange: HttpExchange) -> Outcome:
+        """The outcome of :meth:`send`'s POST (:func:`classify`); an adapter that reads the
+        answer differently (``adapters.lro``: a create call) overrides this, not ``send``."""
+        return classify(exchange, now=self._clock.now(), max_retry_after_seconds=self._config.max_retry_after_seconds)
 
     def lookup(self, request: EgressRequest) -> Outcome | None:
         """Ask the target's origin whether it received ``request.operation_id``.
