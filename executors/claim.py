@@ -167,12 +167,34 @@ class ClaimService:
         free = self.egress.free_slots()
         if not self.view.in_process and len(due) < free:
             due += self.tail.read(free - len(due), {row.operation_id for row in due}, now)
+        self._reserve_and_commit(due, now, counts)
+        return counts
+
+    def pickup(self, now: datetime) -> Counts:
+        """Claim the intents appended since the last look, read from the log's tail alone (no
+        due read): the orchestrator calls it between its other passes when a notification said
+        events were appended (``LogTail.fresh``), so a new intent waits for the pass under way,
+        not for the rest of the cycle (issue 17, pickup latency). Nothing to do on a backend
+        whose view is kept in process (SQLite: one process, no tail to race for).
+
+        Returns:
+            :class:`Counts` of what was committed.
+        """
+        counts = Counts()
+        free = self.egress.free_slots()
+        if self.view.in_process or free <= 0 or not self.tail.fresh:
+            return counts
+        self._reserve_and_commit(self.tail.read(free, set(), now), now, counts)
+        return counts
+
+    def _reserve_and_commit(self, due: list[DueRow], now: datetime, counts: Counts) -> None:
+        if not due:
+            return
         self.rng.shuffle(due)
         rows = self._actionable(due, now)
         # Held until after this cycle's commit: another worker of the store skips these rows.
         with self.view.reserve([row.operation_id for row in rows]) as reserved:
             self._decide_and_commit([row for row in rows if row.operation_id in reserved], now, counts)
-        return counts
 
     def _handled(self, op_id: UUID, version: int) -> bool:
         known = self.committer.known(op_id)

@@ -145,17 +145,19 @@ class Worker:
         Returns:
             :class:`Counts` of what was committed.
         """
-        now = self.clock.now() if now is None else now
+        given, now = now, self.clock.now() if now is None else now
         if self.projection is not None:
             try:
                 self.projection.run_once()
             except Exception:  # the view lags; egress, outcomes and settlement carry on
                 log.exception("status projection failed; retrying next cycle")
-        counts = self.egress.run_once(now)
-        counts.add(self.outcomes.run_once(now))
-        counts.add(self.polling.run_once(now))
-        counts.add(self.settlement.run_once(now))
-        counts.add(self.leases.run_once(now))
+        counts = Counts()
+        for service in (self.egress, self.outcomes, self.polling, self.settlement, self.leases):
+            counts.add(service.run_once(now))
+            if self.claims.tail.fresh and not self.stopping.is_set():
+                # New intents were announced: claim them now, at the time of this pass, rather
+                # than after the cycle's remaining passes (issue 17, pickup latency).
+                counts.add(self.claims.pickup(self.clock.now() if given is None else given))
         if not self.stopping.is_set():
             counts.add(self.claims.run_once(now))
         return counts

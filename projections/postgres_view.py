@@ -7,13 +7,16 @@ clock that follows the database's, corrected by every ``due()`` read (DESIGN §7
 
 from __future__ import annotations
 
+import select
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+import psycopg
 import structlog
+from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
 from ledger.clock import Clock, ReferenceClock, SkewWarning
@@ -42,10 +45,12 @@ class PostgresStatusView(SqlStatusView):
         kwargs: dict[str, Any] = {}
         if database.schema:
             kwargs["options"] = f"-c search_path={database.schema}"
+        # autocommit: a single reading statement (``_statement``) is one round trip, not three
+        # (BEGIN, the statement, COMMIT); ``_transaction`` still opens a transaction.
         # check: a connection the server dropped while it sat in the pool (a restart, an admin's
         # pg_terminate_backend) is replaced when taken, not handed to a query (issue 17).
-        self._pool = ConnectionPool(database.conninfo(), min_size=1, max_size=max_size, kwargs=kwargs,
-                                    check=ConnectionPool.check_connection, open=True)
+        self._pool = ConnectionPool(database.conninfo(), min_size=1, max_size=max_size,
+                                    kwargs={**kwargs, "autocommit": True}, check=check_dropped, open=True)
 
     @property
     def pool(self) -> ConnectionPool:
@@ -56,6 +61,11 @@ class PostgresStatusView(SqlStatusView):
     @contextmanager
     def _transaction(self) -> Iterator[Any]:
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            yield cur
+
+    @contextmanager
+    def _statement(self) -> Iterator[Any]:
+        with self._pool.connection() as conn, conn.cursor() as cur:
             yield cur
 
     def _notify(self, cur: Any) -> None:
@@ -120,13 +130,13 @@ class PostgresStatusView(SqlStatusView):
 
     def due(self, now: datetime, limit: int) -> list[DueRow]:
         clock = self._clock
-        with self._transaction() as cur:
+        with self._statement() as cur:
             sent = clock.started() if clock is not None else 0.0
             # With a lease clock, the database's own time decides what is due (now=NULL).
             cur.execute(self.queries["select_due"], {"now": None if clock is not None else now, "limit": limit})
             rows = cur.fetchall()
             if clock is not None:
-                _report(clock.observe(rows[0][0], sent=sent))  # before COMMIT's round trip
+                _report(clock.observe(rows[0][0], sent=sent))
         return [DueRow(op_id, version, execution, settlement, bool(cancel))
                 for _, op_id, version, execution, settlement, cancel in rows if op_id is not None]
 
@@ -153,6 +163,23 @@ class PostgresStatusView(SqlStatusView):
 
     def close(self) -> None:
         self._pool.close()
+
+
+def check_dropped(conn: Connection[Any]) -> None:
+    """The pool's check of a connection it hands out, in one round trip only when needed: a
+    connection the server closed while it sat in the pool (a restart, ``pg_terminate_backend``)
+    has its socket readable (the server's last message, or end of file), and only then is a
+    query sent, which raises, so the pool replaces it. A check by query on every checkout was
+    one more round trip before each of a worker's reads (docs/performance.md).
+
+    Raises:
+        psycopg.OperationalError: the connection is dead (the pool discards it and takes another).
+    """
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:  # a healthy idle connection has nothing to read: the server said something
+        ConnectionPool.check_connection(conn)
 
 
 def _report(warning: SkewWarning | None) -> None:

@@ -17,7 +17,8 @@ from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, OperationFilter
 
 class SqlStatusView:
     """``StatusView`` over DB-API connections. Subclasses implement ``_transaction`` (a context
-    manager yielding a cursor, committing on success), ``_upsert`` and ``_from_db``."""
+    manager yielding a cursor, committing on success), ``_upsert`` and ``_from_db``; they may
+    override ``_statement`` (a cursor for one reading statement)."""
 
     backend: str = ""
     in_process: bool = False
@@ -28,6 +29,10 @@ class SqlStatusView:
     # -- hooks
     def _transaction(self) -> AbstractContextManager[Any]:
         raise NotImplementedError
+
+    def _statement(self) -> AbstractContextManager[Any]:
+        """A cursor for one reading statement; by default a transaction of its own."""
+        return self._transaction()
 
     def _upsert(self, cur: Any, table: str, rows: list[StatusRow]) -> None:
         """Insert or replace ``rows`` in ``table``, in ``cur``'s transaction; a row never replaces
@@ -48,7 +53,7 @@ class SqlStatusView:
 
     # -- StatusView
     def position(self, projection: str, upstream: str) -> int:
-        with self._transaction() as cur:
+        with self._statement() as cur:
             cur.execute(self.queries["select_tracking"], {"projection": projection, "upstream": upstream})
             found = cur.fetchone()
         return int(found[0]) if found else 0
@@ -77,7 +82,7 @@ class SqlStatusView:
         a single-owner backend has no one to tell)."""
 
     def due(self, now: datetime, limit: int) -> list[DueRow]:
-        with self._transaction() as cur:
+        with self._statement() as cur:
             cur.execute(self.queries["select_due"], {"now": self._time(now), "limit": limit})
             return [DueRow(self._uuid(op_id), version, execution, settlement, bool(cancel))
                     for op_id, version, execution, settlement, cancel in cur.fetchall()]
@@ -97,7 +102,7 @@ class SqlStatusView:
         return self._select("select_attention_of", {"attention": reason, "limit": limit})
 
     def counts(self) -> dict[str, int]:
-        with self._transaction() as cur:
+        with self._statement() as cur:
             cur.execute(self.queries["count_by_status"])
             return {str(status): int(n) for status, n in cur.fetchall()}
 
@@ -138,7 +143,7 @@ class SqlStatusView:
 
     # -- helpers
     def _select(self, name: str, params: dict[str, Any]) -> list[StatusRow]:
-        with self._transaction() as cur:
+        with self._statement() as cur:
             cur.execute(self.queries[name], params)
             return [self._from_db(values) for values in cur.fetchall()]
 

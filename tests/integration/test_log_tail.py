@@ -124,3 +124,44 @@ def test_an_intent_newer_than_the_cycle_is_offered_again_not_passed_over(databas
         worker.close()
         view.close()
         app.close()
+
+
+@pytest.mark.postgres
+def test_an_intent_announced_during_a_pass_is_claimed_right_after_that_pass(database: Database) -> None:
+    # Pickup latency (issue 17): a notification that arrives while the worker records outcomes
+    # is acted on as soon as that pass ends (a pickup from the tail alone, at the clock's time
+    # then), not after the cycle's remaining passes.
+    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+    migrate(database, FakeApp)
+    app = FakeApp(env=database.library_env(create_table=False), clock=clock)
+    view = open_view(database)
+    worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=clock,
+                    config=WorkerConfig(worker_id="busy", egress_slots=SLOTS, egress_per_host=SLOTS,
+                                        inline_egress=True), rng=random.Random(7))
+    announced: list = []
+    record_outcomes = worker.outcomes.run_once
+
+    def outcomes_while_an_intent_arrives(now):  # the NOTIFY comes in mid-pass
+        counts = record_outcomes(now)
+        if not announced:
+            clock.advance(0.004)
+            announced.append(app.make("arrived"))
+            worker.wake_for_log()
+        return counts
+
+    due_reads: list = []
+    read_due = view.due
+    worker.outcomes.run_once = outcomes_while_an_intent_arrives
+    view.due = lambda now, limit: due_reads.append(now) or read_due(now, limit)
+    try:
+        began = clock.now()
+        worker.run_once()
+        op = app.get_operation(announced[0])
+        assert op.attempts == 1, "the announced intent waited for the next cycle"
+        started = next(e for e in app.repository.event_store.get(op.id) if type(e).__name__ == "AttemptStarted")
+        assert started.timestamp == clock.now() > began, "the pickup did not read the clock when it ran"
+        assert due_reads == [began], "a pickup read the due rows (it reads the log's tail alone)"
+    finally:
+        worker.close()
+        view.close()
+        app.close()
