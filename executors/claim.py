@@ -35,6 +35,7 @@ from executors.flights import InFlight, target_host
 from executors.outcomes import apply_decision, terms_of
 from executors.polling import PollingService
 from executors.recovery import decide_open_attempt
+from executors.refusals import drifted_digest, mismatch_change, void_approval_change
 from executors.secrets import MissingSecretError, SecretResolver, resolve_payload
 from executors.settlement import SettlementService, first_per_entity
 from executors.tail import LogTail
@@ -58,7 +59,7 @@ from ledger.decisions import (
 )
 from ledger.declarations import RetryPolicy
 from ledger.egress import Adapter, EgressRequest
-from ledger.errors import ConfigurationError, DeclarationMismatchError, UnknownIntegrationError
+from ledger.errors import ConfigurationError, UnknownIntegrationError
 from ledger.facts import describe
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
@@ -328,41 +329,14 @@ class ClaimService:
                        by_host: Counter[str]) -> tuple[Change, int] | None:
         """The change for claimable ``op`` and the egress slots it takes: a refusal when its
         declaration drifted, a claim when a slot (and its host's) is free, else None."""
-        if self._drifted(op) is not None:
-            return self._mismatch_change(now, plan), 0
+        if drifted_digest(self.app, op) is not None:
+            return mismatch_change(self.app, now, self.config.worker_id, plan.deferred), 0
         if void_reason(op, now) is not None:
-            return _void_approval_change(now), 0
+            return void_approval_change(now), 0
         if capacity > 0 and self._host_slot(op, by_host):
             change = self._claim_change(now, plan)
             return budgeted(self.app, change, plan, now, plan.windows), 1
         return None
-
-    def _drifted(self, op: Operation) -> str | None:
-        """This worker's digest of ``op``'s declaration when it differs from the recorded one,
-        else None (also when the declaration is unknown: the claim change defers that)."""
-        try:
-            declared = self.app.registry.get(op.integration_name, op.integration_version).digest()
-        except UnknownIntegrationError:
-            return None
-        return declared if declared != op.integration_digest else None
-
-    def _mismatch_change(self, now: datetime, plan: _Plan) -> Change:
-        """Refuse to claim under other rules: record ``DeclarationMismatched`` (once per digest),
-        leave the operation for a worker with the recorded declaration (issue 14 item 5)."""
-
-        def change(op: Operation) -> Sequence[Aggregate]:
-            declared = self._drifted(op)
-            if declared is None:  # reloaded after a conflict and no longer drifted
-                raise DeclarationMismatchError(f"operation {op.id} no longer drifted; decided next pass")
-            plan.deferred[op.id] = (
-                f"declaration_mismatch: {op.integration_name} v{op.integration_version} is recorded as "
-                f"{op.integration_digest} but this worker declares {declared}; not executed under other rules "
-                "(declare the recorded rules under this version, or bump the version for new rules)")
-            if not op.flag_declaration_mismatch(now=now, worker_id=self.config.worker_id, declared_digest=declared):
-                raise DeclarationMismatchError("already flagged")  # nothing to record
-            return []
-
-        return change
 
     def _claim_change(self, now: datetime, plan: _Plan) -> Change:
         """Claim, then in the same commit start an attempt (or decide the open one)."""
@@ -424,14 +398,3 @@ class ClaimService:
             payload=payload, traceparent=op.traceparent, timeout_seconds=declaration.request_timeout_seconds,
             tenant=op.tenant, secrets=tuple(secrets),
         )
-
-
-def _void_approval_change(now: datetime) -> Change:
-    """Record ``ApprovalVoided`` instead of claiming: egress needs an unexpired approval of the
-    current fingerprint (issue 14 item 2); the operation waits for a new one."""
-
-    def change(op: Operation) -> Sequence[Aggregate]:
-        op.void_approval(now=now)
-        return []
-
-    return change
