@@ -145,6 +145,30 @@ def select_records(app: Application, after: int, limit: int, topics: Sequence[st
         return cursor.fetchall()
 
 
+def select_open_intents(app: Application, after: int, limit: int, topics: Sequence[str],
+                        ids: dict[Any, UUID]) -> list[tuple[int, UUID, int, str, bytes]]:
+    """:func:`select_records` for intents (``topics``: the ``Intended`` topics), leaving out on
+    PostgreSQL those whose operation recorded anything after them already. Workers of many
+    processes share that log, and a worker reading its tail would otherwise load each intent
+    another worker claimed only to find it held (two workers end to end: one load of a claimed
+    intent for every two claims; docs/performance.md). One process owns the other backends'
+    stores, so there it is :func:`select_records`.
+
+    Returns:
+        ``(position, originator_id, originator_version, topic, state)`` tuples, in log order.
+    """
+    recorder: Any = app.recorder
+    if isinstance(recorder, POPOApplicationRecorder) or _is_sqlite(recorder):
+        return select_records(app, after, limit, topics, ids)
+    from psycopg.rows import tuple_row
+
+    sql = load_queries("postgres")["select_open_intents"].format(
+        table=f'"{recorder.datastore.schema}"."{recorder.events_table_name}"')
+    with recorder.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row, binary=True) as cursor:
+        cursor.execute(sql, [after, list(topics), limit], prepare=True)
+        return cursor.fetchall()
+
+
 def _load_from_memory(app: Application, ids: Collection[UUID]) -> dict[UUID, Any]:
     # The in-memory (POPO) recorder: its own select_events, folded as the SQL path folds.
     decode = record_decoder(app)

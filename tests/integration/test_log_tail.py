@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -16,7 +16,11 @@ from executors.runtime import Worker, WorkerConfig
 from executors.tail import TAIL_AFTER_STALL_SECONDS
 from ledger.clock import FakeClock
 from ledger.config import Database
+from ledger.operation import Operation
+from ledger.topics import topics_of
 from migrations import migrate
+from projections.loading import select_open_intents
+from projections.status import StatusProjection
 from projections.view import open_view
 from tests.apps import FakeApp
 from tests.conftest import drop_schema, new_postgres_url, require_postgres
@@ -161,6 +165,48 @@ def test_an_intent_announced_during_a_pass_is_claimed_right_after_that_pass(data
         started = next(e for e in app.repository.event_store.get(op.id) if type(e).__name__ == "AttemptStarted")
         assert started.timestamp == clock.now() > began, "the pickup did not read the clock when it ran"
         assert due_reads == [began], "a pickup read the due rows (it reads the log's tail alone)"
+    finally:
+        worker.close()
+        view.close()
+        app.close()
+
+
+@pytest.mark.postgres
+def test_the_tail_offers_only_intents_no_worker_has_moved_on_and_stale_rows_are_not_loaded_again(
+        database: Database) -> None:
+    # Two workers end to end: the tail left out nothing another worker had claimed, and the
+    # status rows of intents claimed elsewhere (the projection not caught up) were loaded in
+    # every cycle only to find them held (docs/performance.md, round of 2026-12-02, later).
+    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+    migrate(database, FakeApp)
+    app = FakeApp(env=database.library_env(create_table=False), clock=clock)
+    view = open_view(database)
+    worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=clock,
+                    config=WorkerConfig(worker_id="ours", egress_slots=SLOTS, egress_per_host=SLOTS,
+                                        inline_egress=True), rng=random.Random(7))
+    try:
+        ids = [app.make(f"op-{i}") for i in range(3)]
+        StatusProjection(app=app, view=view).run_once()  # rows of three pending intents
+        theirs = app.get_operation(ids[1])
+        theirs.claim(now=clock.now(), worker_id="another worker", lease_seconds=30.0)
+        app.save(theirs)  # the projection does not run again: its row stays pending
+
+        topics = topics_of([Operation.Intended])
+        assert [r[1] for r in select_open_intents(app, 0, 10, topics, {})] == [ids[0], ids[2]]
+
+        loaded: list[list] = []
+        load = worker.committer.load
+        worker.committer.load = lambda op_ids: loaded.append(sorted(op_ids)) or load(op_ids)
+        worker.run_once(clock.now())
+        assert ids[1] in loaded[0], "the first look at a stale row loads it (and finds it held)"
+        assert [app.get_operation(i).attempts for i in ids] == [1, 0, 1]
+        loaded.clear()
+        clock.advance(0.1)
+        worker.run_once(clock.now())
+        assert all(ids[1] not in batch for batch in loaded), "a row older than the held state was loaded again"
+        StatusProjection(app=app, view=view).run_once()  # the projection catches up: nothing stale
+        assert not worker.claims.tail.stale(next(r for r in view.due(clock.now() + timedelta(minutes=1), 10)
+                                                 if r.operation_id == ids[1]))
     finally:
         worker.close()
         view.close()
