@@ -210,8 +210,7 @@ class ClaimService:
         capacity = self.egress.free_slots()
         chosen = []
         for row in rows:
-            if (row.operation_id in self.egress.in_flight or row.operation_id in self._deferred
-                    or self.tail.stale(row)):
+            if row.operation_id in self.egress.in_flight or row.operation_id in self._deferred:
                 continue
             host = self._waiting_for_host.get(row.operation_id)
             if host is not None and self.egress.free_slots(host) <= 0:
@@ -260,7 +259,7 @@ class ClaimService:
                 self._defer(op.id, now, "due_work", exc)
                 continue
             if isinstance(work, Wait) and not _due_soon(op, work, now):
-                self.tail.passed(op.id, op.version)  # another worker holds it: the log tail moves past it
+                self.tail.passed(op.id)  # another worker holds it: the log tail moves past it
             if isinstance(work, Settle):
                 settling.append(op)
             elif isinstance(work, ExceedDeadline):

@@ -70,7 +70,7 @@ class LogTail:
         next read looks at the tail whether or not the projection moves, so a new intent is
         claimed without waiting for the projection to write its row (issue 17, pickup latency)."""
         self._cursor = 0  # every intent up to here is handled
-        self._passed: dict[UUID, int] = {}  # op -> its version when found held by another worker
+        self._passed: set[UUID] = set()
         self._ids: dict[Any, UUID] = {}  # ``select_open_intents``' memo of stored ids
         self._topics = topics_of([Operation.Intended])
 
@@ -78,22 +78,12 @@ class LogTail:
         self.stalled = self._since is not None and (now - self._since).total_seconds() >= TAIL_AFTER_STALL_SECONDS
         return self.stalled
 
-    def passed(self, op_id: UUID, version: int) -> None:
-        """Remember that another worker holds ``op_id``, loaded at ``version`` (its due work is
-        to wait), so the tail moves past it and status rows older than that are not loaded
-        again (:meth:`stale`)."""
+    def passed(self, op_id: UUID) -> None:
+        """Remember that another worker holds ``op_id`` (its due work is to wait), so the tail
+        moves past it."""
         if len(self._passed) >= MAX_PASSED:
             self._passed.clear()
-        self._passed[op_id] = version
-
-    def stale(self, row: DueRow) -> bool:
-        """Whether ``row`` is older than the operation's state this worker last found held by
-        another worker: the status projection has not shown that worker's claim yet, and loading
-        the row's operation would only find it held again (end to end on two workers, most due
-        rows of pending intents were so; docs/performance.md). The row is due again once the
-        projection shows the newer state, with the holder's lease."""
-        seen = self._passed.get(row.operation_id)
-        return seen is not None and seen > row.version
+        self._passed.add(op_id)
 
     def read(self, limit: int, known: set[UUID], now: datetime) -> list[DueRow]:
         """Up to ``limit`` pending rows for intents past the projection's position, none of them
