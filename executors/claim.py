@@ -182,8 +182,7 @@ class ClaimService:
             :class:`Counts` of what was committed.
         """
         counts = Counts()
-        free = self.egress.free_slots()
-        if self.view.in_process or free <= 0 or not self.tail.fresh:
+        if self.view.in_process or not self.tail.fresh or (free := self.egress.free_slots()) <= 0:
             return counts
         self._reserve_and_commit(self.tail.read(free, set(), now), now, counts)
         return counts

@@ -154,9 +154,9 @@ class Worker:
         counts = Counts()
         for service in (self.egress, self.outcomes, self.polling, self.settlement, self.leases):
             counts.add(service.run_once(now))
-            if self.claims.tail.fresh and not self.stopping.is_set():
-                # New intents were announced: claim them now, at the time of this pass, rather
-                # than after the cycle's remaining passes (issue 17, pickup latency).
+            if not self.stopping.is_set():
+                # New intents announced meanwhile are claimed now, at the time of this pass,
+                # rather than after the cycle's remaining passes (issue 17, pickup latency).
                 counts.add(self.claims.pickup(self.clock.now() if given is None else given))
         if not self.stopping.is_set():
             counts.add(self.claims.run_once(now))

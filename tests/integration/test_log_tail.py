@@ -21,7 +21,7 @@ from ledger.topics import topics_of
 from migrations import migrate
 from projections.loading import select_open_intents
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.view import StatusView, open_view
 from tests.apps import FakeApp
 from tests.conftest import drop_schema, new_postgres_url, require_postgres
 
@@ -39,26 +39,19 @@ def database() -> Iterator[Database]:
         drop_schema(schema)
 
 
-@pytest.mark.postgres
-def test_a_long_stall_is_read_on_past_the_intents_already_claimed(database: Database) -> None:
+@pytest.fixture
+def rig(database: Database) -> Iterator[tuple[FakeClock, FakeApp, StatusView, Worker]]:
+    """A fresh PostgreSQL store of ``FakeApp`` at a fake clock, its status view (no projection
+    runs unless a test runs one) and one worker with ``SLOTS`` inline egress slots."""
     clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
     migrate(database, FakeApp)
     app = FakeApp(env=database.library_env(create_table=False), clock=clock)
     view = open_view(database)
-    assert not view.in_process
-    # No projection runs: the view stays empty and its position at 0, as behind a dead leader.
     worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=clock,
-                    config=WorkerConfig(worker_id="survivor", egress_slots=SLOTS, egress_per_host=SLOTS,
+                    config=WorkerConfig(worker_id="worker", egress_slots=SLOTS, egress_per_host=SLOTS,
                                         inline_egress=True), rng=random.Random(7))
     try:
-        ids = [app.make(f"op-{i}") for i in range(10 * SLOTS)]
-        worker.run_once(clock.now())
-        assert all(app.get_operation(op_id).attempts == 0 for op_id in ids)  # the projection may move yet
-        for _ in range(40):
-            clock.advance(TAIL_AFTER_STALL_SECONDS)
-            worker.run_once(clock.now())
-        attempts = [app.get_operation(op_id).attempts for op_id in ids]
-        assert attempts == [1] * len(ids), "intents past the first page of the tail were never claimed"
+        yield clock, app, view, worker
     finally:
         worker.close()
         view.close()
@@ -66,82 +59,68 @@ def test_a_long_stall_is_read_on_past_the_intents_already_claimed(database: Data
 
 
 @pytest.mark.postgres
-def test_a_worker_told_of_appended_events_claims_a_new_intent_without_the_projection(
-        database: Database) -> None:
+def test_a_long_stall_is_read_on_past_the_intents_already_claimed(rig: tuple) -> None:
+    clock, app, view, worker = rig
+    assert not view.in_process
+    # No projection runs: the view stays empty and its position at 0, as behind a dead leader.
+    ids = [app.make(f"op-{i}") for i in range(10 * SLOTS)]
+    worker.run_once(clock.now())
+    assert all(app.get_operation(op_id).attempts == 0 for op_id in ids)  # the projection may move yet
+    for _ in range(40):
+        clock.advance(TAIL_AFTER_STALL_SECONDS)
+        worker.run_once(clock.now())
+    attempts = [app.get_operation(op_id).attempts for op_id in ids]
+    assert attempts == [1] * len(ids), "intents past the first page of the tail were never claimed"
+
+
+@pytest.mark.postgres
+def test_a_worker_told_of_appended_events_claims_a_new_intent_without_the_projection(rig: tuple) -> None:
     # Pickup latency (issue 17): after the NOTIFY of appended events a worker's next cycle reads
     # the log's tail, while the projection moves (here: has not stalled long enough); an idle
     # worker is woken for it, a busy one is not.
-    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
-    migrate(database, FakeApp)
-    app = FakeApp(env=database.library_env(create_table=False), clock=clock)
-    view = open_view(database)
-    worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=clock,
-                    config=WorkerConfig(worker_id="idle", egress_slots=SLOTS, egress_per_host=SLOTS,
-                                        inline_egress=True), rng=random.Random(7))
-    try:
-        worker.run_once(clock.now())  # nothing yet
-        first = app.make("first")
-        worker.run_once(clock.now())  # no NOTIFY: the view alone, which shows nothing yet
-        assert app.get_operation(first).attempts == 0
-        worker.wake_for_log()  # a busy worker: not woken, but its next cycle reads the tail
-        assert not worker.egress.wake.is_set()
-        worker.run_once(clock.now())
-        assert app.get_operation(first).attempts == 1
-        second = app.make("second")
-        worker._idling = True  # as while it waits in ``_idle``
-        worker.wake_for_log()
-        worker._idling = False
-        assert worker.egress.wake.is_set()  # an idle worker is woken for it
-        worker.run_once(clock.now())
-        assert app.get_operation(second).attempts == 1
-    finally:
-        worker.close()
-        view.close()
-        app.close()
+    clock, app, view, worker = rig
+    worker.run_once(clock.now())  # nothing yet
+    first = app.make("first")
+    worker.run_once(clock.now())  # no NOTIFY: the view alone, which shows nothing yet
+    assert app.get_operation(first).attempts == 0
+    worker.wake_for_log()  # a busy worker: not woken, but its next cycle reads the tail
+    assert not worker.egress.wake.is_set()
+    worker.run_once(clock.now())
+    assert app.get_operation(first).attempts == 1
+    second = app.make("second")
+    worker._idling = True  # as while it waits in ``_idle``
+    worker.wake_for_log()
+    worker._idling = False
+    assert worker.egress.wake.is_set()  # an idle worker is woken for it
+    worker.run_once(clock.now())
+    assert app.get_operation(second).attempts == 1
 
 
 @pytest.mark.postgres
-def test_an_intent_newer_than_the_cycle_is_offered_again_not_passed_over(database: Database) -> None:
+def test_an_intent_newer_than_the_cycle_is_offered_again_not_passed_over(rig: tuple) -> None:
     # An intent appended after a cycle read its clock is read from the tail in that cycle, and
     # is not due yet at its ``now``. It must be offered again by the next cycle's tail, not
     # passed over like one another worker holds: that left it waiting for the projection's
     # handover (3 s after its leader was SIGKILLed, one bench run in two).
-    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
-    migrate(database, FakeApp)
-    app = FakeApp(env=database.library_env(create_table=False), clock=clock)
-    view = open_view(database)
-    worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=clock,
-                    config=WorkerConfig(worker_id="survivor", egress_slots=SLOTS, egress_per_host=SLOTS,
-                                        inline_egress=True), rng=random.Random(7))
-    try:
-        for _ in range(3):  # the projection stands still (none runs): the tail is read each cycle
-            clock.advance(TAIL_AFTER_STALL_SECONDS)
-            worker.run_once(clock.now())
-        began = clock.now()
-        clock.advance(0.2)
-        op_id = app.make("newer")  # Intended at began + 0.2 s
-        worker.run_once(began)  # the cycle whose clock was read before the intent was appended
-        assert app.get_operation(op_id).attempts == 0
+    clock, app, view, worker = rig
+    for _ in range(3):  # the projection stands still (none runs): the tail is read each cycle
+        clock.advance(TAIL_AFTER_STALL_SECONDS)
         worker.run_once(clock.now())
-        assert app.get_operation(op_id).attempts == 1, "the tail passed over an intent that was about to be due"
-    finally:
-        worker.close()
-        view.close()
-        app.close()
+    began = clock.now()
+    clock.advance(0.2)
+    op_id = app.make("newer")  # Intended at began + 0.2 s
+    worker.run_once(began)  # the cycle whose clock was read before the intent was appended
+    assert app.get_operation(op_id).attempts == 0
+    worker.run_once(clock.now())
+    assert app.get_operation(op_id).attempts == 1, "the tail passed over an intent that was about to be due"
 
 
 @pytest.mark.postgres
-def test_an_intent_announced_during_a_pass_is_claimed_right_after_that_pass(database: Database) -> None:
+def test_an_intent_announced_during_a_pass_is_claimed_right_after_that_pass(rig: tuple) -> None:
     # Pickup latency (issue 17): a notification that arrives while the worker records outcomes
     # is acted on as soon as that pass ends (a pickup from the tail alone, at the clock's time
     # then), not after the cycle's remaining passes.
-    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
-    migrate(database, FakeApp)
-    app = FakeApp(env=database.library_env(create_table=False), clock=clock)
-    view = open_view(database)
-    worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=clock,
-                    config=WorkerConfig(worker_id="busy", egress_slots=SLOTS, egress_per_host=SLOTS,
-                                        inline_egress=True), rng=random.Random(7))
+    clock, app, view, worker = rig
     announced: list = []
     record_outcomes = worker.outcomes.run_once
 
@@ -157,44 +136,27 @@ def test_an_intent_announced_during_a_pass_is_claimed_right_after_that_pass(data
     read_due = view.due
     worker.outcomes.run_once = outcomes_while_an_intent_arrives
     view.due = lambda now, limit: due_reads.append(now) or read_due(now, limit)
-    try:
-        began = clock.now()
-        worker.run_once()
-        op = app.get_operation(announced[0])
-        assert op.attempts == 1, "the announced intent waited for the next cycle"
-        started = next(e for e in app.repository.event_store.get(op.id) if type(e).__name__ == "AttemptStarted")
-        assert started.timestamp == clock.now() > began, "the pickup did not read the clock when it ran"
-        assert due_reads == [began], "a pickup read the due rows (it reads the log's tail alone)"
-    finally:
-        worker.close()
-        view.close()
-        app.close()
+    began = clock.now()
+    worker.run_once()
+    op = app.get_operation(announced[0])
+    assert op.attempts == 1, "the announced intent waited for the next cycle"
+    started = next(e for e in app.repository.event_store.get(op.id) if type(e).__name__ == "AttemptStarted")
+    assert started.timestamp == clock.now() > began, "the pickup did not read the clock when it ran"
+    assert due_reads == [began], "a pickup read the due rows (it reads the log's tail alone)"
 
 
 @pytest.mark.postgres
-def test_the_tail_offers_only_intents_no_worker_has_moved_on(
-        database: Database) -> None:
+def test_the_tail_offers_only_intents_no_worker_has_moved_on(rig: tuple) -> None:
     # Two workers end to end: the tail left out nothing another worker had claimed, so each
     # worker loaded the other's claims only to find them held (docs/performance.md, round of
     # 2026-12-02, later).
-    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
-    migrate(database, FakeApp)
-    app = FakeApp(env=database.library_env(create_table=False), clock=clock)
-    view = open_view(database)
-    worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=clock,
-                    config=WorkerConfig(worker_id="ours", egress_slots=SLOTS, egress_per_host=SLOTS,
-                                        inline_egress=True), rng=random.Random(7))
-    try:
-        ids = [app.make(f"op-{i}") for i in range(3)]
-        StatusProjection(app=app, view=view).run_once()  # rows of three pending intents
-        theirs = app.get_operation(ids[1])
-        theirs.claim(now=clock.now(), worker_id="another worker", lease_seconds=30.0)
-        app.save(theirs)  # the projection does not run again: its row stays pending
+    clock, app, view, worker = rig
+    ids = [app.make(f"op-{i}") for i in range(3)]
+    StatusProjection(app=app, view=view).run_once()  # rows of three pending intents
+    theirs = app.get_operation(ids[1])
+    theirs.claim(now=clock.now(), worker_id="another worker", lease_seconds=30.0)
+    app.save(theirs)  # the projection does not run again: its row stays pending
 
-        topics = topics_of([Operation.Intended])
-        assert [r[1] for r in select_open_intents(app, 0, 10, topics, {})] == [ids[0], ids[2]]
+    topics = topics_of([Operation.Intended])
+    assert [r[1] for r in select_open_intents(app, 0, 10, topics, {})] == [ids[0], ids[2]]
 
-    finally:
-        worker.close()
-        view.close()
-        app.close()
