@@ -25,10 +25,10 @@ import structlog
 from eventsourcing.domain import Aggregate
 
 from executors.budgets import budget_of, take_calls
-from executors.commit import Change, Committer, Counts
+from executors.commit import Change, CommitResult, Committer, Counts
 from executors.egress import EgressService
 from executors.flights import FOLLOW_KINDS, Finished, InFlight
-from executors.settlement import SettlementService
+from executors.settlement import CoSettlement, SettlementService
 from ledger.application import LedgerApplication
 from ledger.budgets import CallWindow, LevelWindow
 from ledger.decisions import AwaitCallback, Decision, GiveUp, Lookup, Record, Retry, after_lookup, decide
@@ -192,21 +192,26 @@ class OutcomeService:
         lookups: dict[UUID, tuple[InFlight, datetime | None]] = {}
         waits: dict[UUID, LevelWindow] = {}
         windows: dict[str, CallWindow] = {}  # call budget windows of this batch
-        flights = {flight.op.id: flight for flight, _ in finished}
+        flights = {flight.op.id: (flight, item) for flight, item in finished}
+        # Outcomes that may end the operation settle in the same commit (``co_settle``).
+        settle = self.settlement.co_settle(
+            [flight.op for flight, item in finished if not isinstance(item.outcome, Accepted)], now)
         try:
             result = self.committer.commit(
-                [(flight.op, self._change(flight, item, now, lookups, waits, windows)) for flight, item in finished],
-                counts)
+                [(flight.op, self._change(flight, item, now, lookups, waits, windows, settle))
+                 for flight, item in finished], counts)
         except BaseException:
             # The store did not take the batch (an outage, or this process stopping): keep the
             # outcomes in hand for the next cycle rather than let recovery call them lost.
             self.egress.put_back(finished)
             raise
+        if entity_failed := [op_id for op_id in result.failed if op_id in settle.entity_saved]:
+            self._record_alone(entity_failed, flights, result, now, lookups, waits, windows, counts)
         for op_id, reason in result.rejected.items():
             if op_id not in result.failed:
                 log.info("outcome rejected (fenced)", operation_id=str(op_id), reason=reason)
         if result.failed:
-            self._record_unstorable(result.failed, flights, now, counts)
+            self._record_unstorable(result.failed, {op_id: pair[0] for op_id, pair in flights.items()}, now, counts)
         for op_id, op in result.committed.items():
             if op_id in lookups:
                 flight, send_by = lookups[op_id]
@@ -222,9 +227,27 @@ class OutcomeService:
                 self.settlement.offer(op)
         return counts
 
+    def _record_alone(self, ids: list[UUID], flights: dict[UUID, tuple[InFlight, Finished]], result: CommitResult,
+                      now: datetime, lookups: dict[UUID, tuple[InFlight, datetime | None]],
+                      waits: dict[UUID, LevelWindow], windows: dict[str, CallWindow], counts: Counts) -> None:
+        """Record the outcomes of ``ids`` without their settlement, into ``result``: their
+        co-settled commit failed, and what could not be stored may be the entity's change, not
+        the outcome. Their settlement pass then records its own trouble."""
+        try:
+            alone = self.committer.commit(
+                [(op, self._change(*flights[op.id], now, lookups, waits, windows))
+                 for op in self.committer.load(ids).values()], counts)
+        except BaseException:
+            self.egress.put_back([flights[op_id] for op_id in ids])  # as in ``run_once``
+            raise
+        for op_id, op in alone.committed.items():
+            del result.failed[op_id], result.rejected[op_id]
+            result.committed[op_id] = op
+
     def _change(self, flight: InFlight, item: Finished, now: datetime,
                 lookups: dict[UUID, tuple[InFlight, datetime | None]], waits: dict[UUID, LevelWindow],
-                windows: dict[str, CallWindow]) -> Change:
+                windows: dict[str, CallWindow],
+                settle: CoSettlement | None = None) -> Change:
         def change(op: Operation) -> Sequence[Aggregate]:
             lookups.pop(op.id, None)
             waits.pop(op.id, None)
@@ -239,7 +262,7 @@ class OutcomeService:
             if isinstance(decision, Lookup):
                 return self._lookup(op, flight, now, lookups, waits, windows)
             apply_decision(op, flight.epoch, decision, now, terms_of(self.committer.app, op, flight.adapter))
-            return []
+            return [] if settle is None else settle(op)
 
         return change
 

@@ -11,15 +11,16 @@ from __future__ import annotations
 import tempfile
 import threading
 from pathlib import Path
+from uuid import uuid4
 
 import psycopg
 import pytest
-from eventsourcing.persistence import InfrastructureFactory
+from eventsourcing.persistence import InfrastructureFactory, StoredEvent
 from eventsourcing.tests import persistence as lib
 from eventsourcing.utils import Environment
 
 from ledger.config import Database
-from ledger.persistence import LedgerPostgresApplicationRecorder, LedgerSQLiteFactory, _DurableSQLitePool
+from ledger.persistence import SMALL_BATCH, LedgerPostgresApplicationRecorder, LedgerSQLiteFactory, _DurableSQLitePool
 from tests.conftest import drop_schema, new_postgres_url, require_postgres
 
 
@@ -117,3 +118,27 @@ class TestPostgresNonInterleavingNotificationIDs(_OurPostgres, lib.NonInterleavi
 
     def create_recorder(self):
         return self.factory.application_recorder()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("size", [1, SMALL_BATCH, SMALL_BATCH + 1])
+def test_postgres_batches_either_side_of_the_small_batch_limit(size: int) -> None:
+    # Up to SMALL_BATCH events go as one parameter per value, more as four arrays: either way
+    # the ids come back in insertion order and every field round-trips.
+    require_postgres()
+    url, schema = new_postgres_url()
+    with psycopg.connect(Database.parse(url).conninfo(), autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    factory = InfrastructureFactory.construct(Environment("", Database.parse(url).library_env(create_table=True)))
+    try:
+        recorder = factory.application_recorder()
+        events = [StoredEvent(originator_id=uuid4(), originator_version=i + 1, topic=f"t{i}", state=bytes([i, 0, 255]))
+                  for i in range(size)]
+        ids = recorder.insert_events(events)
+        assert ids is not None and len(ids) == size and list(ids) == sorted(ids)
+        stored = recorder.select_notifications(start=ids[0], limit=size + 1)
+        assert [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in stored] == [
+            (i, e.originator_id, e.originator_version, e.topic, e.state) for i, e in zip(ids, events, strict=True)]
+    finally:
+        factory.close()
+        drop_schema(schema)
