@@ -231,12 +231,15 @@ class ClaimService:
 
     def _current(self, rows: Sequence[DueRow]) -> list[Operation]:
         """The operations behind ``rows``: this worker's last committed instance where the row is
-        not newer (the projection may lag our own writes), else one query for the rest. A stale
+        not newer (the projection may lag our own writes), or the intent the log's tail just
+        read (``LogTail.operation``), else one query for the rest. A stale
         instance is harmless: its commit conflicts and is redone against fresh state."""
         ops: dict[UUID, Operation] = {}
         missing: list[UUID] = []
         for row in rows:
             known = self.committer.known(row.operation_id)
+            if known is None or known.version < row.version:
+                known = self.tail.operation(row.operation_id, row.version)
             if known is not None and known.version >= row.version:
                 ops[row.operation_id] = known
             else:

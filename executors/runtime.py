@@ -152,6 +152,8 @@ class Worker:
             except Exception:  # the view lags; egress, outcomes and settlement carry on
                 log.exception("status projection failed; retrying next cycle")
         counts = Counts()
+        if not self.stopping.is_set():  # an intent announced since the last cycle goes first
+            counts.add(self.claims.pickup(now))
         for service in (self.egress, self.outcomes, self.polling, self.settlement, self.leases):
             counts.add(service.run_once(now))
             if not self.stopping.is_set():
@@ -247,7 +249,10 @@ class Worker:
         while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
             if self.egress.wait(min(left, STOP_POLL_SECONDS)):
                 # Woken (a finished call, a NOTIFY): let what else is arriving join this cycle,
-                # so a busy store does not cost one cycle (and its queries) per event.
+                # so a busy store does not cost one cycle (and its queries) per event. Not for
+                # appended events: the cycle claims them first (pickup latency, issue 17).
+                if self.claims.tail.fresh:
+                    return
                 gap = self._cycle_began + COALESCE_SECONDS - time.monotonic()
                 if gap > 0:
                     stop.wait(gap)

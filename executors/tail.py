@@ -22,7 +22,7 @@ from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState
 from ledger.topics import topics_of
-from projections.loading import select_open_intents
+from projections.loading import intents_are_open, record_decoder, select_open_intents
 from projections.rows import DueRow
 from projections.status import PROJECTION_NAME
 from projections.view import StatusView
@@ -73,6 +73,22 @@ class LogTail:
         self._passed: set[UUID] = set()
         self._ids: dict[Any, UUID] = {}  # ``select_open_intents``' memo of stored ids
         self._topics = topics_of([Operation.Intended])
+        self._open = intents_are_open(app)
+        self._read: dict[UUID, tuple[int, str, bytes]] = {}  # the last read's open intents
+
+    def operation(self, op_id: UUID, version: int) -> Operation | None:
+        """The operation as the last :meth:`read` found it, when that read saw its intent as
+        the operation's whole history (``select_open_intents`` on PostgreSQL) at ``version``:
+        one query less per pickup. None otherwise, or when the record does not decode (the
+        caller loads it, and a bad record is reported there). Another worker may have claimed
+        it since: the claim's commit then conflicts and is decided again on fresh state."""
+        record = self._read.pop(op_id, None)
+        if record is None or record[0] != version:
+            return None
+        try:
+            return record_decoder(self.app)(op_id, *record).mutate(None)
+        except Exception:  # noqa: BLE001 - loaded the usual way instead, which reports it
+            return None
 
     def _stalled(self, now: datetime) -> bool:
         self.stalled = self._since is not None and (now - self._since).total_seconds() >= TAIL_AFTER_STALL_SECONDS
@@ -102,10 +118,11 @@ class LogTail:
             return []
         position = self._position
         rows: list[DueRow] = []
+        self._read.clear()
         for _ in range(MAX_PAGES):
             records = select_open_intents(self.app, max(position, self._cursor), limit, self._topics, self._ids)
             leading = True  # still in the run of handled intents right after the cursor
-            for notification_id, op_id, version, _, _ in records:
+            for notification_id, op_id, version, topic, state in records:
                 if self.handled(op_id, version) or op_id in self._passed:
                     if leading:
                         self._cursor = notification_id
@@ -113,6 +130,8 @@ class LogTail:
                 leading = False
                 if op_id not in known:
                     rows.append(DueRow(op_id, version, E.PENDING.value, SettlementState.NONE.value, False))
+                    if self._open:
+                        self._read[op_id] = (version, topic, state)
             if rows or len(records) < limit or not leading:
                 return rows[:limit]
         return rows

@@ -155,6 +155,13 @@ def select_open_intents(app: Application, after: int, limit: int, topics: Sequen
     return _postgres_records(recorder, "select_open_intents", [after, list(topics), limit])
 
 
+def intents_are_open(app: Application) -> bool:
+    """Whether :func:`select_open_intents` returns only intents their operation recorded nothing
+    after (PostgreSQL): each such record is then the operation's whole history when read."""
+    recorder: Any = app.recorder
+    return not (isinstance(recorder, POPOApplicationRecorder) or _is_sqlite(recorder))
+
+
 def _postgres_records(recorder: Any, query: str, params: list[Any]) -> list[Any]:
     """Run the PostgreSQL log query named ``query`` on the recorder's events table, prepared.
     Binary results: states arrive as bytes and ids as UUIDs without the text protocol's hex and
