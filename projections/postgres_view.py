@@ -142,11 +142,22 @@ class PostgresStatusView(SqlStatusView):
 
     @contextmanager
     def reserve(self, operation_ids: Sequence[UUID]) -> Iterator[set[UUID]]:
-        # Transaction-scoped advisory locks, taken without waiting: a worker skips what another
-        # holds, and the locks go with the transaction, after this worker's commit.
-        with self._transaction() as cur:
-            cur.execute(self.queries["reserve_operations"], (list(operation_ids),))
-            yield {op_id for (op_id,) in cur.fetchall()}
+        # Session-level advisory locks, taken without waiting (a worker skips what another
+        # holds) in one round trip, and released after this worker's commit. A connection whose
+        # release did not run to the end is closed: the server then drops its locks, and the
+        # pool never hands out a connection still holding some.
+        with self._pool.connection() as conn, conn.cursor() as cur:
+            cur.execute(self.queries["reserve_operations"], (list(operation_ids),), prepare=True)
+            held = [op_id for (op_id,) in cur.fetchall()]
+            released = False
+            try:
+                yield set(held)
+                if held:
+                    cur.execute(self.queries["release_operations"], (held,), prepare=True)
+                released = True
+            finally:
+                if held and not released:
+                    conn.close()
 
     def _without_flush(self, cur: Any) -> None:
         cur.execute("SET LOCAL synchronous_commit = off")  # this transaction only

@@ -33,6 +33,25 @@ def test_two_reservations_never_share_an_operation_and_end_with_the_context(migr
         second.close()
 
 
+def test_a_reservation_whose_commit_raised_is_released_all_the_same(migrated: Database) -> None:
+    # On PostgreSQL the locks are the session's: the connection that holds them is closed, so
+    # neither another worker nor a later checkout of this pool finds them still held.
+    ids = [uuid4() for _ in range(5)]
+    first, second = open_view(migrated), open_view(migrated)
+    try:
+        with pytest.raises(RuntimeError), first.reserve(ids) as mine:
+            assert mine == set(ids)
+            raise RuntimeError("the commit failed")
+        with second.reserve(ids) as theirs:
+            assert theirs == set(ids)
+        for _ in range(3):  # whichever pooled connection it gets
+            with first.reserve(ids) as again:
+                assert again == set(ids)
+    finally:
+        first.close()
+        second.close()
+
+
 @pytest.mark.postgres
 def test_a_pooled_connection_the_server_dropped_is_replaced_before_it_is_used() -> None:
     """``check_dropped`` finds a connection terminated while it sat in the view's pool without
