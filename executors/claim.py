@@ -18,6 +18,7 @@ Source: DESIGN §7; docs/adr/0002-executor-services.md.
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -151,6 +152,7 @@ class ClaimService:
         self.config = config
         self._deferred: dict[UUID, datetime] = {}
         self._waiting_for_host: dict[UUID, str] = {}  # op -> its target host, full when last seen
+        self._lock = threading.Lock()  # see ``_reserve_and_commit``
         self.tail = LogTail(self.app, view, self._handled)
 
     def run_once(self, now: datetime) -> Counts:
@@ -184,17 +186,22 @@ class ClaimService:
         counts = Counts()
         if self.view.in_process or not self.tail.fresh or (free := self.egress.free_slots()) <= 0:
             return counts
-        self._reserve_and_commit(self.tail.read(free, set(), now), now, counts)
+        self._reserve_and_commit(self.tail.read(free, set(), now), now, counts, follow=False)
         return counts
 
-    def _reserve_and_commit(self, due: list[DueRow], now: datetime, counts: Counts) -> None:
+    def _reserve_and_commit(self, due: list[DueRow], now: datetime, counts: Counts, *, follow: bool = True) -> None:
+        """Reserve ``due`` and do their due work in one commit. One pass at a time (the lock):
+        the pickup thread and the main loop's due-work pass share this service's memory and
+        the egress slots they count. ``follow=False`` leaves accepted work to the main loop
+        (the polling service's memory is the main loop's alone)."""
         if not due:
             return
-        self.rng.shuffle(due)
-        rows = self._actionable(due, now)
-        # Held until after this cycle's commit: another worker of the store skips these rows.
-        with self.view.reserve([row.operation_id for row in rows]) as reserved:
-            self._decide_and_commit([row for row in rows if row.operation_id in reserved], now, counts)
+        with self._lock:
+            self.rng.shuffle(due)
+            rows = self._actionable(due, now)
+            # Held until after this commit: another worker of the store skips these rows.
+            with self.view.reserve([row.operation_id for row in rows]) as reserved:
+                self._decide_and_commit([row for row in rows if row.operation_id in reserved], now, counts, follow)
 
     def _handled(self, op_id: UUID, version: int) -> bool:
         known = self.committer.known(op_id)
@@ -247,12 +254,12 @@ class ClaimService:
         ops.update(self.committer.load(missing))
         return [ops[r.operation_id] for r in rows if r.operation_id in ops]
 
-    def _decide_and_commit(self, rows: list[DueRow], now: datetime, counts: Counts) -> None:
+    def _decide_and_commit(self, rows: list[DueRow], now: datetime, counts: Counts, follow: bool) -> None:
         plan = _Plan()
         changes: list[tuple[Operation, Change]] = []
         settling: list[Operation] = []
         capacity = self.egress.free_slots()
-        polls = self.polling.room() if self.polling is not None else 0
+        polls = self.polling.room() if self.polling is not None and follow else 0
         by_host: Counter[str] = Counter()  # claims of this pass per target host
         for op in self._current(rows):
             try:

@@ -13,6 +13,7 @@ found and the rest commit. Fencing is the aggregate's and the database's, never 
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
@@ -203,7 +204,8 @@ _COUNTED = {
 class Committer:
     """The write side shared by a worker's services: commits batches, counts what committed,
     remembers the operations it committed (the status view may lag them), hands committed
-    states on (``on_committed``), and logs each operation's problem once.
+    states on (``on_committed``), and logs each operation's problem once. Thread-safe (the
+    pickup thread and the main loop commit side by side).
 
     Args:
         app: the host application.
@@ -220,6 +222,8 @@ class Committer:
         self._known: OrderedDict[UUID, Operation] = OrderedDict()
         self._known_size = known_size
         self._reported: OrderedDict[tuple[UUID, str], None] = OrderedDict()
+        # A worker's pickup thread commits beside its main loop: the bookkeeping is guarded.
+        self._lock = threading.Lock()
 
     def commit(self, changes: list[tuple[Operation, Change]], counts: Counts) -> CommitResult:
         """Commit ``changes`` (see :func:`commit_changes`), count them into ``counts``, and
@@ -231,17 +235,18 @@ class Committer:
             attr = _COUNTED.get(name)
             if attr:
                 setattr(counts, attr, getattr(counts, attr) + 1)
-        for op_id, op in result.committed.items():
-            self._known[op_id] = op
-            self._known.move_to_end(op_id)
-        for op_id in result.rejected:
-            self._known.pop(op_id, None)
+        with self._lock:
+            for op_id, op in result.committed.items():
+                self._known[op_id] = op
+                self._known.move_to_end(op_id)
+            for op_id in result.rejected:
+                self._known.pop(op_id, None)
+            while len(self._known) > self._known_size:
+                self._known.popitem(last=False)
         for op_id, error in result.failed.items():
             self.report(op_id, "change_failed", error)
         if self.on_committed is not None and result.committed:
             self.on_committed(result.committed.values())
-        while len(self._known) > self._known_size:
-            self._known.popitem(last=False)
         return result
 
     def known(self, op_id: UUID) -> Operation | None:
@@ -269,9 +274,10 @@ class Committer:
     def report(self, op_id: UUID, problem: str, detail: str) -> None:
         """Log ``problem`` for ``op_id`` once (bounded memory), not once per cycle."""
         key = (op_id, problem)
-        if key in self._reported:
-            return
-        self._reported[key] = None
-        if len(self._reported) > REPORTED_PROBLEMS:
-            self._reported.popitem(last=False)
+        with self._lock:
+            if key in self._reported:
+                return
+            self._reported[key] = None
+            if len(self._reported) > REPORTED_PROBLEMS:
+                self._reported.popitem(last=False)
         log.error("operation set aside", operation_id=str(op_id), problem=problem, detail=detail)

@@ -88,6 +88,15 @@ class EgressService:
         self._idle = 0  # threads waiting for a call; guarded by _lock
         self._waiting = 0  # calls queued and not yet taken by a thread; guarded by _lock
         self._lock = threading.Lock()
+        # ``in_flight`` and the per-host counts change from two threads (the pickup thread
+        # submits, the main loop takes results): each change, and each walk over them, holds
+        # this lock.
+        self._books = threading.Lock()
+
+    def flights(self) -> list[InFlight]:
+        """The calls in flight now (a copy: safe to walk while calls are submitted)."""
+        with self._books:
+            return list(self.in_flight.values())
 
     @property
     def threads(self) -> int:
@@ -111,9 +120,10 @@ class EgressService:
     def track(self, flight: InFlight) -> None:
         """Count ``flight`` as in flight (against its host too) until its result is taken; for
         an egress that queues calls its own way (the simulator's), then calls :meth:`call`."""
-        self.in_flight[flight.op.id] = flight
-        if (host := flight.host) is not None:
-            self._per_host[host] += 1
+        with self._books:
+            self.in_flight[flight.op.id] = flight
+            if (host := flight.host) is not None:
+                self._per_host[host] += 1
 
     def finish(self, finished: Finished) -> None:
         """Hand back a call's result (for an egress that makes calls its own way)."""
@@ -154,11 +164,12 @@ class EgressService:
                 item = self._finished.get_nowait()
             except queue.Empty:
                 return done
-            flight = self.in_flight.pop(item.operation_id, None)
-            if flight is not None and (host := flight.host) is not None:
-                self._per_host[host] -= 1
-                if not self._per_host[host]:
-                    del self._per_host[host]
+            with self._books:
+                flight = self.in_flight.pop(item.operation_id, None)
+                if flight is not None and (host := flight.host) is not None:
+                    self._per_host[host] -= 1
+                    if not self._per_host[host]:
+                        del self._per_host[host]
             if flight is None or flight.lost:
                 log.info("late outcome dropped: this worker no longer holds the operation",
                          operation_id=str(item.operation_id))
@@ -177,16 +188,17 @@ class EgressService:
     def mark_stale(self) -> None:
         """After a failed commit (an outage): every call's operation may hold changes applied
         in memory but never stored, so each is reloaded before it is used again."""
-        for flight in self.in_flight.values():
+        flights = self.flights()
+        for flight in flights:
             flight.stale = True
-        self._stale = bool(self.in_flight)
+        self._stale = bool(flights)
 
     def refresh(self, load: Callable[[list[UUID]], Mapping[UUID, Operation]]) -> None:
         """Reload the operations of stale calls (one query, ``load``); raises what ``load``
         raises (the store still away: they stay stale)."""
         if not self._stale:  # the usual case: no outage since the last refresh, nothing to scan
             return
-        stale = [op_id for op_id, flight in self.in_flight.items() if flight.stale]
+        stale = [flight.op.id for flight in self.flights() if flight.stale]
         if not stale:
             self._stale = False
             return

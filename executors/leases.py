@@ -64,7 +64,7 @@ class LeaseService:
         self.egress.refresh(self.committer.load)  # after an outage: drop changes never stored
         threshold = self.config.lease_seconds * self.config.renew_when_remaining
         changes: list[tuple[Operation, Change]] = []
-        for flight in self.egress.in_flight.values():
+        for flight in self.egress.flights():
             if flight.kind in FOLLOW_KINDS:
                 continue  # polls and cancels run under a poll lease, renewed by executors.polling
             expires = flight.op.lease_expires_at

@@ -12,6 +12,7 @@ the view is the only source.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -75,6 +76,7 @@ class LogTail:
         self._topics = topics_of([Operation.Intended])
         self._open = intents_are_open(app)
         self._read: dict[UUID, tuple[int, str, bytes]] = {}  # the last read's open intents
+        self._lock = threading.Lock()  # the pickup thread and the due-work pass both read
 
     def operation(self, op_id: UUID, version: int) -> Operation | None:
         """The operation as the last :meth:`read` found it, when that read saw its intent as
@@ -82,7 +84,8 @@ class LogTail:
         one query less per pickup. None otherwise, or when the record does not decode (the
         caller loads it, and a bad record is reported there). Another worker may have claimed
         it since: the claim's commit then conflicts and is decided again on fresh state."""
-        record = self._read.pop(op_id, None)
+        with self._lock:
+            record = self._read.pop(op_id, None)
         if record is None or record[0] != version:
             return None
         try:
@@ -107,7 +110,11 @@ class LogTail:
         ``now`` (UTC) or when :attr:`fresh` is set; else none. Claiming them is fenced like any
         claim. The position is read at most every ``CHECK_SECONDS``: a fresh read may start
         from one that old, and intents the projection has meanwhile shown are skipped by the
-        claim as usual (held, or not pending any more)."""
+        claim as usual (held, or not pending any more). Thread-safe (one read at a time)."""
+        with self._lock:
+            return self._read_tail(limit, known, now)
+
+    def _read_tail(self, limit: int, known: set[UUID], now: datetime) -> list[DueRow]:
         fresh, self.fresh = self.fresh, False
         if self._checked is None or (now - self._checked).total_seconds() >= CHECK_SECONDS:
             self._checked = now
