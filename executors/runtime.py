@@ -4,8 +4,9 @@ Each service has one concern and one shape (``Config``, ``run_once(now) -> Count
 rule 11): the due-work pass (``claim``), egress, outcome recording, polling of accepted work,
 settlement and lease renewal.
 A cycle reads the clock once and runs them in the order below; ``run`` is only the loop and the
-graceful stop. The deterministic simulator drives the same services through ``run_once(now)``
-with ``inline`` egress, a fake clock and an in-memory store.
+graceful stop, plus, on PostgreSQL, a pickup thread that claims new intents as their NOTIFY
+arrives. The deterministic simulator drives the same services through ``run_once(now)`` with
+``inline`` egress, a fake clock and an in-memory store, and starts no thread.
 
 Source: DESIGN §7; docs/adr/0002-executor-services.md (the order, and the shutdown steps).
 """

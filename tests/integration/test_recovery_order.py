@@ -1,7 +1,9 @@
 """Deterministic recovery (issue 17): a store whose worker crashed after recording outcomes and
 before settling them is recovered three times, by workers whose random sources differ; each
 entity's settlements apply in the same order every time, by effect index
-(``ledger.decisions.settlement_order``). Both backends."""
+(``ledger.decisions.settlement_order``). Settlement in the outcome's own commit
+(``SettlementService.co_settle``) keeps that order, and an entity change that cannot be stored
+never costs the outcome. Both backends."""
 
 from __future__ import annotations
 
@@ -43,6 +45,13 @@ class Ledgerbook(Aggregate):
     def on_result(self, outcome: SettlementOutcome) -> None:
         self._settled(outcome.operation_id)
 
+    def on_result_unstorable(self, outcome: SettlementOutcome) -> None:
+        self._noted("\ud800")  # a lone surrogate: no codec can store this entity's event
+
+    @event("Noted")
+    def _noted(self, note: str) -> None:
+        self.note = note
+
     @event("Settled")
     def _settled(self, operation_id: UUID) -> None:
         self.settled.append(operation_id)
@@ -55,7 +64,10 @@ class ThreeEffectsApp(LedgerApplication):
     integrations: ClassVar[list[Integration]] = [declaration(
         DeliveryMode.IDEMPOTENT, name="test.fx", adapter="fake",
         settlement={"entity_type": f"{__name__}:Ledgerbook", "method": "on_result", "max_attempts": 3,
-                    "backoff_seconds": 1.0})]
+                    "backoff_seconds": 1.0}),
+        declaration(DeliveryMode.IDEMPOTENT, name="test.unstorable", adapter="fake",
+                    settlement={"entity_type": f"{__name__}:Ledgerbook", "method": "on_result_unstorable",
+                                "max_attempts": 1, "backoff_seconds": 1.0})]
 
     def open_book(self, name: str) -> tuple[UUID, dict[UUID, int]]:
         book = Ledgerbook(name=name)
@@ -107,7 +119,9 @@ def _crash_then_recover(database: Database, seed: int) -> list[list[int]]:
         projection.run_once()
         first.claims.run_once(clock.now())
         first.egress.run_once(clock.now())
-        first.outcomes.run_once(clock.now())  # outcomes recorded; the crash comes before settling
+        # Outcomes recorded, each entity's effect 0 settled with its outcome; the crash comes
+        # before the others settle.
+        first.outcomes.run_once(clock.now())
         first.close()
         projection.view.close()
         clock.advance(1)
@@ -132,3 +146,66 @@ def test_a_crashed_store_recovers_to_the_same_settlement_order_every_time(
     orders = [_crash_then_recover(fresh_store(), seed) for seed in (1, 2, 3)]
     assert orders[0] == [list(range(EFFECTS))] * ENTITIES  # every entity: effect 0, then 1, then 2
     assert orders[0] == orders[1] == orders[2]
+
+
+def _settled_effects(app: ThreeEffectsApp, books: list[tuple[UUID, dict[UUID, int]]]) -> list[list[int]]:
+    return [[effects[op_id] for op_id in app.repository.get(book_id).settled] for book_id, effects in books]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_an_outcome_settles_in_its_own_commit_one_effect_per_entity_in_order(
+        backend: str, fresh_store: Callable[[], Database]) -> None:
+    database = fresh_store()
+    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+    migrate(database, ThreeEffectsApp)
+    app = ThreeEffectsApp(env=database.library_env(create_table=False), clock=clock)
+    worker, projection = _worker(app, database, clock, 1)
+    try:
+        books = [app.open_book(f"book-{i}") for i in range(ENTITIES)]
+        projection.run_once()
+        worker.claims.run_once(clock.now())
+        worker.egress.run_once(clock.now())
+        worker.outcomes.run_once(clock.now())  # no settlement pass yet
+        assert _settled_effects(app, books) == [[0]] * ENTITIES
+        for book_id, effects in books:
+            first = app.get_operation(next(op_id for op_id, i in effects.items() if i == 0))
+            kinds = [type(e).__name__ for e in app.repository.event_store.get(first.id)]
+            assert kinds[-2:] == ["Succeeded", "Settled"], kinds
+        worker.settlement.run_once(clock.now())  # the others, one per entity per batch
+        assert _settled_effects(app, books) == [[0, 1]] * ENTITIES
+        worker.settlement.run_once(clock.now())
+        assert _settled_effects(app, books) == [[0, 1, 2]] * ENTITIES
+    finally:
+        worker.close()
+        projection.view.close()
+        app.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_an_entity_change_that_cannot_be_stored_never_costs_the_outcome(
+        backend: str, fresh_store: Callable[[], Database]) -> None:
+    database = fresh_store()
+    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+    migrate(database, ThreeEffectsApp)
+    app = ThreeEffectsApp(env=database.library_env(create_table=False), clock=clock)
+    worker, projection = _worker(app, database, clock, 1)
+    try:
+        book = Ledgerbook(name="unstorable")
+        bad = app.intend(book, "test.unstorable", target="https://p.test/fx", payload={"n": 1})
+        fine_book, fine_effects = app.open_book("fine")
+        app.save(book, bad)
+        projection.run_once()
+        worker.claims.run_once(clock.now())
+        worker.egress.run_once(clock.now())
+        worker.outcomes.run_once(clock.now())
+        op = app.get_operation(bad.id)
+        assert op.execution.value == "succeeded", "the provider's answer was lost with the entity's change"
+        assert _settled_effects(app, [(fine_book, fine_effects)]) == [[0]], "the batch's other outcome did not settle"
+        worker.settlement.run_once(clock.now())
+        op = app.get_operation(bad.id)
+        assert op.settlement.value == "blocked"
+        assert "could not be stored" in (op.settlement_error or "")
+    finally:
+        worker.close()
+        projection.view.close()
+        app.close()
