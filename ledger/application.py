@@ -121,12 +121,13 @@ class LedgerApplication(Application):
             elif obj is not None:
                 others.append(obj)
         processing_event.collect_events(*others, **kwargs)
-        boundary = None
+        boundaries: list[str] = []
         if failpoints.ACTIVE:  # tests only: SIGKILL (or raise, in-process) at a commit boundary
-            boundary = failpoints.commit_boundary(type(e).__name__ for e in processing_event.events)
-            failpoints.reached(f"{boundary}:before")
+            boundaries = failpoints.commit_boundaries(type(e).__name__ for e in processing_event.events)
+            for boundary in boundaries:
+                failpoints.reached(f"{boundary}:before")
         recordings = self._record(processing_event)
-        if boundary is not None:
+        for boundary in boundaries:
             failpoints.reached(f"{boundary}:after")
         self._take_snapshots(processing_event)
         self._notify(recordings)

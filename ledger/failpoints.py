@@ -10,9 +10,10 @@ a boundary costs one comparison. The boundaries:
 ``claim:before``       a claim (and the attempt it starts) decided, not yet committed
 ``claim:after``        ``Claimed`` and ``AttemptStarted`` committed (one commit), before egress
 ``outcome:before``     egress done, its outcome not yet committed
-``outcome:after``      the outcome committed, before settlement
+``outcome:after``      the outcome committed (and its settlement, when in the same commit)
 ``settlement:before``  mid-settlement: the entity's action applied in memory, neither it nor
-                       ``Settled`` committed (they commit together)
+                       ``Settled`` committed (they commit together, with the outcome when it
+                       settles in the outcome's own commit)
 ``receipt_open:*``     an idempotency receipt's ``ReceiptOpened`` (``:before`` / ``:after`` its commit)
 ``receipt_complete:*`` a command's effects and its ``ReceiptCompleted`` (one commit), before / after
 ``callback:before``    ``opledger serve``: an authenticated callback decided, not yet committed
@@ -94,20 +95,23 @@ def reached(boundary: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def commit_boundary(event_names: Iterable[str]) -> str | None:
-    """Which ledger commit a batch of events is: ``receipt_complete``, ``receipt_open``, ``claim``,
-    ``settlement``, ``outcome``, ``callback``, or None."""
+def commit_boundaries(event_names: Iterable[str]) -> list[str]:
+    """Which ledger commit a batch of events is: ``receipt_complete``, ``receipt_open``,
+    ``claim``, ``outcome``, ``settlement``, ``callback``, or none. An outcome settled in its own
+    commit (``executors.settlement.CoSettlement``) is both ``outcome`` and ``settlement``: a
+    kill at either ``:before`` loses both, and at ``outcome:after`` neither."""
     names = set(event_names)
     if "ReceiptCompleted" in names:
-        return "receipt_complete"
+        return ["receipt_complete"]
     if "ReceiptOpened" in names:
-        return "receipt_open"
+        return ["receipt_open"]
     if "Claimed" in names:
-        return "claim"
-    if "Settled" in names:
-        return "settlement"
+        return ["claim"]
+    found = []
     if names & OUTCOME_EVENTS:
-        return "outcome"
-    if names & CALLBACK_EVENTS:
-        return "callback"
-    return None
+        found.append("outcome")
+    if "Settled" in names:
+        found.append("settlement")
+    if not found and names & CALLBACK_EVENTS:
+        found.append("callback")
+    return found

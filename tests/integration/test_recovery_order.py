@@ -167,7 +167,7 @@ def test_an_outcome_settles_in_its_own_commit_one_effect_per_entity_in_order(
         worker.egress.run_once(clock.now())
         worker.outcomes.run_once(clock.now())  # no settlement pass yet
         assert _settled_effects(app, books) == [[0]] * ENTITIES
-        for book_id, effects in books:
+        for _, effects in books:
             first = app.get_operation(next(op_id for op_id, i in effects.items() if i == 0))
             kinds = [type(e).__name__ for e in app.repository.event_store.get(first.id)]
             assert kinds[-2:] == ["Succeeded", "Settled"], kinds

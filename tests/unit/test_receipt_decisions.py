@@ -102,8 +102,12 @@ def test_receipt_ids_are_scoped_by_principal_command_and_key() -> None:
 
 
 def test_receipt_commits_are_failpoint_boundaries() -> None:
-    assert failpoints.commit_boundary(["ReceiptOpened"]) == "receipt_open"
-    assert failpoints.commit_boundary(["Opened", "Intended", "ReceiptCompleted"]) == "receipt_complete"
+    assert failpoints.commit_boundaries(["ReceiptOpened"]) == ["receipt_open"]
+    assert failpoints.commit_boundaries(["Opened", "Intended", "ReceiptCompleted"]) == ["receipt_complete"]
+    # An outcome settled in its own commit is both boundaries (executors.settlement.CoSettlement).
+    assert failpoints.commit_boundaries(["AttemptSucceeded", "Succeeded", "Noted", "Settled"]) == [
+        "outcome", "settlement"]
+    assert failpoints.commit_boundaries(["Made", "Settled"]) == ["settlement"]
     with failpoints.raise_at("receipt_open:before", RuntimeError("x")):
         with pytest.raises(RuntimeError):
             failpoints.reached("receipt_open:before")
