@@ -213,6 +213,11 @@ class Worker:
             if not self._appended.wait(STOP_POLL_SECONDS):
                 continue
             self._appended.clear()
+            if self.degraded:
+                # The main loop is riding out an outage and neither records outcomes nor renews
+                # leases meanwhile: a call claimed now could outlive its lease unrecorded. Its
+                # first cycle that reaches the store claims what was announced (``fresh``).
+                continue
             try:
                 self.claims.pickup(self.clock.now())
             except Exception as exc:

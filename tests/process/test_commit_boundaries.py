@@ -114,6 +114,8 @@ def test_a_kill_at_a_commit_boundary_keeps_the_invariants(boundary: str, mode: s
     assert doomed.process.wait(60) == KILLED, doomed.log_path.read_text()[-2000:]
     survivor = workers(env)
     wait_until(lambda: _finished(modes_db, op_id), what=f"the operation to finish after a kill at {boundary}")
+    # At outcome:after nothing is left to do: let the survivor start (and take SIGTERM) first.
+    wait_until(lambda: "worker started" in survivor.log_path.read_text(), what="the survivor to start")
     assert survivor.terminate() == 0
     _check_invariants(modes_db, database_url, op_id, thing_id, mode, partner, EXPECTED[boundary][mode], boundary)
 
