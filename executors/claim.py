@@ -108,19 +108,6 @@ class _Plan:
     polls: set[UUID] = field(default_factory=set)  # accepted work claimed for polling
 
 
-TAIL_SOON_SECONDS = 1.0
-"""A pending intent due within this many seconds stays on offer from the log's tail."""
-
-
-def _due_soon(op: Operation, work: Wait, now: datetime) -> bool:
-    """Whether ``op`` is a pending intent due within ``TAIL_SOON_SECONDS`` of ``now``: one the
-    log's tail must offer again, not pass over. An intent read from the tail is often newer
-    than the cycle's ``now`` (appended after the clock was read), and passing over it left it
-    to the projection: 3 s, a leadership handover, after a projection leader was SIGKILLed."""
-    return (op.execution is E.PENDING and work.until is not None
-            and work.until <= now + timedelta(seconds=TAIL_SOON_SECONDS))
-
-
 class ClaimService:
     """Does the due work of one host application's operations.
 
@@ -190,18 +177,21 @@ class ClaimService:
         return counts
 
     def _reserve_and_commit(self, due: list[DueRow], now: datetime, counts: Counts, *, follow: bool = True) -> None:
-        """Reserve ``due`` and do their due work in one commit. One pass at a time (the lock):
-        the pickup thread and the main loop's due-work pass share this service's memory and
-        the egress slots they count. ``follow=False`` leaves accepted work to the main loop
-        (the polling service's memory is the main loop's alone)."""
+        """Reserve ``due`` and do their due work in one commit. The choice of rows and the
+        decide-and-commit hold the lock: the pickup thread and the main loop's due-work pass
+        share this service's memory and the egress slots they count. ``follow=False`` leaves
+        accepted work to the main loop (the polling service's memory is the main loop's alone)."""
         if not due:
             return
         with self._lock:
             self.rng.shuffle(due)
             rows = self._actionable(due, now)
-            # Held until after this commit: another worker of the store skips these rows.
-            with self.view.reserve([row.operation_id for row in rows]) as reserved:
-                self._decide_and_commit([row for row in rows if row.operation_id in reserved], now, counts, follow)
+        # Held until after this commit: another worker of the store (or this worker's other
+        # thread) skips these rows. The reservation and the load wait for no one.
+        with self.view.reserve([row.operation_id for row in rows]) as reserved:
+            ops = self._current([row for row in rows if row.operation_id in reserved])
+            with self._lock:
+                self._decide_and_commit(ops, now, counts, follow)
 
     def _handled(self, op_id: UUID, version: int) -> bool:
         known = self.committer.known(op_id)
@@ -254,21 +244,21 @@ class ClaimService:
         ops.update(self.committer.load(missing))
         return [ops[r.operation_id] for r in rows if r.operation_id in ops]
 
-    def _decide_and_commit(self, rows: list[DueRow], now: datetime, counts: Counts, follow: bool) -> None:
+    def _decide_and_commit(self, ops: list[Operation], now: datetime, counts: Counts, follow: bool) -> None:
         plan = _Plan()
         changes: list[tuple[Operation, Change]] = []
         settling: list[Operation] = []
         capacity = self.egress.free_slots()
         polls = self.polling.room() if self.polling is not None and follow else 0
         by_host: Counter[str] = Counter()  # claims of this pass per target host
-        for op in self._current(rows):
+        for op in ops:
             try:
                 work = due_work(op, now)
             except Exception as exc:  # one operation's unreadable state: that operation only
                 self._defer(op.id, now, "due_work", exc)
                 continue
-            if isinstance(work, Wait) and not _due_soon(op, work, now):
-                self.tail.passed(op.id)  # another worker holds it: the log tail moves past it
+            if isinstance(work, Wait):
+                self.tail.pass_over(op, work.until, now)
             if isinstance(work, Settle):
                 settling.append(op)
             elif isinstance(work, ExceedDeadline):

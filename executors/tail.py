@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -37,6 +37,8 @@ more round trip in every cycle of a busy worker, and a stall is only acted on af
 ``TAIL_AFTER_STALL_SECONDS`` anyway."""
 MAX_PAGES = 8
 """Pages of intents read past handled ones in one call, at most (each page is one query)."""
+TAIL_SOON_SECONDS = 1.0
+"""A pending intent due within this many seconds stays on offer from the log's tail."""
 MAX_PASSED = 100_000
 """Operations remembered as held by another worker; past this many the memory starts over."""
 
@@ -97,12 +99,17 @@ class LogTail:
         self.stalled = self._since is not None and (now - self._since).total_seconds() >= TAIL_AFTER_STALL_SECONDS
         return self.stalled
 
-    def passed(self, op_id: UUID) -> None:
-        """Remember that another worker holds ``op_id`` (its due work is to wait), so the tail
-        moves past it."""
+    def pass_over(self, op: Operation, until: datetime | None, now: datetime) -> None:
+        """Remember that another worker holds ``op``, whose due work at ``now`` (UTC) is to wait
+        until ``until``, so the tail moves past it; unless it is a pending intent due within
+        ``TAIL_SOON_SECONDS``: an intent read from the tail is often newer than the pass's
+        ``now`` (appended after the clock was read), and passing over it left it to the
+        projection: 3 s, a leadership handover, after a projection leader was SIGKILLed."""
+        if op.execution is E.PENDING and until is not None and until <= now + timedelta(seconds=TAIL_SOON_SECONDS):
+            return
         if len(self._passed) >= MAX_PASSED:
             self._passed.clear()
-        self._passed.add(op_id)
+        self._passed.add(op.id)
 
     def read(self, limit: int, known: set[UUID], now: datetime) -> list[DueRow]:
         """Up to ``limit`` pending rows for intents past the projection's position, none of them
