@@ -37,9 +37,10 @@ from executors.outcomes import apply_decision, terms_of
 from executors.polling import PollingService
 from executors.recovery import decide_open_attempt
 from executors.refusals import drifted_digest, mismatch_change, void_approval_change
-from executors.secrets import MissingSecretError, SecretResolver, resolve_payload
+from executors.secrets import MissingSecretError, SecretResolver, attempt_request
 from executors.settlement import SettlementService, first_per_entity
 from executors.tail import LogTail
+from executors.unsure import UnsureClaims, landed
 from ledger.application import LedgerApplication
 from ledger.approvals import void_reason
 from ledger.budgets import CallWindow
@@ -140,6 +141,7 @@ class ClaimService:
         self._deferred: dict[UUID, datetime] = {}
         self._waiting_for_host: dict[UUID, str] = {}  # op -> its target host, full when last seen
         self._lock = threading.Lock()  # see ``_reserve_and_commit``
+        self._unsure = UnsureClaims()
         self.tail = LogTail(self.app, view, self._handled)
 
     def run_once(self, now: datetime) -> Counts:
@@ -150,6 +152,8 @@ class ClaimService:
             :class:`Counts` of what was committed.
         """
         counts = Counts()
+        with self._lock:
+            self._unsure.recheck(self.committer.load, self.egress.submit)
         # Read well past what this worker can claim and shuffle it: workers sharing a store then
         # take mostly different operations from the head of the list instead of colliding.
         wanted = max(self.config.batch_size, DUE_READ_FACTOR * self.egress.free_slots())
@@ -278,7 +282,15 @@ class ClaimService:
                     capacity -= change[1]
         if not changes and not settling:
             return
-        self._after_commit(plan, self.settlement.commit(first_per_entity(settling), now, counts, changes), now)
+        self._after_commit(plan, self._commit(plan, first_per_entity(settling), changes, now, counts), now)
+
+    def _commit(self, plan: _Plan, settling: list[Operation], changes: list[tuple[Operation, Change]],
+                now: datetime, counts: Counts) -> CommitResult:
+        try:
+            return self.settlement.commit(settling, now, counts, changes)
+        except Exception:
+            self._unsure.add(plan.calls)  # a commit of unknown fate: ``executors.unsure``
+            raise
 
     def _after_commit(self, plan: _Plan, result: CommitResult, now: datetime) -> None:
         """Defer what this worker cannot serve, then hand committed attempts to egress."""
@@ -341,7 +353,13 @@ class ClaimService:
         """Claim, then in the same commit start an attempt (or decide the open one)."""
 
         def change(op: Operation) -> Sequence[Aggregate]:
-            plan.calls.pop(op.id, None)
+            planned = plan.calls.pop(op.id, None)
+            if planned is not None and landed(planned, op):
+                # A commit of unknown fate landed (its retried insert conflicted with it): send
+                # this very attempt rather than leave it to lapse (``executors.unsure``).
+                planned.op = op
+                plan.calls[op.id] = planned
+                return []
             cancels = cancels_unsent(op)
             sends = op.execution is not E.DISPATCHING and not cancels and op.attempts < op.max_attempts
             try:
@@ -387,13 +405,6 @@ class ClaimService:
         return self.adapters[name]
 
     def _request(self, op: Operation, now: datetime, attempt_id: UUID | None = None) -> EgressRequest:
-        declaration = self.app.registry.get(op.integration_name, op.integration_version)
-        payload, secrets = resolve_payload(op.payload, self.secrets, declaration)
         # The attempt id comes from the injected random source, so a seeded run repeats it.
-        attempt_id = attempt_id or UUID(int=self.rng.getrandbits(128), version=4)
-        return EgressRequest(
-            operation_id=op.id, attempt_id=attempt_id, attempt_number=op.attempts + 1,
-            integration=op.integration_name, delivery_mode=op.delivery_mode, target=op.target,
-            payload=payload, traceparent=op.traceparent, timeout_seconds=declaration.request_timeout_seconds,
-            tenant=op.tenant, secrets=tuple(secrets),
-        )
+        return attempt_request(op, self.app.registry.get(op.integration_name, op.integration_version), self.secrets,
+                               attempt_id or UUID(int=self.rng.getrandbits(128), version=4))

@@ -20,9 +20,12 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
+from uuid import UUID
 
 from ledger.declarations import SECRET_REF_PREFIX, Classification, Integration
+from ledger.egress import EgressRequest
 from ledger.errors import ConfigurationError, LedgerError
+from ledger.operation import Operation
 from ledger.redaction import KNOWN_SECRETS
 
 ENV_PREFIX = "OPLEDGER_SECRET_"
@@ -148,3 +151,21 @@ def _texts(value: Any) -> list[str]:
     if isinstance(value, (list, tuple)):
         return [text for item in value for text in _texts(item)]
     return []
+
+
+def attempt_request(op: Operation, declaration: Integration, secrets: SecretProvider,
+                    attempt_id: UUID) -> EgressRequest:
+    """The request of ``op``'s attempt ``attempt_id`` under ``declaration``, its payload's
+    ``secretref:`` values resolved (:func:`resolve_payload`; the resolved values travel in
+    ``EgressRequest.secrets`` so everything stored is redacted of them).
+
+    Raises:
+        MissingSecretError: a referenced secret is not set in this worker.
+    """
+    payload, resolved = resolve_payload(op.payload, secrets, declaration)
+    return EgressRequest(
+        operation_id=op.id, attempt_id=attempt_id, attempt_number=op.attempts + 1,
+        integration=op.integration_name, delivery_mode=op.delivery_mode, target=op.target,
+        payload=payload, traceparent=op.traceparent, timeout_seconds=declaration.request_timeout_seconds,
+        tenant=op.tenant, secrets=tuple(resolved),
+    )

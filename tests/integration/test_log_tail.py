@@ -12,10 +12,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
+from eventsourcing.persistence import OperationalError
 
 from adapters.fake import FakeAdapter
 from executors.runtime import Worker, WorkerConfig
 from executors.tail import TAIL_AFTER_STALL_SECONDS
+from ledger import failpoints
 from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.operation import Operation
@@ -248,3 +250,22 @@ def test_a_permanent_error_in_the_pickup_thread_stops_the_worker(threaded: tuple
     finally:
         stop.set()
         thread.join(10)
+
+
+@pytest.mark.postgres
+def test_a_claim_whose_commit_answer_was_lost_is_sent_once_the_store_answers(rig: tuple) -> None:
+    # A commit of unknown fate (issue 17): the claim and its AttemptStarted landed, the answer
+    # did not. The next pass finds the store holding that very attempt and sends it, instead of
+    # leaving its lease to lapse into ambiguous (worker_lost).
+    clock, app, view, worker = rig
+    op_id = app.make("unsure")
+    worker.wake_for_log()
+    with failpoints.raise_at("claim:after", OperationalError("connection lost during COMMIT")), \
+            pytest.raises(OperationalError):
+        worker.claims.pickup(clock.now())
+    assert app.get_operation(op_id).open_attempt_id is not None, "the claim did not land"
+    assert not worker.egress.in_flight
+    worker.run_once(clock.now())  # the store answers again
+    worker.run_once(clock.now())
+    op = app.get_operation(op_id)
+    assert op.execution.value == "succeeded" and op.attempts == 1, op.execution
