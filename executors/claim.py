@@ -182,9 +182,9 @@ class ClaimService:
 
     def _reserve_and_commit(self, due: list[DueRow], now: datetime, counts: Counts, *, follow: bool = True) -> None:
         """Reserve ``due`` and do their due work in one commit. The choice of rows and the
-        decide-and-commit hold the lock: the pickup thread and the main loop's due-work pass
-        share this service's memory and the egress slots they count. ``follow=False`` leaves
-        accepted work to the main loop (the polling service's memory is the main loop's alone)."""
+        decide-and-commit hold the lock, so two threads may run claim passes (a pickup thread
+        was tried: ADR 0002) without sharing this service's memory or the egress slots they
+        count unguarded. ``follow=False`` leaves accepted work to the due-work pass."""
         if not due:
             return
         with self._lock:

@@ -204,8 +204,7 @@ _COUNTED = {
 class Committer:
     """The write side shared by a worker's services: commits batches, counts what committed,
     remembers the operations it committed (the status view may lag them), hands committed
-    states on (``on_committed``), and logs each operation's problem once. Thread-safe (the
-    pickup thread and the main loop commit side by side).
+    states on (``on_committed``), and logs each operation's problem once. Thread-safe.
 
     Args:
         app: the host application.
@@ -222,7 +221,7 @@ class Committer:
         self._known: OrderedDict[UUID, Operation] = OrderedDict()
         self._known_size = known_size
         self._reported: OrderedDict[tuple[UUID, str], None] = OrderedDict()
-        # A worker's pickup thread commits beside its main loop: the bookkeeping is guarded.
+        # Commits may come from more than one thread: the bookkeeping is guarded.
         self._lock = threading.Lock()
 
     def commit(self, changes: list[tuple[Operation, Change]], counts: Counts) -> CommitResult:

@@ -88,9 +88,9 @@ class EgressService:
         self._idle = 0  # threads waiting for a call; guarded by _lock
         self._waiting = 0  # calls queued and not yet taken by a thread; guarded by _lock
         self._lock = threading.Lock()
-        # ``in_flight`` and the per-host counts change from two threads (the pickup thread
-        # submits, the main loop takes results): each change, and each walk over them, holds
-        # this lock.
+        # ``in_flight`` and the per-host counts may change from more than one thread (a
+        # submitting one, the one taking results): each change, and each walk over them,
+        # holds this lock.
         self._books = threading.Lock()
 
     def flights(self) -> list[InFlight]:

@@ -4,9 +4,8 @@ Each service has one concern and one shape (``Config``, ``run_once(now) -> Count
 rule 11): the due-work pass (``claim``), egress, outcome recording, polling of accepted work,
 settlement and lease renewal.
 A cycle reads the clock once and runs them in the order below; ``run`` is only the loop and the
-graceful stop, plus, on PostgreSQL, a pickup thread that claims new intents as their NOTIFY
-arrives. The deterministic simulator drives the same services through ``run_once(now)`` with
-``inline`` egress, a fake clock and an in-memory store, and starts no thread.
+graceful stop. The deterministic simulator drives the same services through ``run_once(now)``
+with ``inline`` egress, a fake clock and an in-memory store.
 
 Source: DESIGN §7; docs/adr/0002-executor-services.md (the order, and the shutdown steps).
 """
@@ -112,9 +111,6 @@ class Worker:
         self._outage_since: float | None = None  # monotonic start of the outage being ridden out
         self._outage_retries = 0
         self._idling = False  # waiting in ``_idle``: the last cycle found nothing to do
-        self._appended = threading.Event()  # events were appended: the pickup thread looks
-        self._pickup_thread: threading.Thread | None = None
-        self._pickup_failure: Exception | None = None  # a permanent error met by the pickup thread
         rng = rng or random.Random()
         self.committer = Committer(app, on_committed=on_committed)
         self.egress = egress or EgressService(clock=clock, config=EgressConfig(
@@ -180,15 +176,12 @@ class Worker:
         3. return, logging the calls still in flight: their leases expire and recovery
            decides them by delivery mode. ``close`` then stops the egress threads.
         """
-        self._start_pickups(stop)
         while not stop.is_set():
             self._cycle_began = time.monotonic()
             counts = self._cycle(stop)
             if counts is not None and not counts.busy:
                 self._idle(stop)
         self.stopping.set()
-        if self._pickup_thread is not None:  # its claim under way commits and reaches egress first
-            self._pickup_thread.join(grace_seconds)
         deadline = time.monotonic() + grace_seconds
         while self.egress.in_flight and time.monotonic() < deadline:
             self._cycle(None)
@@ -196,41 +189,6 @@ class Worker:
         if self.egress.in_flight:
             log.warning("stopping with attempts in flight; recovery will decide them",
                         operations=[str(f.op.id) for f in self.egress.flights()])
-
-    def _start_pickups(self, stop: threading.Event) -> None:
-        """Start the pickup thread where workers share the store (PostgreSQL): it claims new
-        intents as soon as their NOTIFY arrives, while the main loop records, settles and
-        renews. Between passes a pickup waited for the pass under way (10-15 ms at p99; issue
-        17). The two share the committer, the egress books and the claim service, each made
-        safe for it; accepted work stays with the main loop (``ClaimService.pickup``)."""
-        if self.claims.view.in_process or self.config.inline_egress:
-            return
-        self._pickup_thread = threading.Thread(target=self._pickups, args=(stop,), name="pickup", daemon=True)
-        self._pickup_thread.start()
-
-    def _pickups(self, stop: threading.Event) -> None:
-        while not (stop.is_set() or self.stopping.is_set()):
-            if not self._appended.wait(STOP_POLL_SECONDS):
-                continue
-            self._appended.clear()
-            if self.degraded:
-                # The main loop is riding out an outage and neither records outcomes nor renews
-                # leases meanwhile: a call claimed now could outlive its lease unrecorded. Its
-                # first cycle that reaches the store claims what was announced (``fresh``).
-                continue
-            try:
-                self.claims.pickup(self.clock.now())
-            except Exception as exc:
-                # The main loop meets the same outage and rides it out (``_cycle``), and its
-                # next cycle claims what this pickup could not. Another error stops the worker
-                # there, as the main loop's own would.
-                self.claims.tail.fresh = True
-                if not is_transient(exc):
-                    self._pickup_failure = exc
-                    self.wake()
-                    return
-                self.wake()
-                stop.wait(STOP_POLL_SECONDS)
 
     @property
     def degraded(self) -> bool:
@@ -246,8 +204,6 @@ class Worker:
         Returns:
             The cycle's counts, or None when the store was unreachable.
         """
-        if self._pickup_failure is not None:
-            raise self._pickup_failure
         try:
             counts = self.run_once()
         except Exception as exc:
@@ -308,14 +264,11 @@ class Worker:
 
     def wake_for_log(self) -> None:
         """A NOTIFY said events were appended: the log's tail is read next, so a new intent is
-        claimed without waiting for the status projection to write its row. With a pickup
-        thread (``run`` on PostgreSQL) that thread reads it now; otherwise an idle worker (or
-        one whose projection stands still) starts a cycle now, and a busy one reads the tail
-        once at its next pass, however many events arrived meanwhile. Thread-safe."""
+        claimed without waiting for the status projection to write its row. An idle worker (or
+        one whose projection stands still) starts a cycle now; a busy one reads the tail once
+        after the pass under way, however many events arrived meanwhile. Thread-safe."""
         self.claims.tail.fresh = True
-        if self._pickup_thread is not None:
-            self._appended.set()
-        elif self._idling or self.claims.tail.stalled:
+        if self._idling or self.claims.tail.stalled:
             self.wake()
 
     def close(self) -> None:

@@ -78,7 +78,7 @@ class LogTail:
         self._topics = topics_of([Operation.Intended])
         self._open = intents_are_open(app)
         self._read: dict[UUID, tuple[int, str, bytes]] = {}  # the last read's open intents
-        self._lock = threading.Lock()  # the pickup thread and the due-work pass both read
+        self._lock = threading.Lock()  # reads may come from more than one thread
 
     def operation(self, op_id: UUID, version: int) -> Operation | None:
         """The operation as the last :meth:`read` found it, when that read saw its intent as

@@ -6,8 +6,6 @@ a stall longer than one page of intents must not leave the rest waiting for the 
 from __future__ import annotations
 
 import random
-import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -164,92 +162,6 @@ def test_the_tail_offers_only_intents_no_worker_has_moved_on(rig: tuple) -> None
     topics = topics_of([Operation.Intended])
     assert [r[1] for r in select_open_intents(app, 0, 10, topics, {})] == [ids[0], ids[2]]
 
-
-
-@pytest.fixture
-def threaded(database: Database) -> Iterator[tuple[FakeApp, Worker]]:
-    """A worker with egress threads, as ``opledger worker`` runs it (``run`` starts its pickup
-    thread on PostgreSQL); no projection runs."""
-    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
-    migrate(database, FakeApp)
-    app = FakeApp(env=database.library_env(create_table=False), clock=clock)
-    view = open_view(database)
-    worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=clock,
-                    config=WorkerConfig(worker_id="worker", egress_slots=SLOTS, poll_interval_seconds=0.05),
-                    rng=random.Random(7))
-    try:
-        yield app, worker
-    finally:
-        worker.close()
-        view.close()
-        app.close()
-
-
-def _running(worker: Worker, stop: threading.Event, failures: list[BaseException]) -> threading.Thread:
-    def run() -> None:
-        try:
-            worker.run(stop, grace_seconds=1)
-        except BaseException as exc:  # noqa: BLE001 - the test reads it
-            failures.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
-@pytest.mark.postgres
-def test_the_pickup_thread_claims_a_new_intent_while_the_main_loop_is_in_a_pass(threaded: tuple) -> None:
-    # Pickup latency (issue 17): a new intent does not wait for the pass under way.
-    app, worker = threaded
-    in_pass, release = threading.Event(), threading.Event()
-    renew = worker.leases.run_once
-
-    def a_long_pass(now):
-        in_pass.set()
-        release.wait(10)
-        return renew(now)
-
-    worker.leases.run_once = a_long_pass
-    stop, failures = threading.Event(), []
-    thread = _running(worker, stop, failures)
-    try:
-        assert in_pass.wait(5)
-        op_id = app.make("arrived")
-        worker.wake_for_log()  # the NOTIFY of its insert
-        deadline = time.monotonic() + 5
-        while app.get_operation(op_id).attempts == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert app.get_operation(op_id).attempts == 1, "the new intent waited for the main loop's pass"
-        assert not release.is_set()
-    finally:
-        release.set()
-        stop.set()
-        thread.join(10)
-    assert not failures
-
-
-@pytest.mark.postgres
-def test_a_permanent_error_in_the_pickup_thread_stops_the_worker(threaded: tuple) -> None:
-    app, worker = threaded
-    pickup = worker.claims.pickup
-
-    def broken(now):
-        if threading.current_thread().name == "pickup":  # the main loop's own pickups work
-            raise ValueError("a bug in the pickup")
-        return pickup(now)
-
-    worker.claims.pickup = broken
-    stop, failures = threading.Event(), []
-    thread = _running(worker, stop, failures)
-    try:
-        time.sleep(0.1)
-        worker.wake_for_log()
-        thread.join(5)
-        assert not thread.is_alive(), "the worker went on without its pickups"
-        assert [str(exc) for exc in failures] == ["a bug in the pickup"]
-    finally:
-        stop.set()
-        thread.join(10)
 
 
 @pytest.mark.postgres
