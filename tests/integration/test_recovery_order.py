@@ -152,60 +152,59 @@ def _settled_effects(app: ThreeEffectsApp, books: list[tuple[UUID, dict[UUID, in
     return [[effects[op_id] for op_id in app.repository.get(book_id).settled] for book_id, effects in books]
 
 
-@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_an_outcome_settles_in_its_own_commit_one_effect_per_entity_in_order(
-        backend: str, fresh_store: Callable[[], Database]) -> None:
+@pytest.fixture
+def rig(fresh_store: Callable[[], Database]) -> Iterator[tuple[FakeClock, ThreeEffectsApp, Worker, Any]]:
+    """A fresh store of the test's backend, its app at a fake clock, and one worker keeping the
+    projection."""
     database = fresh_store()
     clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
     migrate(database, ThreeEffectsApp)
     app = ThreeEffectsApp(env=database.library_env(create_table=False), clock=clock)
     worker, projection = _worker(app, database, clock, 1)
     try:
-        books = [app.open_book(f"book-{i}") for i in range(ENTITIES)]
-        projection.run_once()
-        worker.claims.run_once(clock.now())
-        worker.egress.run_once(clock.now())
-        worker.outcomes.run_once(clock.now())  # no settlement pass yet
-        assert _settled_effects(app, books) == [[0]] * ENTITIES
-        for _, effects in books:
-            first = app.get_operation(next(op_id for op_id, i in effects.items() if i == 0))
-            kinds = [type(e).__name__ for e in app.repository.event_store.get(first.id)]
-            assert kinds[-2:] == ["Succeeded", "Settled"], kinds
-        worker.settlement.run_once(clock.now())  # the others, one per entity per batch
-        assert _settled_effects(app, books) == [[0, 1]] * ENTITIES
-        worker.settlement.run_once(clock.now())
-        assert _settled_effects(app, books) == [[0, 1, 2]] * ENTITIES
+        yield clock, app, worker, projection
     finally:
         worker.close()
         projection.view.close()
         app.close()
+
+
+def _record(clock: FakeClock, worker: Worker, projection: Any) -> None:
+    """Claim, call and record outcomes, with no settlement pass."""
+    projection.run_once()
+    worker.claims.run_once(clock.now())
+    worker.egress.run_once(clock.now())
+    worker.outcomes.run_once(clock.now())
 
 
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_an_entity_change_that_cannot_be_stored_never_costs_the_outcome(
-        backend: str, fresh_store: Callable[[], Database]) -> None:
-    database = fresh_store()
-    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
-    migrate(database, ThreeEffectsApp)
-    app = ThreeEffectsApp(env=database.library_env(create_table=False), clock=clock)
-    worker, projection = _worker(app, database, clock, 1)
-    try:
-        book = Ledgerbook(name="unstorable")
-        bad = app.intend(book, "test.unstorable", target="https://p.test/fx", payload={"n": 1})
-        fine_book, fine_effects = app.open_book("fine")
-        app.save(book, bad)
-        projection.run_once()
-        worker.claims.run_once(clock.now())
-        worker.egress.run_once(clock.now())
-        worker.outcomes.run_once(clock.now())
-        op = app.get_operation(bad.id)
-        assert op.execution.value == "succeeded", "the provider's answer was lost with the entity's change"
-        assert _settled_effects(app, [(fine_book, fine_effects)]) == [[0]], "the batch's other outcome did not settle"
-        worker.settlement.run_once(clock.now())
-        op = app.get_operation(bad.id)
-        assert op.settlement.value == "blocked"
-        assert "could not be stored" in (op.settlement_error or "")
-    finally:
-        worker.close()
-        projection.view.close()
-        app.close()
+def test_an_outcome_settles_in_its_own_commit_one_effect_per_entity_in_order(backend: str, rig: tuple) -> None:
+    clock, app, worker, projection = rig
+    books = [app.open_book(f"book-{i}") for i in range(ENTITIES)]
+    _record(clock, worker, projection)
+    assert _settled_effects(app, books) == [[0]] * ENTITIES
+    for _, effects in books:
+        first = app.get_operation(next(op_id for op_id, i in effects.items() if i == 0))
+        kinds = [type(e).__name__ for e in app.repository.event_store.get(first.id)]
+        assert kinds[-2:] == ["Succeeded", "Settled"], kinds
+    worker.settlement.run_once(clock.now())  # the others, one per entity per batch
+    assert _settled_effects(app, books) == [[0, 1]] * ENTITIES
+    worker.settlement.run_once(clock.now())
+    assert _settled_effects(app, books) == [[0, 1, 2]] * ENTITIES
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_an_entity_change_that_cannot_be_stored_never_costs_the_outcome(backend: str, rig: tuple) -> None:
+    clock, app, worker, projection = rig
+    book = Ledgerbook(name="unstorable")
+    bad = app.intend(book, "test.unstorable", target="https://p.test/fx", payload={"n": 1})
+    fine_book, fine_effects = app.open_book("fine")
+    app.save(book, bad)
+    _record(clock, worker, projection)
+    op = app.get_operation(bad.id)
+    assert op.execution.value == "succeeded", "the provider's answer was lost with the entity's change"
+    assert _settled_effects(app, [(fine_book, fine_effects)]) == [[0]], "the batch's other outcome did not settle"
+    worker.settlement.run_once(clock.now())
+    op = app.get_operation(bad.id)
+    assert op.settlement.value == "blocked"
+    assert "could not be stored" in (op.settlement_error or "")
