@@ -101,7 +101,14 @@ class Envelope:
 
 
 V1_GENERIC_BODY = b'{"outcome":"%s","detail":"recorded by opledger receipts v1, which kept only the outcome"}'
-"""The body a v1 receipt replays (``%s``: its outcome); status 200 when applied, else 422."""
+"""The body an applied v1 receipt replays (``%s``: ``applied``), with status 200."""
+V1_NOT_APPLIED_MESSAGE = "the command was not applied (v1 receipt: no detail kept)"
+"""The error message of a ``not_applied`` v1 receipt (v1 kept no code, message or retryability)."""
+V1_NOT_APPLIED_BODY = canonical_json({
+    "type": "about:blank", "title": "Invalid input", "status": 422, "detail": V1_NOT_APPLIED_MESSAGE,
+    "code": "not_applied", "retryable": False, "outcome": NOT_APPLIED})
+"""The body a ``not_applied`` v1 receipt replays, with status 422: an error, so problem+json
+(RFC 9457) with ``code`` and ``retryable`` like every other error (issue 15 item 3)."""
 
 
 class Receipt(Aggregate):
@@ -175,15 +182,14 @@ class Receipt(Aggregate):
         def upcast_v1_v2(state: dict[str, Any]) -> None:
             """v1 stored only the broad outcome: a documented generic envelope (guide,
             'Inbound commands')."""
-            outcome = state.pop("outcome")
-            applied = outcome == APPLIED
+            applied = state.pop("outcome") == APPLIED
             state.update(
                 status=200 if applied else 422,
-                headers=[["content-type", "application/json"]],
-                body=V1_GENERIC_BODY % outcome.encode(),
+                headers=[["content-type", "application/json" if applied else "application/problem+json"]],
+                body=V1_GENERIC_BODY % APPLIED.encode() if applied else V1_NOT_APPLIED_BODY,
                 outcome=APPLIED if applied else NOT_APPLIED,
                 error_code=None if applied else "not_applied",
-                error_message=None if applied else "the command was not applied (v1 receipt: no detail kept)",
+                error_message=None if applied else V1_NOT_APPLIED_MESSAGE,
                 retryable=False,
                 operation_ids=[],
             )
