@@ -171,3 +171,27 @@ def test_the_purpose_shows_in_ops_show_and_the_timeline(modes_db: Database) -> N
     timeline = json.loads(runner.invoke(cli, ["ops", "timeline", str(op_id), "--json", *url], env=env).output)
     granted = [e for e in timeline if e["event"] == "ApprovalGranted"]
     assert granted and granted[0]["details"]["purpose"] == PURPOSE
+
+
+def test_the_policy_named_in_config_decides(modes_db: Database) -> None:
+    """``OPLEDGER_APPROVAL_POLICY`` names the policy (``module:function``): the default refuses the
+    intender's own approval, a host policy named there allows it, a name that does not resolve
+    is a one-line configuration error and nothing is recorded."""
+    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=FakeClock())
+    try:
+        op_id = app.make("idempotent", "https://partner.example/refund")
+    finally:
+        app.close()
+    env = {"OPLEDGER_APP": "tests.integration.test_approvals:ApprovalApp"}
+    runner = CliRunner()
+    args = ["approve", str(op_id), "--principal", "system", "--role", "approver", "--database-url", modes_db.url()]
+    refused = runner.invoke(cli, args, env=env)
+    assert refused.exit_code == 1 and "self-approval" in refused.output
+    unknown = runner.invoke(cli, args, env={**env, "OPLEDGER_APPROVAL_POLICY": "tests.integration.test_approvals:nope"})
+    assert unknown.exit_code == 2 and "approval policy" in unknown.output and "does not resolve" in unknown.output
+    policy = {**env, "OPLEDGER_APPROVAL_POLICY": "tests.integration.test_approvals:allow_self_approval"}
+    allowed = runner.invoke(cli, args, env=policy)
+    assert allowed.exit_code == 0, allowed.output
+    shown = json.loads(runner.invoke(cli, ["ops", "show", str(op_id), "--json", "--database-url", modes_db.url()],
+                                     env=env).output)
+    assert shown["approval_detail"]["approved_by"] == "system" and shown["approval"] == "granted"
