@@ -1,9 +1,9 @@
 """One call of an attempt, a lookup, a poll or a remote cancel, made now by the thread that
-calls :func:`make_call`: the lease and budget checks just before egress, the adapter call, and
+calls :func:`make_call`: the lease, budget and approval checks just before egress, the adapter call, and
 the executor's own checks of what came back (an adapter's exception or wrong value is an
 ``Ambiguous(adapter_error)``, never lost; every text field is redacted of the request's secrets).
 
-Source: DESIGN §7 ("nothing leaves without a live lease"); issue 14 items 1 and 3.
+Source: DESIGN §7 ("nothing leaves without a live lease"); issue 14 items 1, 2 and 3.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import structlog
 
 from executors.flights import FOLLOW_KINDS, Finished, InFlight
+from ledger.approvals import void_reason
 from ledger.clock import Clock
 from ledger.facts import FactKind, storable_fact
 from ledger.outcomes import (
@@ -69,6 +70,13 @@ def make_call(flight: InFlight, clock: Clock) -> Finished:
         return Finished(request.operation_id, Failed(
             FailureCategory.CONNECT, retryable=True, egress=False,
             detail="the call budget window was closing before egress; nothing was sent"))
+    if flight.kind == "send" and void_reason(flight.op, clock.now()) is not None:
+        # The approval held when the claim was decided, but expired before this send (a slow
+        # commit, a stalled worker): egress needs an unexpired approval (issue 14 item 2).
+        # Nothing leaves; the retry finds the approval void and waits for a new one.
+        return Finished(request.operation_id, Failed(
+            FailureCategory.CONNECT, retryable=True, egress=False,
+            detail="the approval expired before egress; nothing was sent"))
     outcome: object  # checked below: an adapter's bug must not reach the ledger as a value
     try:
         if flight.kind == "send":

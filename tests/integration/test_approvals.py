@@ -4,6 +4,7 @@ CLI on both backends."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -171,3 +172,67 @@ def test_the_purpose_shows_in_ops_show_and_the_timeline(modes_db: Database) -> N
     timeline = json.loads(runner.invoke(cli, ["ops", "timeline", str(op_id), "--json", *url], env=env).output)
     granted = [e for e in timeline if e["event"] == "ApprovalGranted"]
     assert granted and granted[0]["details"]["purpose"] == PURPOSE
+
+
+def test_the_policy_named_in_config_decides(modes_db: Database) -> None:
+    """``OPLEDGER_APPROVAL_POLICY`` names the policy (``module:function``): the default refuses the
+    intender's own approval, a host policy named there allows it, a name that does not resolve
+    is a one-line configuration error and nothing is recorded."""
+    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=FakeClock())
+    try:
+        op_id = app.make("idempotent", "https://partner.example/refund")
+    finally:
+        app.close()
+    env = {"OPLEDGER_APP": "tests.integration.test_approvals:ApprovalApp"}
+    runner = CliRunner()
+    args = ["approve", str(op_id), "--principal", "system", "--role", "approver", "--database-url", modes_db.url()]
+    refused = runner.invoke(cli, args, env=env)
+    assert refused.exit_code == 1 and "self-approval" in refused.output
+    unknown = runner.invoke(cli, args, env={**env, "OPLEDGER_APPROVAL_POLICY": "tests.integration.test_approvals:nope"})
+    assert unknown.exit_code == 2 and "approval policy" in unknown.output and "does not resolve" in unknown.output
+    policy = {**env, "OPLEDGER_APPROVAL_POLICY": "tests.integration.test_approvals:allow_self_approval"}
+    allowed = runner.invoke(cli, args, env=policy)
+    assert allowed.exit_code == 0, allowed.output
+    shown = json.loads(runner.invoke(cli, ["ops", "show", str(op_id), "--json", "--database-url", modes_db.url()],
+                                     env=env).output)
+    assert shown["approval_detail"]["approved_by"] == "system" and shown["approval"] == "granted"
+
+
+class _StalledEgressClock(FakeClock):
+    """A fake clock that egress threads read ``lag`` seconds late: as if the worker stalled
+    between committing the claim and sending (the lease is longer than the stall)."""
+
+    lag = 0.0
+
+    def now(self) -> Any:
+        now = super().now()
+        return now if threading.current_thread() is threading.main_thread() else now + timedelta(seconds=self.lag)
+
+
+def test_an_approval_that_expires_between_the_claim_and_egress_sends_nothing(modes_db: Database) -> None:
+    clock = _StalledEgressClock()
+    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=clock)
+    view = open_view(modes_db)
+    adapter = FakeAdapter()
+    worker = _worker(app, view, adapter, clock)
+    try:
+        op_id = app.make("idempotent", "https://partner.example/refund")
+        _approve(app, op_id)
+        clock.advance(VALID - 5)  # claimed 5 s before the approval expires, sent 10 s later
+        clock.lag = 10.0
+        _drive(worker, 3)
+        op = app.get_operation(op_id)
+        assert adapter.count == 0, "sent after the approval expired"
+        assert op.attempts == 1 and op.failure is None and op.execution is E.PENDING, op.execution
+        clock.lag = 0.0
+        clock.advance(10)
+        _drive(worker, 3)
+        op = app.get_operation(op_id)
+        assert adapter.count == 0 and op.approval == "required" and op.approval_voided == "approval_expired"
+        _approve(app, op_id)  # a fresh approval, used in time, lets it go
+        _drive(worker)
+        assert adapter.count == 1 and app.get_operation(op_id).execution is E.SUCCEEDED
+    finally:
+        worker.close()
+        view.close()
+        app.close()

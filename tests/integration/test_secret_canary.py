@@ -1,5 +1,6 @@
 """The secret canary (issue 14): a provider echoes a secret in every encoding and an ``internal``
-value back; none of them may reach the store, the CLI or the logs. On both backends.
+value back; none of them may reach the store, the CLI (evidence included), the logs or the HTTP
+API's responses. On both backends.
 """
 
 from __future__ import annotations
@@ -90,6 +91,31 @@ def _sqlite_bytes(database: Database) -> bytes:
     return b"".join(p.read_bytes() for p in Path(database.path).parent.iterdir() if p.is_file())
 
 
+def _http_bodies(database: Database, op_id: str) -> str:
+    """Every observe response that could show the operation, as ``opledger serve`` answers them."""
+    from fastapi.testclient import TestClient
+
+    from adapters.http.app import ServeConfig, attach, build_app
+    from adapters.http.auth import TokenGrant
+    from adapters.runtime import open_store
+    from ledger.config import Settings
+
+    settings = Settings(database_url=database.url(), app="tests.apps:ModesApp")
+    tokens = {"viewer-token": TokenGrant(principal="vera", roles=["viewer"])}
+    headers = {"Authorization": "Bearer viewer-token"}
+    bodies = []
+    with open_store(settings, write=False) as store, \
+            TestClient(attach(build_app(), store=store, config=ServeConfig(tokens=tokens))) as client:
+        for path in (f"/v1/operations/{op_id}", f"/v1/operations/{op_id}/timeline",
+                     f"/v1/operations/{op_id}/evidence", "/v1/operations?limit=50",
+                     "/v1/attention", "/metrics"):
+            response = client.get(path, headers=headers)
+            assert response.status_code == 200, (path, response.text)
+            bodies.append(response.text)
+    assert op_id in bodies[0] and "[REDACTED]" in bodies[0]
+    return "\n".join(bodies)
+
+
 def test_a_secret_echoed_in_every_encoding_reaches_no_sink(modes_db: Database, echo_url: str,
                                                           capsys: pytest.CaptureFixture[str], json_logs: Callable[[], None]) -> None:
     json_logs()
@@ -124,12 +150,14 @@ def test_a_secret_echoed_in_every_encoding_reaches_no_sink(modes_db: Database, e
     assert not leaks, f"secret forms found in the store: {leaks}"
     cli_out = ""
     for args in (["ops", "show", str(op.id)], ["ops", "show", str(op.id), "--json"],
-                 ["ops", "timeline", str(op.id)], ["ops", "timeline", str(op.id), "--json"]):
+                 ["ops", "timeline", str(op.id)], ["ops", "timeline", str(op.id), "--json"],
+                 ["evidence", str(op.id)]):
         result = CliRunner().invoke(cli, [*args, "--database-url", modes_db.url()],
                                     env={"OPLEDGER_APP": "tests.apps:ModesApp"})
         assert result.exit_code == 0, result.output
         cli_out += result.output
+    http_out = _http_bodies(modes_db, str(op.id))
     logs = capsys.readouterr()
-    for sink, text in (("CLI", cli_out), ("logs", logs.out + logs.err)):
+    for sink, text in (("CLI", cli_out), ("HTTP", http_out), ("logs", logs.out + logs.err)):
         for needle in [*_needles(), INTERNAL.encode()]:
             assert needle not in text.encode(), f"{needle!r} found in the {sink} output"
