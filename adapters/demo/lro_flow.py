@@ -7,7 +7,9 @@ each (in the create URL) makes some succeed after a few polls (one of them answe
 the demo cancels it mid-flight. The demo (``adapters.demo.run``) calls :func:`place` with the
 orders, :func:`cancel_mid_flight` between the two workers (the SQLite store is free then), and
 :func:`summary` at the end, which checks the ledger against the partner's log: one create call
-applied per operation, and every recorded outcome matching the provider's own state.
+applied per operation, and every recorded outcome matching the provider's own state;
+:func:`resumed_by_another_worker` shows from the ledger which operations the first worker was
+polling when it was killed, and the second took over.
 
 Source: issue 12 item 6; docs/adr/0004-accepted-work.md.
 """
@@ -25,6 +27,7 @@ from ledger.application import LedgerApplication
 from ledger.clock import SystemClock
 from ledger.config import Database
 from ledger.declarations import DeliveryMode, Integration
+from ledger.operation import Operation
 from ledger.settlement import SettlementOutcome
 from projections.rows import StatusRow
 
@@ -160,3 +163,31 @@ def summary(flow: dict[UUID, Provisioning], rows: dict[UUID, StatusRow], log: Pa
         "polls": sum(int(str(provider[k]["polls"])) for k in keys if k in provider),
         "cancel_requests": sum(int(str(provider[k]["cancel_requests"])) for k in keys if k in provider),
     }
+
+
+def resumed_by_another_worker(database: Database, app_class: type[LedgerApplication],
+                              flow: dict[UUID, Provisioning]) -> list[str]:
+    """The labels of the flow's operations whose polling another worker took over: after
+    ``Accepted``, poll lease claims (``Claimed``) by more than one worker. The first worker held
+    them when it was SIGKILLed mid-poll, and the second resumed them from the recorded remote id.
+    Read from the ledger (read-only on SQLite), so the demo's summary shows the kill happened
+    where it says, not only that it was attempted.
+
+    Source: issue 12 item 6 ("SIGKILLs the worker mid-poll ... restarts").
+    """
+    app = app_class(env=database.library_env(create_table=False, read_only=database.backend == "sqlite"))
+    try:
+        resumed = []
+        for op_id, plan in flow.items():
+            holders: set[str] = set()
+            accepted = False
+            for event in app.events.get(op_id):
+                if isinstance(event, Operation.Accepted):
+                    accepted = True
+                elif accepted and isinstance(event, Operation.Claimed):
+                    holders.add(event.worker_id)
+            if len(holders) > 1:
+                resumed.append(plan.label)
+        return resumed
+    finally:
+        app.close()

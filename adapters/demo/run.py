@@ -130,6 +130,8 @@ def run_demo(*, database_url: str | None, as_json: bool, orders: int) -> int:
         second.terminate()
         summary = _summary(database, op_ids, modes, rows, partner.log)
         summary["lro"] = lro_flow.summary(workspaces, rows, partner.log)
+        summary["lro"]["resumed_by_another_worker"] = lro_flow.resumed_by_another_worker(database, OrdersApp,
+                                                                                         workspaces)
         summary["partner_log"] = str(partner_log)
         summary["killed_in_flight"] = in_flight
         summary["callbacks"] = flow.run(database, env, partner.log, partner.url, say)
@@ -354,6 +356,9 @@ def _print_flow(console: Console, flow: dict[str, Any]) -> None:
     console.print(f"create calls applied: {flow['creates_applied']} for {flow['operations']} operations; "
                   f"polls answered: {flow['polls']}; cancels received: {flow['cancel_requests']}; "
                   f"mismatches: {len(flow['mismatches'])}")
+    resumed = flow["resumed_by_another_worker"]
+    console.print(f"polling resumed by worker 2 after worker 1 was SIGKILLed mid-poll: {len(resumed)} of "
+                  f"{flow['operations']} ({', '.join(resumed) or 'none'})")
 
 
 def _this_command() -> str:

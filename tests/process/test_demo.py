@@ -39,3 +39,6 @@ def test_demo_loses_nothing_and_applies_nothing_twice(tmp_path: Path) -> None:
     assert flow["outcomes"] == {"ws-quick": "succeeded", "ws-throttled": "succeeded", "ws-long": "succeeded",
                                 "ws-broken": "failed", "ws-cancelled": "cancelled"}
     assert flow["provider"]["ws-cancelled"] == "cancelled" and flow["cancel_requests"] >= 1
+    # The first worker was killed mid-poll: the workspace it was polling until the cancel (and
+    # any other still running then) was resumed by the second worker, read from the ledger.
+    assert "ws-cancelled" in flow["resumed_by_another_worker"]
