@@ -130,7 +130,7 @@ def read_export(path: Path) -> tuple[LegacyExport, str]:
         raise LegacyImportError(str(path), [f"cannot be read: {exc.strerror or exc}"]) from None
     try:
         raw = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError; nesting too deep
         raise LegacyImportError(str(path), [f"is not JSON: {exc}"]) from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         found = raw.get("format") if isinstance(raw, dict) else type(raw).__name__

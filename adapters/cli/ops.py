@@ -300,7 +300,7 @@ def evidence(
             fail("evidence verify needs the FILE to check")
         try:
             document = json.loads(Path(file).read_text())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             fail(f"cannot read {file}: {exc}")
         with UserErrors(), _store(database_url) as store:
             report = verify_document(store, document)

@@ -89,7 +89,7 @@ def read_reproducer(path: Path) -> tuple[int, SimConfig]:
         data = json.loads(path.read_text())
     except OSError as exc:
         raise ConfigurationError(f"{path} cannot be read: {exc.strerror or exc}") from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to decode
         raise ConfigurationError(f"{path} is not a simulation reproducer: not JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__

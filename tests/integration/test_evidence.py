@@ -101,3 +101,7 @@ def test_verify_refuses_what_is_not_evidence(tmp_path: Path, database_url: str,
     result = run("evidence", "verify", str(other))
     assert result.exit_code == 2 and "not an opledger evidence document" in result.stderr
     assert run("evidence", "verify").exit_code == 2
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)  # too deep for the decoder: one line, not a RecursionError
+    result = run("evidence", "verify", str(deep))
+    assert result.exit_code == 2 and "cannot read" in result.stderr

@@ -77,11 +77,15 @@ def _files(database: Database) -> list[str]:
     return sorted(p.name for p in database.path.parent.iterdir() if not p.name.endswith(("-wal", "-shm")))
 
 
+DEEP = "nested 5,000 levels deep"
+
+
 def _broken_copy(tmp_path: Path, change) -> Path:
     data = json.loads(SAMPLE.read_text())
     change(data)
     path = tmp_path / "broken.json"
-    path.write_text(json.dumps(data))
+    # DEEP stands for a value nested too deep for any JSON codec: written as text.
+    path.write_text(json.dumps(data).replace(json.dumps(DEEP), "[" * 5_000 + "]" * 5_000))
     return path
 
 
@@ -96,6 +100,7 @@ def _redigest(job: dict) -> None:
     (lambda d: (d["jobs"][2].update(queue="nope.queue"), _redigest(d["jobs"][2])), "job job-0003: .*nope.queue"),
     (lambda d: (d["jobs"][2]["payload"].update(secret="x"), _redigest(d["jobs"][2])), "job job-0003: payload"),
     (lambda d: d.update(format="other/2"), "format is 'other/2'"),
+    (lambda d: d["jobs"][2]["payload"].update(deep=DEEP), "is not JSON"),
 ])
 def test_a_bad_export_is_refused_before_anything_is_written(jobs_db: Database, tmp_path: Path, change,
                                                            problem: str) -> None:

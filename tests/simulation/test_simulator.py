@@ -108,9 +108,10 @@ def test_cli_simulate_reports_and_replays(tmp_path: Path) -> None:
     assert replayed.returncode == 0 and "seed 3: no invariant broken" in replayed.stdout
 
 
-def test_a_bad_reproducer_is_a_clear_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("text", ["{not json", "[" * 100_000], ids=["malformed", "nested-too-deep"])
+def test_a_bad_reproducer_is_a_clear_error(tmp_path: Path, text: str) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
+    bad.write_text(text)
     with pytest.raises(ConfigurationError, match="is not a simulation reproducer"):
         read_reproducer(bad)
     done = subprocess.run([sys.executable, "-m", "adapters.cli", "simulate", "--replay", str(bad)],
