@@ -106,6 +106,23 @@ def _warn_lag(store: Store) -> None:
                      "(or `opledger serve` owning the store) brings it up to date", highlight=False)
 
 
+MAX_ROWS = 100_000
+"""The most rows a listing asks the status view for (``OperationFilter.limit``)."""
+
+
+def _one_more(limit: int) -> int:
+    """Rows to ask for so that :func:`_first` can tell whether more matched than ``limit``."""
+    return min(limit + 1, MAX_ROWS)
+
+
+def _first(rows: list[Any], limit: int) -> list[Any]:
+    """The first ``limit`` of ``rows`` (asked for with :func:`_one_more`), saying on stderr when
+    more matched: a script reading the listing must not take a page for the whole."""
+    if len(rows) > limit:
+        errors.print(f"note: showing the first {limit:,}; more match (--limit up to {MAX_ROWS:,})", highlight=False)
+    return rows[:limit]
+
+
 def _choice(value: str | None, allowed: list[str], what: str) -> None:
     if value is not None and value not in allowed:
         fail(f"unknown {what} {value!r}; one of: {', '.join(allowed)}")
@@ -119,18 +136,18 @@ def list_ops(
     integration: str = typer.Option(None, help="only this integration"),
     tenant: str = typer.Option(None, help="only this tenant"),
     attention: str = typer.Option(None, help="only this attention reason ('*': any)"),
-    limit: int = typer.Option(100, min=1, max=100_000),
+    limit: int = typer.Option(100, min=1, max=MAX_ROWS),
     database_url: str = DatabaseOption,
     json_output: bool = JsonOption,
     wide: bool = WideOption,
 ) -> None:
-    """List operations, newest first."""
+    """List operations, newest first (the first --limit; stderr says when more match)."""
     _choice(status, [s.value for s in Status], "status")
     _choice(outcome, [s.value for s in ExecutionState], "outcome")
     where = OperationFilter(status=status, outcome=outcome, integration=integration, tenant=tenant,
-                            attention=attention, limit=limit)
+                            attention=attention, limit=_one_more(limit))
     with UserErrors(), _store(database_url) as store:
-        rows = store.view.search(where)
+        rows = _first(store.view.search(where), limit)
         _warn_lag(store)
     if json_output:
         print_json([r.as_json() for r in rows])
@@ -179,11 +196,11 @@ def timeline(operation_id: str, database_url: str = DatabaseOption, json_output:
     print_table(table, wide=wide)
 
 
-def attention(limit: int = typer.Option(100, min=1), database_url: str = DatabaseOption,
+def attention(limit: int = typer.Option(100, min=1, max=MAX_ROWS), database_url: str = DatabaseOption,
               json_output: bool = JsonOption, wide: bool = WideOption) -> None:
     """The operator attention queue: why automated progress stopped, oldest first."""
     with UserErrors(), _store(database_url) as store:
-        rows = store.view.attention(limit)
+        rows = _first(store.view.attention(_one_more(limit)), limit)
         _warn_lag(store)
     if json_output:
         print_json([r.as_json() for r in rows])
@@ -191,14 +208,15 @@ def attention(limit: int = typer.Option(100, min=1), database_url: str = Databas
         print_table(_rows_table(rows, f"needs attention ({len(rows)})", ATTENTION_COLUMNS), wide=wide)
 
 
-def approvals(limit: int = typer.Option(100, min=1, max=100_000), database_url: str = DatabaseOption,
+def approvals(limit: int = typer.Option(100, min=1, max=MAX_ROWS), database_url: str = DatabaseOption,
               json_output: bool = JsonOption, wide: bool = WideOption) -> None:
     """Operations waiting for an approver (their integration requires approval), newest first.
 
     Approve with `opledger approve ID`, refuse with `opledger approve ID --deny --reason ...`;
     one left waiting fails when its pending deadline passes."""
     with UserErrors(), _store(database_url) as store:
-        rows = store.view.search(OperationFilter(status="pending", approval="required", limit=limit))
+        rows = _first(store.view.search(OperationFilter(status="pending", approval="required",
+                                                        limit=_one_more(limit))), limit)
         _warn_lag(store)
     if json_output:
         print_json([r.as_json() for r in rows])

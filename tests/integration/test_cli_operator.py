@@ -143,3 +143,15 @@ def test_cancel_prints_what_it_recorded_and_what_comes_next(desk: dict[str, Any]
     assert again.exit_code == 0 and "nothing new (already recorded)" in " ".join(again.stdout.split())
     shown = json.loads(run("ops", "show", str(desk["pending"]), "--json").stdout)
     assert shown["cancel"] == "requested"
+
+
+def test_a_listing_cut_at_its_limit_says_so_on_stderr(desk: dict[str, Any]) -> None:
+    every = json.loads(run("ops", "list", "--json").stdout)
+    assert len(every) >= 3
+    cut = run("ops", "list", "--json", "--limit", str(len(every) - 1))
+    assert cut.exit_code == 0 and len(json.loads(cut.stdout)) == len(every) - 1
+    assert f"showing the first {len(every) - 1}; more match" in cut.stderr
+    whole = run("ops", "list", "--json", "--limit", str(len(every)))
+    assert "more match" not in whole.stderr
+    queue = json.loads(run("attention", "--json").stdout)
+    assert "more match" in run("attention", "--limit", str(len(queue) - 1)).stderr
