@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from adapters.operator import event_entry, show, trace_id
+from adapters.operator import describe, event_entry, show, trace_id
 from ledger.errors import CorruptRecordError, InvalidArgumentError, UnknownIntegrationError
 from ledger.operation import Operation
 
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from adapters.runtime import Store
 
 KIND = "opledger.evidence"
+SUMMARY_NOT_RECORDED = frozenset({"budgets", "projection_lag"})
+"""Summary fields that are not read from the records, so verification does not check them."""
 FORMAT_VERSION = 1
 
 
@@ -63,28 +65,9 @@ def export(store: Store, op_id: UUID) -> dict[str, Any]:
     """
     app = store.app
     summary = show(store, op_id)  # raises OperationNotFoundError
-    records = list(app.recorder.select_events(op_id))
-    timeline: list[dict[str, Any]] = []
-    name = version = None
-    settled_versions: list[int] = []
-    traceparents: list[str] = []
-    for stored in records:
-        entry: dict[str, Any] = {"position": stored.originator_version, "topic": stored.topic,
-                                 "sha256": record_digest(stored.originator_id, stored.originator_version,
-                                                         stored.topic, stored.state)}
-        try:
-            event = app.mapper.to_domain_event(stored)
-        except CorruptRecordError as exc:
-            entry.update({"event": "CORRUPT", "error": str(exc)})
-        else:
-            if isinstance(event, Operation.Intended):
-                name, version = event.integration_name, event.integration_version
-            if isinstance(event, Operation.Settled):
-                settled_versions.append(event.entity_version)
-            traceparents += [t for t in (getattr(event, "traceparent", None),) if t]
-            entry.update(event_entry(app, event, name, version))
-            entry.pop("version", None)
-        timeline.append(entry)
+    timeline, events = _timeline(app, list(app.recorder.select_events(op_id)))
+    settled_versions = [e.entity_version for e in events if isinstance(e, Operation.Settled)]
+    traceparents = [t for e in events for t in (getattr(e, "traceparent", None),) if t]
     return {
         "kind": KIND, "format_version": FORMAT_VERSION,
         "generated_at": app.clock.now().isoformat(),
@@ -96,6 +79,69 @@ def export(store: Store, op_id: UUID) -> dict[str, Any]:
         "settlement_transitions": _entity_records(store, summary, settled_versions),
         "trace_ids": sorted({t for t in map(trace_id, traceparents) if t}),
     }
+
+
+def _timeline(app: Any, records: list[Any]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The timeline entries of an operation's stored ``records`` (in order: an entry's redaction
+    follows the ``Intended`` before it), and the events that decoded."""
+    timeline: list[dict[str, Any]] = []
+    events: list[Any] = []
+    name = version = None
+    for stored in records:
+        entry: dict[str, Any] = {"position": stored.originator_version, "topic": stored.topic,
+                                 "sha256": record_digest(stored.originator_id, stored.originator_version,
+                                                         stored.topic, stored.state)}
+        try:
+            event = app.mapper.to_domain_event(stored)
+        except CorruptRecordError as exc:
+            entry.update({"event": "CORRUPT", "error": str(exc)})
+        else:
+            if isinstance(event, Operation.Intended):
+                name, version = event.integration_name, event.integration_version
+            events.append(event)
+            entry.update(event_entry(app, event, name, version))
+            entry.pop("version", None)
+        timeline.append(entry)
+    return timeline, events
+
+
+def _as_exported(value: Any) -> Any:
+    """``value`` as it reads back from an exported document (:func:`dumps`)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _content_problems(store: Store, op_id: UUID, document: dict[str, Any],
+                      stored: dict[int, Any]) -> list[dict[str, Any]]:
+    """What the document shows that its records do not say: each timeline entry is made again
+    from the stored record it names, and the summary (``operation``) from the operation as it
+    stood at the summary's version. Left out of the summary: its call budgets (windows of the
+    clock at export) and ``projection_lag`` (the status view at export), which are not records."""
+    problems: list[dict[str, Any]] = []
+    made, _ = _timeline(store.app, [stored[p] for p in sorted(stored)])
+    shown = {e.get("position"): e for e in document["timeline"] if isinstance(e, dict)}
+    for entry in _as_exported(made):
+        # A record whose hash differs is reported as such; its content is not compared.
+        if entry["position"] in shown and shown[entry["position"]].get("sha256") == entry["sha256"] \
+                and shown[entry["position"]] != entry:
+            fields = sorted(k for k in set(entry) | set(shown[entry["position"]])
+                            if entry.get(k) != shown[entry["position"]].get(k))
+            problems.append({"position": entry["position"], "topic": entry["topic"],
+                             "problem": f"the document shows other content than the record ({', '.join(fields)})"})
+    summary = document.get("operation")
+    if not isinstance(summary, dict):
+        return problems
+    try:
+        version = int(summary["version"])
+        op: Operation = store.app.repository.get(op_id, version=version)
+    except Exception:  # noqa: BLE001 - no summary to check, or records that do not decode
+        return problems
+    made_summary = _as_exported(describe(store.app, op, None))
+    fields = sorted(k for k in set(made_summary) | set(summary) if k not in SUMMARY_NOT_RECORDED
+                    and made_summary.get(k) != summary.get(k))
+    if fields:
+        problems.append({"position": version, "topic": "operation",
+                         "problem": f"the summary differs from the records ({', '.join(fields)})"})
+    return problems
 
 
 def _declaration(app: Any, summary: dict[str, Any]) -> dict[str, Any]:
@@ -128,7 +174,8 @@ def verify(store: Store, document: dict[str, Any]) -> dict[str, Any]:
     Returns:
         ``{"matches": bool, "operation_id", "checked": n, "problems": [...]}``; each problem names
         a record (``position``, ``topic``) that differs, is missing from the store, or was added
-        since (``new``: later records are not tampering, but the export no longer tells all).
+        since (``new``: later records are not tampering, but the export no longer tells all), or
+        content the document shows that its records do not say (a timeline entry, the summary).
 
     Raises:
         InvalidArgumentError: ``document`` is not an opledger evidence document.
@@ -150,6 +197,7 @@ def verify(store: Store, document: dict[str, Any]) -> dict[str, Any]:
             problems.append({"position": position, "topic": topic, "problem": "differs from the export"})
     problems += [{"position": p, "topic": stored[p].topic, "problem": "new since the export"}
                  for p in sorted(set(stored) - set(expected))]
+    problems += _content_problems(store, op_id, document, {p: r for p, r in stored.items() if p in expected})
     for entry in document.get("settlement_transitions", []):
         found = store.app.recorder.select_events(UUID(entry["entity_id"]), gt=entry["version"] - 1,
                                                  lte=entry["version"])

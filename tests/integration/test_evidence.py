@@ -69,6 +69,19 @@ def test_export_verify_and_tamper(database_url: str, tmp_path: Path, monkeypatch
     assert json.loads(ok.stdout) == {"matches": True, "operation_id": str(ids["failure"]), "checked": 6,
                                      "problems": []}
 
+    # An edited document, over records that are all intact, does not pass for what the store backs.
+    edited = json.loads(out.read_text())
+    edited["timeline"][0]["details"]["principal"] = "mallory"
+    edited["timeline"][3]["at"] = "2020-01-01T00:00:00+00:00"
+    edited["operation"]["status"] = "succeeded"
+    (tmp_path / "edited.json").write_text(json.dumps(edited))
+    lied = run("evidence", "verify", str(tmp_path / "edited.json"), "--json")
+    assert lied.exit_code == 1, lied.output
+    found = {(p["position"], p["problem"]) for p in json.loads(lied.stdout)["problems"]}
+    assert found == {(1, "the document shows other content than the record (details)"),
+                     (4, "the document shows other content than the record (at)"),
+                     (6, "the summary differs from the records (status)")}
+
     _tamper(Database.parse(database_url), ids["failure"], 3)
     bad = run("evidence", "verify", str(out), "--json")
     assert bad.exit_code == 1
