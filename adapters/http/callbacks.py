@@ -5,7 +5,7 @@ naming the operation and the attempt it answers, signed with Standard Webhooks u
 integration's callback secret (``adapters.http.callback_auth``; docs/adr/0005-callback-authentication.md).
 The route, in order, and what it answers (a body over 64 KiB: 413, unread):
 
-1. an undeclared integration: 404;
+1. an undeclared integration, or one no version of which is in ``callback`` mode: 404;
 2. no callback secret configured for it on this server: 503 (a deployment problem; logged);
 3. missing headers, a stale timestamp (beyond the tolerance, default 300 s) or no matching
    signature: 401;
@@ -52,6 +52,7 @@ from ledger.application import LedgerApplication
 from ledger.callbacks import CallbackVerdict, classify_callback
 from ledger.declarations import NAME_PATTERN
 from ledger.errors import IllegalTransitionError, OperationNotFoundError, UnknownIntegrationError
+from ledger.modes import rules_for
 
 log = structlog.get_logger("opledger.callbacks")
 
@@ -172,6 +173,11 @@ def _verifier(app: LedgerApplication, integration: str, secrets: SecretProvider)
         app.registry.get(integration)
     except UnknownIntegrationError:
         raise Problem(404, "Not found", f"no integration named {integration!r} is declared") from None
+    modes = {d.delivery_mode for d in app.registry if d.name == integration}
+    if not any(rules_for(mode).success_means_accepted for mode in modes):
+        # Not a deployment gap to retry (503): no version of it is followed by callbacks.
+        raise Problem(404, "Not found", f"integration {integration!r} takes no callbacks: its delivery mode is "
+                      f"{', '.join(sorted(m.value for m in modes))}, not callback")
     try:
         return load_verifier(integration, secrets)
     except CallbackSecretUnavailable as exc:

@@ -84,6 +84,9 @@ def test_unknown_integration_operation_or_attempt_is_404_and_writes_nothing(desk
     refused(desk.post(op_id, uuid4()), 404, "is not the latest attempt")
     refused(desk.post(other_op, attempt), 404, "is not the latest attempt")
     refused(desk.post(op_id, attempt, integration="test.no_such"), 404, "no integration named")
+    # Declared, but followed by polling or not at all: nothing to configure or retry (not 503).
+    refused(desk.post(op_id, attempt, integration="test.idempotent"), 404,
+            "'test.idempotent' takes no callbacks: its delivery mode is idempotent")
     idempotent = desk.ledger.make("idempotent", "http://provider.invalid/hook", n=2)
     refused(desk.post(idempotent, attempt), 404, "of integration 'test.callback'")
     assert desk.log_length() == length + 2  # only the idempotent operation's intent and its entity
