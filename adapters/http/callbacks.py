@@ -52,6 +52,7 @@ from ledger.application import LedgerApplication
 from ledger.callbacks import CallbackVerdict, classify_callback
 from ledger.declarations import NAME_PATTERN
 from ledger.errors import IllegalTransitionError, OperationNotFoundError, UnknownIntegrationError
+from ledger.inbound import BodyRefused, parse_json
 from ledger.modes import rules_for
 
 log = structlog.get_logger("opledger.callbacks")
@@ -187,8 +188,16 @@ def _verifier(app: LedgerApplication, integration: str, secrets: SecretProvider)
 
 
 def _parsed(raw: bytes) -> CallbackBody:
+    # The command route's JSON rules first (``ledger.inbound.parse_json``): a repeated member is
+    # refused, never "last wins" (a signed body saying "failed" then "succeeded" is not a
+    # success), and too-deep nesting gets a clear message. Text the store cannot hold (NUL, a
+    # lone surrogate) is not refused: it is stored escaped (``ledger.facts``).
     try:
-        return CallbackBody.model_validate_json(raw)
+        data = parse_json(raw)
+    except BodyRefused as exc:
+        raise Problem(422, "Invalid input", str(exc)) from None
+    try:
+        return CallbackBody.model_validate(data)
     except ValidationError as exc:
         errors = [{"location": ".".join(str(p) for p in e.get("loc", ())), "message": e.get("msg", "")}
                   for e in exc.errors()]

@@ -98,6 +98,20 @@ def test_a_body_that_is_not_a_callback_is_422_once_authenticated(desk: CallbackD
     headers = signed_headers(CALLBACK_SECRET, callback_id="msg_x", at=desk.clock.now(), body=body)
     refused(desk.send(body, headers), 422, "operation_id")
     assert desk.log_length() == length
+    # A repeated member is refused, never "last wins": "failed" then "succeeded" is no success.
+    op_id, attempt = desk.accepted()
+    length = desk.log_length()
+    twice = (f'{{"operation_id": "{op_id}", "attempt_id": "{attempt}", "outcome": "failed", '
+             f'"outcome": "succeeded"}}').encode()
+    headers = signed_headers(CALLBACK_SECRET, callback_id="msg_twice", at=desk.clock.now(), body=twice)
+    refused(desk.send(twice, headers), 422, "repeats the member name 'outcome'")
+    assert desk.log_length() == length
+    # A NUL, which the store cannot hold as received, is stored escaped, not refused.
+    nul = (f'{{"operation_id": "{op_id}", "attempt_id": "{attempt}", "outcome": "succeeded", '
+           f'"detail": "ok\\u0000"}}').encode()
+    headers = signed_headers(CALLBACK_SECRET, callback_id="msg_nul", at=desk.clock.now(), body=nul)
+    assert desk.send(nul, headers).status_code == 200
+    assert desk.ledger.get_operation(op_id).execution.value == "succeeded"
 
 
 def test_a_callback_after_the_deadline_is_a_late_observation_never_the_outcome(desk: CallbackDesk) -> None:
