@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -43,10 +45,21 @@ def allow_self_approval(request: ApprovalRequest) -> str | None:
     return None if "approver" in request.roles else "needs the approver role"
 
 
-def _worker(app: ModesApp, view: Any, adapter: FakeAdapter, clock: FakeClock) -> Worker:
-    return Worker(app=app, view=view, adapters={"webhook": adapter}, clock=clock,
-                  secrets=EnvironmentSecrets({"test-token": "tok"}), config=WorkerConfig(worker_id="w"),
-                  projection=StatusProjection(app=app, view=view))
+@contextmanager
+def _working(database: Database, clock: FakeClock) -> Iterator[tuple[ApprovalApp, FakeAdapter, Worker]]:
+    """The application, a counting fake adapter and an in-process worker on ``database``."""
+    app = ApprovalApp(env=database.library_env(create_table=False), clock=clock)
+    view = open_view(database)
+    adapter = FakeAdapter()
+    worker = Worker(app=app, view=view, adapters={"webhook": adapter}, clock=clock,
+                    secrets=EnvironmentSecrets({"test-token": "tok"}), config=WorkerConfig(worker_id="w"),
+                    projection=StatusProjection(app=app, view=view))
+    try:
+        yield app, adapter, worker
+    finally:
+        worker.close()
+        view.close()
+        app.close()
 
 
 def _drive(worker: Worker, rounds: int = 10) -> None:
@@ -65,11 +78,7 @@ def _approve(app: ApprovalApp, op_id: Any, **kwargs: Any) -> None:
 
 def test_an_approval_that_expires_before_egress_is_void(modes_db: Database) -> None:
     clock = FakeClock()
-    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=clock)
-    view = open_view(modes_db)
-    adapter = FakeAdapter()
-    worker = _worker(app, view, adapter, clock)
-    try:
+    with _working(modes_db, clock) as (app, adapter, worker):
         op_id = app.make("idempotent", "https://partner.example/refund")
         _approve(app, op_id)
         clock.advance(VALID + 1)  # nobody ran in time: the approval expired before egress
@@ -82,19 +91,11 @@ def test_an_approval_that_expires_before_egress_is_void(modes_db: Database) -> N
         _approve(app, op_id)
         _drive(worker)
         assert adapter.count == 1 and app.get_operation(op_id).execution is E.SUCCEEDED
-    finally:
-        worker.close()
-        view.close()
-        app.close()
 
 
 def test_a_voided_approval_ends_at_the_pending_deadline_saying_so(modes_db: Database) -> None:
     clock = FakeClock()
-    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=clock)
-    view = open_view(modes_db)
-    adapter = FakeAdapter()
-    worker = _worker(app, view, adapter, clock)
-    try:
+    with _working(modes_db, clock) as (app, adapter, worker):
         op_id = app.make("idempotent", "https://partner.example/refund")
         _approve(app, op_id)
         clock.advance(VALID + 1)
@@ -106,10 +107,6 @@ def test_a_voided_approval_ends_at_the_pending_deadline_saying_so(modes_db: Data
         names = [type(e).__name__ for e in app.events.get(op_id)]
         assert names[1:4] == ["ApprovalGranted", "ApprovalVoided", "DeadlineExceeded"], names
         assert op.failure is not None and op.approval_voided == "approval_expired"
-    finally:
-        worker.close()
-        view.close()
-        app.close()
 
 
 def test_an_approval_for_another_fingerprint_or_by_the_intender_is_refused(modes_db: Database) -> None:
@@ -211,11 +208,7 @@ class _StalledEgressClock(FakeClock):
 
 def test_an_approval_that_expires_between_the_claim_and_egress_sends_nothing(modes_db: Database) -> None:
     clock = _StalledEgressClock()
-    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=clock)
-    view = open_view(modes_db)
-    adapter = FakeAdapter()
-    worker = _worker(app, view, adapter, clock)
-    try:
+    with _working(modes_db, clock) as (app, adapter, worker):
         op_id = app.make("idempotent", "https://partner.example/refund")
         _approve(app, op_id)
         clock.advance(VALID - 5)  # claimed 5 s before the approval expires, sent 10 s later
@@ -232,7 +225,3 @@ def test_an_approval_that_expires_between_the_claim_and_egress_sends_nothing(mod
         _approve(app, op_id)  # a fresh approval, used in time, lets it go
         _drive(worker)
         assert adapter.count == 1 and app.get_operation(op_id).execution is E.SUCCEEDED
-    finally:
-        worker.close()
-        view.close()
-        app.close()
