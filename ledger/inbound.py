@@ -35,12 +35,11 @@ from pydantic import BaseModel
 
 from ledger.declarations import canonical_json
 from ledger.errors import InvalidArgumentError, LedgerError
-from ledger.receipts import APPLIED, KEPT_HEADERS, NOT_APPLIED, Envelope
+from ledger.receipts import APPLIED, KEPT_HEADERS, NOT_APPLIED, PROBLEM_JSON, Envelope, problem_body
 
 COMMAND_ROUTE = "POST /v1/commands/{name}"
 """The route every command is served on (part of the fingerprint)."""
 JSON = "application/json"
-PROBLEM_JSON = "application/problem+json"
 _COMMAND_ATTRIBUTE = "__opledger_command__"
 
 
@@ -304,19 +303,6 @@ def canonical_request(name: str, principal: str, body: bytes) -> dict[str, Any]:
         error = f"the body is not valid JSON: {exc}"
     return {"route": COMMAND_ROUTE, "command": name, "principal": principal, "body": value, "body_error": error,
             **extra}
-
-
-def problem_body(*, status: int, title: str, code: str, detail: str, retryable: bool,
-                 transaction_id: UUID | None = None, errors: list[dict[str, Any]] | None = None) -> bytes:
-    """An RFC 9457 problem+json body with the typed members ``code`` and ``retryable`` (and the
-    transaction id when there is one), compact and key-ordered so replays are byte-identical."""
-    data: dict[str, Any] = {"type": "about:blank", "title": title, "status": status, "detail": detail,
-                            "code": code, "retryable": retryable}
-    if transaction_id is not None:
-        data["transaction_id"] = str(transaction_id)
-    if errors:
-        data["errors"] = errors
-    return canonical_json(data)
 
 
 def refusal_envelope(status: int, code: str, message: str, *, retryable: bool = False,

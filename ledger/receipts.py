@@ -100,13 +100,31 @@ class Envelope:
     transaction_id: UUID | None = None
 
 
+PROBLEM_JSON = "application/problem+json"
+"""The media type of every error body (RFC 9457)."""
+
+
+def problem_body(*, status: int, title: str, code: str, detail: str, retryable: bool,
+                 transaction_id: UUID | None = None, errors: list[dict[str, Any]] | None = None,
+                 extra: dict[str, Any] | None = None) -> bytes:
+    """An RFC 9457 problem+json body with the typed members ``code`` and ``retryable`` (and the
+    transaction id when there is one, and any ``extra`` extension members, RFC 9457 §3.2),
+    compact and key-ordered so replays are byte-identical."""
+    data: dict[str, Any] = {"type": "about:blank", "title": title, "status": status, "detail": detail,
+                            "code": code, "retryable": retryable, **(extra or {})}
+    if transaction_id is not None:
+        data["transaction_id"] = str(transaction_id)
+    if errors:
+        data["errors"] = errors
+    return canonical_json(data)
+
+
 V1_GENERIC_BODY = b'{"outcome":"%s","detail":"recorded by opledger receipts v1, which kept only the outcome"}'
 """The body an applied v1 receipt replays (``%s``: ``applied``), with status 200."""
 V1_NOT_APPLIED_MESSAGE = "the command was not applied (v1 receipt: no detail kept)"
 """The error message of a ``not_applied`` v1 receipt (v1 kept no code, message or retryability)."""
-V1_NOT_APPLIED_BODY = canonical_json({
-    "type": "about:blank", "title": "Invalid input", "status": 422, "detail": V1_NOT_APPLIED_MESSAGE,
-    "code": "not_applied", "retryable": False, "outcome": NOT_APPLIED})
+V1_NOT_APPLIED_BODY = problem_body(status=422, title="Invalid input", code="not_applied",
+                                   detail=V1_NOT_APPLIED_MESSAGE, retryable=False, extra={"outcome": NOT_APPLIED})
 """The body a ``not_applied`` v1 receipt replays, with status 422: an error, so problem+json
 (RFC 9457) with ``code`` and ``retryable`` like every other error (issue 15 item 3)."""
 
@@ -185,7 +203,7 @@ class Receipt(Aggregate):
             applied = state.pop("outcome") == APPLIED
             state.update(
                 status=200 if applied else 422,
-                headers=[["content-type", "application/json" if applied else "application/problem+json"]],
+                headers=[["content-type", "application/json" if applied else PROBLEM_JSON]],
                 body=V1_GENERIC_BODY % APPLIED.encode() if applied else V1_NOT_APPLIED_BODY,
                 outcome=APPLIED if applied else NOT_APPLIED,
                 error_code=None if applied else "not_applied",
