@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from eventsourcing.application import AggregateNotFoundError
+
 from adapters.operator import describe, event_entry, show, trace_id
 from ledger.errors import CorruptRecordError, InvalidArgumentError, UnknownIntegrationError
 from ledger.operation import Operation
@@ -120,23 +122,30 @@ def _content_problems(store: Store, op_id: UUID, document: dict[str, Any],
     made, _ = _timeline(store.app, [stored[p] for p in sorted(stored)])
     shown = {e.get("position"): e for e in document["timeline"] if isinstance(e, dict)}
     for entry in _as_exported(made):
+        doc = shown.get(entry["position"])
         # A record whose hash differs is reported as such; its content is not compared.
-        if entry["position"] in shown and shown[entry["position"]].get("sha256") == entry["sha256"] \
-                and shown[entry["position"]] != entry:
-            fields = sorted(k for k in set(entry) | set(shown[entry["position"]])
-                            if entry.get(k) != shown[entry["position"]].get(k))
-            problems.append({"position": entry["position"], "topic": entry["topic"],
-                             "problem": f"the document shows other content than the record ({', '.join(fields)})"})
+        if doc is None or doc.get("sha256") != entry["sha256"] or doc == entry:
+            continue
+        fields = sorted(k for k in entry.keys() | doc.keys() if entry.get(k) != doc.get(k))
+        problems.append({"position": entry["position"], "topic": entry["topic"],
+                         "problem": f"the document shows other content than the record ({', '.join(fields)})"})
     summary = document.get("operation")
     if not isinstance(summary, dict):
         return problems
+    op: Operation | None = None
     try:
         version = int(summary["version"])
-        op: Operation = store.app.repository.get(op_id, version=version)
-    except Exception:  # noqa: BLE001 - no summary to check, or records that do not decode
+        op = store.app.repository.get(op_id, version=version)
+    except CorruptRecordError:
+        return problems  # the timeline check names the record that does not decode
+    except (KeyError, TypeError, ValueError, AggregateNotFoundError):
+        pass  # reported below
+    if op is None or op.version != version:
+        problems.append({"position": summary.get("version"), "topic": "operation",
+                         "problem": "the summary names a version the records do not hold"})
         return problems
     made_summary = _as_exported(describe(store.app, op, None))
-    fields = sorted(k for k in set(made_summary) | set(summary) if k not in SUMMARY_NOT_RECORDED
+    fields = sorted(k for k in made_summary.keys() | summary.keys() if k not in SUMMARY_NOT_RECORDED
                     and made_summary.get(k) != summary.get(k))
     if fields:
         problems.append({"position": version, "topic": "operation",

@@ -81,6 +81,12 @@ def test_export_verify_and_tamper(database_url: str, tmp_path: Path, monkeypatch
     assert found == {(1, "the document shows other content than the record (details)"),
                      (4, "the document shows other content than the record (at)"),
                      (6, "the summary differs from the records (status)")}
+    # Naming a version the records do not hold does not slip the summary past the check.
+    edited["operation"]["version"] = 99
+    (tmp_path / "edited.json").write_text(json.dumps(edited))
+    lied = run("evidence", "verify", str(tmp_path / "edited.json"), "--json")
+    assert lied.exit_code == 1 and (99, "the summary names a version the records do not hold") in {
+        (p["position"], p["problem"]) for p in json.loads(lied.stdout)["problems"]}
 
     _tamper(Database.parse(database_url), ids["failure"], 3)
     bad = run("evidence", "verify", str(out), "--json")
