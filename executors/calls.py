@@ -9,6 +9,7 @@ Source: DESIGN §7 ("nothing leaves without a live lease"); issue 14 items 1, 2 
 from __future__ import annotations
 
 from dataclasses import fields, replace
+from datetime import datetime
 from typing import Any, TypeVar
 
 import structlog
@@ -47,36 +48,16 @@ def make_call(flight: InFlight, clock: Clock) -> Finished:
     request, not_after = flight.request, flight.op.lease_expires_at
     if flight.kind in FOLLOW_KINDS:
         return _follow(flight, clock)
-    if not_after is not None and clock.now() >= not_after:
-        # This process stalled between recording the attempt and sending it: another
-        # worker may own the operation now, so nothing may leave (DESIGN §7).
+    held_back = _held_back(flight, not_after, clock.now())
+    if held_back is not None:
         if flight.kind == "lookup":
             # Not asking says nothing about the attempt, which may have applied: record
             # nothing; whoever reclaims the operation asks again (found by the simulator).
             flight.lost = True
             return Finished(request.operation_id, None)
-        return Finished(request.operation_id, Failed(
-            FailureCategory.CONNECT, retryable=True, egress=False,
-            detail="lease expired before egress; nothing was sent"))
-    if flight.send_by is not None and clock.now() >= flight.send_by:
-        # Counted in a call budget window that ends within its send margin
-        # (``executors.budgets.send_margin``) while this worker was slow: calling now would
-        # reach the provider in the next window and spend its calls. Nothing leaves.
-        if flight.kind == "lookup":
-            # As above: record nothing; whoever reclaims the operation asks again.
-            flight.lost = True
-            return Finished(request.operation_id, None)
         # A send fails as not sent; the mode retries it later.
         return Finished(request.operation_id, Failed(
-            FailureCategory.CONNECT, retryable=True, egress=False,
-            detail="the call budget window was closing before egress; nothing was sent"))
-    if flight.kind == "send" and void_reason(flight.op, clock.now()) is not None:
-        # The approval held when the claim was decided, but expired before this send (a slow
-        # commit, a stalled worker): egress needs an unexpired approval (issue 14 item 2).
-        # Nothing leaves; the retry finds the approval void and waits for a new one.
-        return Finished(request.operation_id, Failed(
-            FailureCategory.CONNECT, retryable=True, egress=False,
-            detail="the approval expired before egress; nothing was sent"))
+            FailureCategory.CONNECT, retryable=True, egress=False, detail=f"{held_back}; nothing was sent"))
     outcome: object  # checked below: an adapter's bug must not reach the ledger as a value
     try:
         if flight.kind == "send":
@@ -98,6 +79,26 @@ def make_call(flight: InFlight, clock: Clock) -> Finished:
     return Finished(request.operation_id, redact_outcome(outcome, request.secrets)
                     if outcome is not None else None)
 
+
+
+def _held_back(flight: InFlight, not_after: datetime | None, now: datetime) -> str | None:
+    """Why nothing of ``flight`` may leave at ``now`` (UTC), checked just before egress; None
+    when it may go."""
+    if not_after is not None and now >= not_after:
+        # This process stalled between recording the attempt and sending it: another
+        # worker may own the operation now, so nothing may leave (DESIGN §7).
+        return "lease expired before egress"
+    if flight.send_by is not None and now >= flight.send_by:
+        # Counted in a call budget window that ends within its send margin
+        # (``executors.budgets.send_margin``) while this worker was slow: calling now would
+        # reach the provider in the next window and spend its calls.
+        return "the call budget window was closing before egress"
+    if flight.kind == "send" and void_reason(flight.op, now) is not None:
+        # The approval held when the claim was decided, but expired before this send (a slow
+        # commit, a stalled worker): egress needs an unexpired approval (issue 14 item 2); the
+        # retry finds the approval void and waits for a new one.
+        return "the approval expired before egress"
+    return None
 
 def _follow(flight: InFlight, clock: Clock) -> Finished:
     """A poll or a remote cancel of accepted work; never raises. A poll that fails says
