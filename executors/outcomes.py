@@ -179,24 +179,18 @@ class OutcomeService:
         """
         counts = Counts()
         self.egress.refresh(self.committer.load)  # after an outage: drop changes never stored
-        finished = self.egress.take_finished()
-        followed = [pair for pair in finished if pair[0].kind in FOLLOW_KINDS]
-        if followed:
-            finished = [pair for pair in finished if pair[0].kind not in FOLLOW_KINDS]
-            if self.follow is not None:
-                self.follow(followed)
-            else:
-                log.warning("poll results dropped: no polling service", count=len(followed))
+        finished = self._take()
         if not finished:
             return counts
         lookups: dict[UUID, tuple[InFlight, datetime | None]] = {}
         waits: dict[UUID, LevelWindow] = {}
         windows: dict[str, CallWindow] = {}  # call budget windows of this batch
         flights = {flight.op.id: (flight, item) for flight, item in finished}
-        # Outcomes that may end the operation settle in the same commit (``co_settle``).
-        settle = self.settlement.co_settle(
-            [flight.op for flight, item in finished if not isinstance(item.outcome, Accepted)], now)
         try:
+            # Outcomes that may end the operation settle in the same commit (``co_settle``,
+            # which loads their entities: it fails in an outage as the commit does).
+            settle = self.settlement.co_settle(
+                [flight.op for flight, item in finished if not isinstance(item.outcome, Accepted)], now)
             result = self.committer.commit(
                 [(flight.op, self._change(flight, item, now, lookups, waits, windows, settle))
                  for flight, item in finished], counts)
@@ -210,8 +204,6 @@ class OutcomeService:
         for op_id, reason in result.rejected.items():
             if op_id not in result.failed:
                 log.info("outcome rejected (fenced)", operation_id=str(op_id), reason=reason)
-        if result.failed:
-            self._record_unstorable(result.failed, {op_id: pair[0] for op_id, pair in flights.items()}, now, counts)
         for op_id, op in result.committed.items():
             if op_id in lookups:
                 flight, send_by = lookups[op_id]
@@ -225,7 +217,21 @@ class OutcomeService:
                          level=limiting.level.level.value, until=limiting.end.isoformat())
             else:
                 self.settlement.offer(op)
+        if result.failed:
+            self._record_unstorable(result.failed, flights, now, counts)
         return counts
+
+    def _take(self) -> list[tuple[InFlight, Finished]]:
+        """The attempts' finished calls; polls' and cancels' results go to ``follow``."""
+        finished = self.egress.take_finished()
+        followed = [pair for pair in finished if pair[0].kind in FOLLOW_KINDS]
+        if not followed:
+            return finished
+        if self.follow is not None:
+            self.follow(followed)
+        else:
+            log.warning("poll results dropped: no polling service", count=len(followed))
+        return [pair for pair in finished if pair[0].kind not in FOLLOW_KINDS]
 
     def _record_alone(self, ids: list[UUID], flights: dict[UUID, tuple[InFlight, Finished]], result: CommitResult,
                       now: datetime, lookups: dict[UUID, tuple[InFlight, datetime | None]],
@@ -288,14 +294,22 @@ class OutcomeService:
         lookups[op.id] = (flight, budget.send_by)
         return taken
 
-    def _record_unstorable(self, failed: dict[UUID, str], flights: dict[UUID, InFlight], now: datetime,
-                           counts: Counts) -> None:
+    def _record_unstorable(self, failed: dict[UUID, str], flights: dict[UUID, tuple[InFlight, Finished]],
+                           now: datetime, counts: Counts) -> None:
         # The effect may have happened and what the provider said cannot be kept: the honest
         # outcome is ambiguous, on the attention queue with the error (one operation only).
+        try:
+            self._commit_unstorable(failed, flights, now, counts)
+        except BaseException:
+            self.egress.put_back([flights[op_id] for op_id in failed])  # as in ``run_once``: decided again
+            raise
+
+    def _commit_unstorable(self, failed: dict[UUID, str], flights: dict[UUID, tuple[InFlight, Finished]],
+                           now: datetime, counts: Counts) -> None:
         fresh = self.committer.load(list(failed))
         changes: list[tuple[Operation, Change]] = []
         for op_id, op in fresh.items():
-            epoch, error = flights[op_id].epoch, failed[op_id]
+            epoch, error = flights[op_id][0].epoch, failed[op_id]
 
             def change(o: Operation, epoch: int = epoch, error: str = error) -> Sequence[Aggregate]:
                 o.mark_ambiguous(epoch=epoch, now=now, attempt_id=o.last_attempt_id, reason=UNSTORABLE,

@@ -193,15 +193,22 @@ class PollingService:
     def _record(self, now: datetime, counts: Counts) -> None:
         ready = [held for held in self.held.values() if held.results]
         changes: list[tuple[Operation, Change]] = []
+        taken: dict[UUID, list[Finished]] = {}
         for held in ready:
             results, held.results = held.results, []
+            taken[held.op.id] = results
             result = results[-1].outcome  # one call in flight at a time: one result
             held.next_at = self._schedule(held, result, now)
             if (change := self._change_for(held, result, now)) is not None:
                 changes.append((held.op, change))
         if not changes:
             return
-        outcome = self.committer.commit(changes, counts)
+        try:
+            outcome = self.committer.commit(changes, counts)
+        except BaseException:
+            for held in ready:  # the store did not take them (an outage): recorded next cycle
+                held.results[:0] = taken[held.op.id]
+            raise
         for op_id, op in outcome.committed.items():
             held = self.held[op_id]
             held.op = op

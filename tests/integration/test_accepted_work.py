@@ -263,3 +263,29 @@ def test_cancel_after_a_lost_response_asks_again_before_it_says_cancelled(lro_ap
     assert "RetryScheduled" in events and events.count("AttemptStarted") == 2
     assert op.execution is E.CANCELLED and _lro_state(partner, op_id) == "cancelled"
     assert partner.log.applied_count(str(op_id)) == 1  # the second create was a replay
+
+
+def test_a_poll_result_in_hand_outlives_a_refused_commit(lro_app: LroApp, worker: Worker,
+                                                          partner: PartnerProcess) -> None:
+    # The commit of the terminal poll result is refused once (a terminated connection): the
+    # result is kept and recorded next cycle, not dropped and asked for again.
+    from eventsourcing.persistence import OperationalError
+
+    save, refused = lro_app.save, []
+
+    def save_once_refused(*objs, **kwargs):  # type: ignore[no-untyped-def]
+        pending = [type(e).__name__ for o in objs for e in getattr(o, "pending_events", [])]
+        if "Succeeded" in pending and not refused:
+            refused.append(pending)
+            raise OperationalError("terminating connection due to administrator command")
+        return save(*objs, **kwargs)
+
+    lro_app.save = save_once_refused  # type: ignore[method-assign]
+    op_id = lro_app.make(f"{partner.url}/lro/provision?polls=1")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not _settled(op := lro_app.get_operation(op_id)):
+        worker._cycle(None)
+        time.sleep(0.02)
+    assert refused, "the refusal never happened"
+    assert (op.execution, op.settlement) == (E.SUCCEEDED, S.SETTLED)
+    assert len(_requests(partner, op_id, "poll")) == 2  # "running", then done: not asked a third time

@@ -67,14 +67,20 @@ def _settled(db: Database, expected: int) -> Callable[[], dict[str, int] | None]
     return check
 
 
-def _why(db: Database) -> list[str]:
-    """The ambiguous operations' last events, for a failure message."""
+def _why(db: Database, partner: PartnerProcess | None = None, worker: WorkerProcess | None = None) -> list[str]:
+    """The ambiguous operations' last events, for a failure message: with ``partner``, how many
+    of each one's requests the partner received; with ``worker``, the worker's log lines that
+    name it."""
     app = PatientModesApp(env=db.library_env(create_table=False))
+    log = worker.log_path.read_text().splitlines() if worker is not None else []
     try:
         found = []
         for row in open_view(db).attention(20):
             events = list(app.repository.event_store.get(row.operation_id))
-            found.append(" > ".join(f"{type(e).__name__}({getattr(e, 'reason', '')})" for e in events[-4:]))
+            trail = " > ".join(f"{type(e).__name__}({getattr(e, 'reason', '')})" for e in events[-4:])
+            if partner is not None:
+                trail += f" received={partner.log.received_count(str(row.operation_id))}"
+            found.append(trail + "".join(f"\n  {line}" for line in log if str(row.operation_id) in line))
         return found
     finally:
         app.close()
@@ -107,7 +113,7 @@ def test_a_drain_survives_two_terminations_without_ambiguity_or_duplicates(
                    what=f"{fraction:.0%} settled")
         assert _terminate(tag) >= 1
     counts = wait_until(_settled(modes_db, n), timeout=180, what="the drain to finish")
-    assert counts == {"settled": n}, f"a transient outage turned delivered calls into operator work: {_why(modes_db)}"
+    assert counts == {"settled": n}, f"a transient outage turned delivered calls into operator work: {_why(modes_db, partner, worker)}"
     assert worker.alive()
     for op_id, (mode, _) in zip(ids, specs):
         if mode == "non_idempotent":
