@@ -2,11 +2,12 @@
 worker or projection acts at once instead of at its next poll.
 
 Two channels: the event log's (every insert of the ledger's insert function NOTIFYs it; the
-status projection listens) and the status view's (a write of the projection that leaves work
-due now NOTIFYs it, ``projections.rows.due_when_written``; workers listen, so a new intent is
-claimed as soon as its row is due). Polling stays as the
-fallback: a listener whose connection drops says so once, reconnects with backoff, and wakes
-everyone on reconnect to cover the gap; a health check every ``CHECK_SECONDS`` finds a
+status projection listens, and workers read the log's tail for new intents) and the status
+view's (a write of the projection that leaves work due now, other than a new intent, NOTIFYs
+it, ``projections.rows.due_when_written``; workers listen, so a granted approval, a cancel
+request or a settlement to retry is acted on at once). Polling stays as the fallback: a
+listener whose connection drops says so once, reconnects with backoff, and wakes everyone on
+reconnect to cover the gap; a health check every ``CHECK_SECONDS`` finds a
 connection that died quietly.
 
 Source: issue 17 ("wake-ups and pickup latency"); PostgreSQL docs, LISTEN/NOTIFY.

@@ -171,7 +171,14 @@ def due_when_written(row: StatusRow) -> bool:
     ``updated_at``, both UTC): a new intent, a granted approval, a cancel request, a settlement
     to retry now. The status view NOTIFYs workers for such writes only (``projections.notify``):
     a write that ends, settles or leases an operation gives no one anything to do, and waking
-    every worker for it cost a cycle each. Work due later is found by the idle poll, as before."""
+    every worker for it cost a cycle each. Work due later is found by the idle poll, as before.
+
+    A new intent (the row of its first event, ``Intended``) wakes no one here either: the event
+    log's own NOTIFY already made every worker read the log's tail for it (``executors.tail``),
+    and the second wake, one per intent and per worker, cost the two-worker end to end a
+    quarter of its workers' CPU (docs/performance.md)."""
+    if row.version == 1:
+        return False
     return row.next_due_at is not None and row.next_due_at <= row.updated_at
 
 

@@ -69,7 +69,7 @@ def test_row_columns_hold_their_attributes_when_settling(state: S) -> None:
 
 
 @pytest.mark.parametrize(("built", "wakes"), [
-    (lambda: build(E.PENDING), True),  # a new intent: claim it now
+    (lambda: build(E.PENDING), False),  # a new intent: the event log's NOTIFY already woke them
     (lambda: build(E.CLAIMED), False),  # leased: due when the lease expires, later
     (lambda: build(E.DISPATCHING), False),
     (lambda: build_settlement(S.PENDING), True),  # an outcome to settle now
