@@ -80,7 +80,6 @@ def make_call(flight: InFlight, clock: Clock) -> Finished:
                     if outcome is not None else None)
 
 
-
 def _held_back(flight: InFlight, not_after: datetime | None, now: datetime) -> str | None:
     """Why nothing of ``flight`` may leave at ``now`` (UTC), checked just before egress; None
     when it may go."""
@@ -99,6 +98,7 @@ def _held_back(flight: InFlight, not_after: datetime | None, now: datetime) -> s
         # retry finds the approval void and waits for a new one.
         return "the approval expired before egress"
     return None
+
 
 def _follow(flight: InFlight, clock: Clock) -> Finished:
     """A poll or a remote cancel of accepted work; never raises. A poll that fails says

@@ -298,25 +298,22 @@ class OutcomeService:
                            now: datetime, counts: Counts) -> None:
         # The effect may have happened and what the provider said cannot be kept: the honest
         # outcome is ambiguous, on the attention queue with the error (one operation only).
-        try:
-            self._commit_unstorable(failed, flights, now, counts)
-        except BaseException:
-            self.egress.put_back([flights[op_id] for op_id in failed])  # as in ``run_once``: decided again
-            raise
-
-    def _commit_unstorable(self, failed: dict[UUID, str], flights: dict[UUID, tuple[InFlight, Finished]],
-                           now: datetime, counts: Counts) -> None:
-        fresh = self.committer.load(list(failed))
         changes: list[tuple[Operation, Change]] = []
-        for op_id, op in fresh.items():
-            epoch, error = flights[op_id][0].epoch, failed[op_id]
 
-            def change(o: Operation, epoch: int = epoch, error: str = error) -> Sequence[Aggregate]:
+        def unstorable(epoch: int, error: str) -> Change:
+            def change(o: Operation) -> Sequence[Aggregate]:
                 o.mark_ambiguous(epoch=epoch, now=now, attempt_id=o.last_attempt_id, reason=UNSTORABLE,
                                  detail=f"the outcome could not be stored: {error}")
                 return []
 
-            changes.append((op, change))
-        result = self.committer.commit(changes, counts)
+            return change
+
+        try:
+            for op_id, op in self.committer.load(list(failed)).items():
+                changes.append((op, unstorable(flights[op_id][0].epoch, failed[op_id])))
+            result = self.committer.commit(changes, counts)
+        except BaseException:
+            self.egress.put_back([flights[op_id] for op_id in failed])  # as in ``run_once``: decided again
+            raise
         for op in result.committed.values():
             self.settlement.offer(op)

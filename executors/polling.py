@@ -193,10 +193,10 @@ class PollingService:
     def _record(self, now: datetime, counts: Counts) -> None:
         ready = [held for held in self.held.values() if held.results]
         changes: list[tuple[Operation, Change]] = []
-        taken: dict[UUID, list[Finished]] = {}
+        taken: list[tuple[_Held, list[Finished]]] = []
         for held in ready:
             results, held.results = held.results, []
-            taken[held.op.id] = results
+            taken.append((held, results))
             result = results[-1].outcome  # one call in flight at a time: one result
             held.next_at = self._schedule(held, result, now)
             if (change := self._change_for(held, result, now)) is not None:
@@ -206,8 +206,8 @@ class PollingService:
         try:
             outcome = self.committer.commit(changes, counts)
         except BaseException:
-            for held in ready:  # the store did not take them (an outage): recorded next cycle
-                held.results[:0] = taken[held.op.id]
+            for held, results in taken:  # the store did not take them (an outage): recorded next cycle
+                held.results[:0] = results
             raise
         for op_id, op in outcome.committed.items():
             held = self.held[op_id]

@@ -167,16 +167,16 @@ def row_from_operation(op: Operation) -> StatusRow:
 
 
 def due_when_written(row: StatusRow) -> bool:
-    """Whether ``row`` has work due by its own last fact (``next_due_at`` at or before
-    ``updated_at``, both UTC): a new intent, a granted approval, a cancel request, a settlement
-    to retry now. The status view NOTIFYs workers for such writes only (``projections.notify``):
-    a write that ends, settles or leases an operation gives no one anything to do, and waking
-    every worker for it cost a cycle each. Work due later is found by the idle poll, as before.
+    """Whether writing ``row`` wakes workers (the status view NOTIFYs them, ``projections.notify``):
+    when it has work due by its own last fact (``next_due_at`` at or before ``updated_at``, both
+    UTC), such as a granted approval, a cancel request or a settlement to retry now. A write that
+    ends, settles or leases an operation gives no one anything to do, and waking every worker for
+    it cost a cycle each; work due later is found by the idle poll.
 
     A new intent (the row of its first event, ``Intended``) wakes no one here either: the event
-    log's own NOTIFY already made every worker read the log's tail for it (``executors.tail``),
-    and the second wake, one per intent and per worker, cost the two-worker end to end a
-    quarter of its workers' CPU (docs/performance.md)."""
+    log's own NOTIFY already made every worker read the log's tail for it (``executors.tail``);
+    the second wake, one cycle per intent and per worker, slowed the two-worker end to end
+    (faster without it in 4 of 4 interleaved pairs, docs/performance.md)."""
     if row.version == 1:
         return False
     return row.next_due_at is not None and row.next_due_at <= row.updated_at

@@ -48,10 +48,10 @@ WAKE_CHECK_SECONDS = 0.1
 """While idle, how often ``run`` checks its stop event, seconds (a wake-up ends the wait at once)."""
 GATHER_SECONDS = 0.005
 """After a batch smaller than a full one, how long ``run`` lets more events arrive before it
-reads again, seconds. Without it a leader under a steady stream wrote the view once per one or
-two events (six statements each); new intents do not wait for the view (workers read the log's
-tail), and the two-worker end to end ran faster in 4 of 5 interleaved pairs with it, with
-PostgreSQL's CPU per operation lower in all 5 (docs/performance.md)."""
+reads again, seconds. Without it a leader under a steady stream wrote the view on every read
+that found anything (about six statements a write); new intents do not wait for the view
+(workers read the log's tail), and the two-worker end to end ran faster in 4 of 5 interleaved
+pairs with it, with PostgreSQL's CPU per operation lower in all 5 (docs/performance.md)."""
 RENEW_LEADERSHIP_AFTER = 1 / 3
 """The leader renews its lease once this share of it has passed (DESIGN §7's heartbeat rule);
 a follower tries to take it over as often."""
