@@ -287,9 +287,10 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             # Wake-ups (issue 17): the projection and this worker when events are appended, this
             # worker when status rows change; polling stays as the fallback.
             events_channel = getattr(store.app.recorder, "channel_name", None)
-            wakeups = {status_channel(settings.database.schema): [worker.wake]}
-            if events_channel:  # while the projection stands still, the worker reads the log's tail
-                wakeups[events_channel] = [projection.wake, worker.wake_for_log]
+            wakeups: dict[str, list[Callable[[str], None]]] = {
+                status_channel(settings.database.schema): [lambda _payload: worker.wake()]}
+            if events_channel:  # the worker reads the log's tail when an intent was appended
+                wakeups[events_channel] = [lambda _payload: projection.wake(), worker.wake_for_log]
             Listener(settings.database.conninfo(), wakeups).start(stop)
         # The metrics projection is kept where it is served: by `opledger serve` on PostgreSQL
         # (a leadership lease picks one server); here only by the SQLite owner. In every worker

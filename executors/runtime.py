@@ -36,6 +36,7 @@ from ledger.egress import Adapter
 from ledger.facts import describe
 from ledger.operation import Operation
 from ledger.outages import backoff_seconds, is_transient, refresh_connections
+from ledger.persistence import APPENDED_PAYLOAD
 from projections.status import StatusProjection
 from projections.view import StatusView
 
@@ -262,11 +263,17 @@ class Worker:
         """Make an idle worker look for work now (a NOTIFY said something changed); thread-safe."""
         self.egress.wake.set()
 
-    def wake_for_log(self) -> None:
-        """A NOTIFY said events were appended: the log's tail is read next, so a new intent is
-        claimed without waiting for the status projection to write its row. An idle worker (or
-        one whose projection stands still) starts a cycle now; a busy one reads the tail once
-        after the pass under way, however many events arrived meanwhile. Thread-safe."""
+    def wake_for_log(self, payload: str = "") -> None:
+        """A NOTIFY said events were appended: when they may hold a new intent (``payload`` is
+        ``ledger.persistence.INTENT_PAYLOAD``, or empty: an older insert function, or a listener
+        that reconnected), the log's tail is read next, so the intent is claimed without waiting
+        for the status projection to write its row. An idle worker (or one whose projection
+        stands still) starts a cycle now; a busy one reads the tail once after the pass under
+        way, however many intents arrived meanwhile. Other appends (claims, outcomes, the
+        entities' events) change nothing: the tail holds nothing new for them, and an idle
+        worker woken by another's commit would read it for nothing. Thread-safe."""
+        if payload == APPENDED_PAYLOAD:
+            return
         self.claims.tail.fresh = True
         if self._idling or self.claims.tail.stalled:
             self.wake()

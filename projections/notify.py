@@ -45,11 +45,12 @@ class Listener:
 
     Args:
         conninfo: libpq connection string of the store's database.
-        wakeups: channel name -> callables to call (each must be quick and thread-safe, such as
-            ``Worker.wake`` or ``StatusProjection.wake``).
+        wakeups: channel name -> callables to call with each notification's payload, ``""`` when
+            the listener (re)connects and anything may have been sent meanwhile (each must be
+            quick and thread-safe, such as ``Worker.wake_for_log``).
     """
 
-    def __init__(self, conninfo: str, wakeups: Mapping[str, Sequence[Callable[[], None]]]) -> None:
+    def __init__(self, conninfo: str, wakeups: Mapping[str, Sequence[Callable[[str], None]]]) -> None:
         self.conninfo = conninfo
         self.wakeups = {channel: list(calls) for channel, calls in wakeups.items()}
         self.connected = threading.Event()
@@ -87,7 +88,7 @@ class Listener:
             for notify in conn.notifies(timeout=STOP_CHECK_SECONDS):
                 received = True
                 for wake in self.wakeups.get(notify.channel, ()):
-                    wake()
+                    wake(notify.payload)
                 if stop.is_set():
                     return
             quiet = 0.0 if received else quiet + STOP_CHECK_SECONDS
@@ -98,7 +99,7 @@ class Listener:
     def _wake_all(self) -> None:
         for calls in self.wakeups.values():
             for wake in calls:
-                wake()
+                wake("")
 
     def start(self, stop: threading.Event) -> threading.Thread:
         """Run :meth:`run` on a daemon thread; returns it."""

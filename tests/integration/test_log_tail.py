@@ -9,8 +9,10 @@ import random
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
+import psycopg
 import pytest
 from eventsourcing.persistence import OperationalError
+from psycopg import sql
 
 from adapters.fake import FakeAdapter
 from executors.runtime import Worker, WorkerConfig
@@ -19,6 +21,7 @@ from ledger import failpoints
 from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.operation import Operation
+from ledger.persistence import APPENDED_PAYLOAD, INTENT_PAYLOAD
 from ledger.topics import topics_of
 from migrations import migrate
 from projections.loading import select_open_intents
@@ -96,6 +99,35 @@ def test_a_worker_told_of_appended_events_claims_a_new_intent_without_the_projec
     assert worker.egress.wake.is_set()  # an idle worker is woken for it
     worker.run_once(clock.now())
     assert app.get_operation(second).attempts == 1
+
+
+@pytest.mark.postgres
+def test_only_an_appended_intent_sends_workers_to_the_tail(rig: tuple, database: Database) -> None:
+    # The insert function's NOTIFY says whether an intent was appended; a worker's claim commit
+    # (or any other append) sends no worker to read the tail (executors.runtime.wake_for_log).
+    clock, app, view, worker = rig
+    channel = app.recorder.channel_name
+    with psycopg.connect(database.conninfo(), autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        op_id = app.make("first")
+        assert _payloads(listener) == [INTENT_PAYLOAD]
+        worker.wake_for_log(INTENT_PAYLOAD)
+        assert worker.claims.tail.fresh
+        worker.run_once(clock.now())  # claims it from the tail: Claimed and AttemptStarted
+        assert app.get_operation(op_id).attempts == 1 and not worker.claims.tail.fresh
+        appended = _payloads(listener)  # the claim's commit, and the outcome's (inline egress)
+        assert appended and set(appended) == {APPENDED_PAYLOAD}
+        worker.egress.wake.clear()  # set by the inline call's result
+        worker._idling = True  # as while it waits in ``_idle``
+        worker.wake_for_log(APPENDED_PAYLOAD)
+        assert not worker.claims.tail.fresh and not worker.egress.wake.is_set()
+        worker.wake_for_log("")  # an older insert function, or a listener that reconnected
+        assert worker.claims.tail.fresh and worker.egress.wake.is_set()
+
+
+def _payloads(listener: psycopg.Connection) -> list[str]:
+    """The payloads of the notifications delivered so far (commits deliver them at once)."""
+    return [n.payload for n in listener.notifies(timeout=0.5)]
 
 
 @pytest.mark.postgres
