@@ -51,7 +51,7 @@ re-creates it): it may have appended an intent."""
 SMALL_BATCH = 12
 """Batches of at most this many events are inserted with one parameter per value (a statement
 per size, each prepared once per connection); larger ones pass four arrays in binary. Client CPU
-per call, measured (docs/performance.md): 2-5 events 100 against 130-160 µs for arrays; 16
+per call, measured (docs/performance.md): 2-6 events 100 against 130-210 µs for arrays; 16
 events 330 against 150; 65 events 1,010 against 330, and 1,400 for arrays dumped as text."""
 
 
