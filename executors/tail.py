@@ -48,7 +48,9 @@ class LogTail:
 
     A cursor of its own moves past intents already handled (committed by this worker, or found
     held by another), so a long stall does not show the same first page of the tail forever:
-    each call reads on from where the handled run ends.
+    each call reads on from where the handled run ends. On PostgreSQL it also moves past the
+    intents a read left out as closed (``OpenIntents.closed_through``): with two workers, each
+    read otherwise scanned every event since the projection's position again.
 
     Args:
         app: the host application (its log holds the intents).
@@ -130,22 +132,36 @@ class LogTail:
                 self._position, self._since = position, now
         if not (self._stalled(now) or fresh):
             return []
-        position = self._position
         rows: list[DueRow] = []
         self._read.clear()
         for _ in range(MAX_PAGES):
-            records = select_open_intents(self.app, max(position, self._cursor), limit, self._topics, self._ids)
-            leading = True  # still in the run of handled intents right after the cursor
-            for notification_id, op_id, version, topic, state in records:
-                if self.handled(op_id, version) or op_id in self._passed:
-                    if leading:
-                        self._cursor = notification_id
-                    continue
-                leading = False
-                if op_id not in known:
-                    rows.append(DueRow(op_id, version, E.PENDING.value, SettlementState.NONE.value, False))
-                    if self._open:
-                        self._read[op_id] = (version, topic, state)
+            records, closed_through = select_open_intents(
+                self.app, max(self._position, self._cursor), limit, self._topics, self._ids)
+            leading = self._take(records, closed_through is not None, known, rows)
+            if leading and closed_through is not None:
+                self._cursor = max(self._cursor, closed_through)
             if rows or len(records) < limit or not leading:
                 return rows[:limit]
         return rows
+
+    def _take(self, records: list[tuple[int, UUID, int, str, bytes]], only_open: bool, known: set[UUID],
+              rows: list[DueRow]) -> bool:
+        """Append to ``rows`` the intents of ``records`` (one page of the tail) not handled,
+        passed over or ``known``, moving the cursor past the run of handled ones at its start;
+        when ``only_open`` (the read left out closed intents), up to just before the first
+        intent taken, so the next read does not scan the closed ones again. Returns whether
+        every record was handled."""
+        leading = True  # still in the run of handled intents right after the cursor
+        for notification_id, op_id, version, topic, state in records:
+            if self.handled(op_id, version) or op_id in self._passed:
+                if leading:
+                    self._cursor = notification_id
+                continue
+            if leading and only_open:
+                self._cursor = max(self._cursor, notification_id - 1)
+            leading = False
+            if op_id not in known:
+                rows.append(DueRow(op_id, version, E.PENDING.value, SettlementState.NONE.value, False))
+                if self._open:
+                    self._read[op_id] = (version, topic, state)
+        return leading

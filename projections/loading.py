@@ -13,7 +13,7 @@ with the same decoder.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from eventsourcing.application import Application
@@ -138,7 +138,7 @@ def select_records(app: Application, after: int, limit: int, topics: Sequence[st
 
 
 def select_open_intents(app: Application, after: int, limit: int, topics: Sequence[str],
-                        ids: dict[Any, UUID]) -> list[tuple[int, UUID, int, str, bytes]]:
+                        ids: dict[Any, UUID]) -> OpenIntents:
     """:func:`select_records` for intents (``topics``: the ``Intended`` topics), leaving out on
     PostgreSQL those whose operation recorded anything after them already. Workers of many
     processes share that log, and a worker reading its tail would otherwise load each intent
@@ -147,12 +147,32 @@ def select_open_intents(app: Application, after: int, limit: int, topics: Sequen
     stores, so there it is :func:`select_records`.
 
     Returns:
-        ``(position, originator_id, originator_version, topic, state)`` tuples, in log order.
+        :class:`OpenIntents`: the records as ``(position, originator_id, originator_version,
+        topic, state)`` tuples in log order, and how far the read saw every other intent closed.
     """
     recorder: Any = app.recorder
     if isinstance(recorder, POPOApplicationRecorder) or _is_sqlite(recorder):
-        return select_records(app, after, limit, topics, ids)
-    return _postgres_records(recorder, "select_open_intents", [after, list(topics), limit])
+        return OpenIntents(select_records(app, after, limit, topics, ids), None)
+    rows = _postgres_records(recorder, "select_open_intents", [after, list(topics), limit])
+    records = [tuple(row[1:]) for row in rows if row[1] is not None]
+    if len(records) >= limit:
+        return OpenIntents(records, records[-1][0])
+    return OpenIntents(records, rows[0][0] if rows else None)
+
+
+class OpenIntents(NamedTuple):
+    """What :func:`select_open_intents` read.
+
+    Attributes:
+        records: ``(position, originator_id, originator_version, topic, state)`` tuples.
+        closed_through: a log position (or None where not known: SQLite and the in-memory store,
+            whose records include closed intents): every intent after the read's start and up to
+            it that is not in ``records`` had a later event of its operation when read, and so
+            is closed for good (positions are in commit order: ``select_open_intents.sql``).
+    """
+
+    records: list[tuple[int, UUID, int, str, bytes]]
+    closed_through: int | None
 
 
 def intents_are_open(app: Application) -> bool:

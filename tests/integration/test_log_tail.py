@@ -192,8 +192,65 @@ def test_the_tail_offers_only_intents_no_worker_has_moved_on(rig: tuple) -> None
     app.save(theirs)  # the projection does not run again: its row stays pending
 
     topics = topics_of([Operation.Intended])
-    assert [r[1] for r in select_open_intents(app, 0, 10, topics, {})] == [ids[0], ids[2]]
+    assert [r[1] for r in select_open_intents(app, 0, 10, topics, {}).records] == [ids[0], ids[2]]
 
+
+
+
+@pytest.mark.postgres
+def test_a_read_says_how_far_every_intent_it_left_out_was_closed(rig: tuple) -> None:
+    clock, app, view, _ = rig
+    ids = [app.make(f"op-{i}") for i in range(4)]
+    for op_id in ids[:2]:  # claimed by another worker: closed for good
+        theirs = app.get_operation(op_id)
+        theirs.claim(now=clock.now(), worker_id="another worker", lease_seconds=30.0)
+        app.save(theirs)
+    topics = topics_of([Operation.Intended])
+    last = select_records_last(app)
+    read = select_open_intents(app, 0, 10, topics, {})
+    assert [r[1] for r in read.records] == ids[2:]
+    assert read.closed_through == last, "fewer than asked for: every intent up to the log's end was read"
+    first = select_open_intents(app, 0, 1, topics, {})
+    assert [r[1] for r in first.records] == ids[2:3]
+    assert first.closed_through == first.records[0][0], "a full page says nothing past its last record"
+
+
+@pytest.mark.postgres
+def test_the_next_read_starts_past_intents_another_worker_closed(rig: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two workers end to end: each read of the tail scanned every event since the projection's
+    # position again, since only this worker's own claims moved the cursor (docs/performance.md).
+    clock, app, view, worker = rig
+    ids = [app.make(f"op-{i}") for i in range(3)]
+    for op_id in ids:
+        theirs = app.get_operation(op_id)
+        theirs.claim(now=clock.now(), worker_id="another worker", lease_seconds=30.0)
+        app.save(theirs)
+    starts: list[int] = []
+    real = select_open_intents
+
+    def spy(app: FakeApp, after: int, *args: object) -> object:
+        starts.append(after)
+        return real(app, after, *args)
+
+    monkeypatch.setattr("executors.tail.select_open_intents", spy)
+    tail = worker.claims.tail
+    tail.fresh = True
+    assert tail.read(SLOTS, set(), clock.now()) == []
+    end = select_records_last(app)
+    fresh = app.make("op-new")
+    tail.fresh = True
+    rows = tail.read(SLOTS, set(), clock.now())
+    assert [row.operation_id for row in rows] == [fresh]
+    assert starts == [0, end], "the second read scanned the closed intents again"
+
+
+def select_records_last(app: FakeApp) -> int:
+    """The log's last position (the store's own max, read directly)."""
+    recorder = app.recorder
+    with recorder.datastore.get_connection() as conn, conn.cursor() as cur:
+        cur.execute(sql.SQL("SELECT max(notification_id) AS m FROM {}").format(
+            sql.Identifier(recorder.datastore.schema, recorder.events_table_name)))
+        return int(cur.fetchone()["m"])
 
 
 @pytest.mark.postgres

@@ -2,8 +2,18 @@
 -- whose operation recorded something after them already (claimed by a worker, cancelled...):
 -- the log's tail offers workers the intents still waiting. The next event is looked up by the
 -- primary key (originator_id, originator_version), one probe per intent read.
-SELECT r.notification_id, r.originator_id, r.originator_version, r.topic, r.state FROM {table} AS r
-WHERE r.notification_id > %s AND r.topic = ANY(%s)
-AND NOT EXISTS (SELECT 1 FROM {table} AS n
-                WHERE n.originator_id = r.originator_id AND n.originator_version = r.originator_version + 1)
-ORDER BY r.notification_id LIMIT %s
+-- The first column is the log's last position in this statement's snapshot (every insert holds
+-- the table's EXCLUSIVE lock until its commit, so no smaller position is committed later): a
+-- reader that found fewer intents than it asked for knows every other intent up to there was
+-- closed, and starts its next read there instead of scanning the same stretch again. One row of
+-- NULLs after it when no intent is open, so the position comes back either way.
+SELECT t.last, o.notification_id, o.originator_id, o.originator_version, o.topic, o.state
+FROM (SELECT max(notification_id) AS last FROM {table}) AS t
+LEFT JOIN LATERAL (
+    SELECT r.notification_id, r.originator_id, r.originator_version, r.topic, r.state FROM {table} AS r
+    WHERE r.notification_id > %s AND r.topic = ANY(%s)
+    AND NOT EXISTS (SELECT 1 FROM {table} AS n
+                    WHERE n.originator_id = r.originator_id AND n.originator_version = r.originator_version + 1)
+    ORDER BY r.notification_id LIMIT %s
+) AS o ON true
+ORDER BY o.notification_id
