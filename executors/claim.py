@@ -177,7 +177,16 @@ class ClaimService:
         counts = Counts()
         if self.view.in_process or not self.tail.fresh or (free := self.egress.free_slots()) <= 0:
             return counts
-        self._reserve_and_commit(self.tail.read(free, set(), now), now, counts, follow=False)
+        if not self.tail.reserves:
+            self._reserve_and_commit(self.tail.read(free, set(), now), now, counts, follow=False)
+            return counts
+        # Read and reserved in one round trip, held until after this commit; what another
+        # worker reserved first is left out, so the loser of a race does nothing more.
+        with self.tail.reserve(free, now) as held:
+            if held:
+                with self._lock:
+                    rows = self._actionable(held, now)
+                self._load_and_commit(rows, now, counts, follow=False)
         return counts
 
     def _reserve_and_commit(self, due: list[DueRow], now: datetime, counts: Counts, *, follow: bool = True) -> None:
@@ -193,9 +202,14 @@ class ClaimService:
         # Held until after this commit: another worker of the store (or this worker's other
         # thread) skips these rows. The reservation and the load wait for no one.
         with self.view.reserve([row.operation_id for row in rows]) as reserved:
-            ops = self._current([row for row in rows if row.operation_id in reserved])
-            with self._lock:
-                self._decide_and_commit(ops, now, counts, follow)
+            self._load_and_commit([row for row in rows if row.operation_id in reserved], now, counts, follow)
+
+    def _load_and_commit(self, rows: list[DueRow], now: datetime, counts: Counts, follow: bool) -> None:
+        """Load the operations of ``rows`` (reserved by this worker) and do their due work in
+        one commit."""
+        ops = self._current(rows)
+        with self._lock:
+            self._decide_and_commit(ops, now, counts, follow)
 
     def _handled(self, op_id: UUID, version: int) -> bool:
         known = self.committer.known(op_id)

@@ -13,7 +13,8 @@ the view is the only source.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -23,7 +24,13 @@ from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState
 from ledger.topics import topics_of
-from projections.loading import intents_are_open, record_decoder, select_open_intents
+from projections.loading import (
+    OpenIntents,
+    intents_are_open,
+    record_decoder,
+    reserving_open_intents,
+    select_open_intents,
+)
 from projections.rows import DueRow
 from projections.status import PROJECTION_NAME
 from projections.view import StatusView
@@ -121,9 +128,33 @@ class LogTail:
         from one that old, and intents the projection has meanwhile shown are skipped by the
         claim as usual (held, or not pending any more). Thread-safe (one read at a time)."""
         with self._lock:
-            return self._read_tail(limit, known, now)
+            return self._read_tail(limit, known, now, self._select)
 
-    def _read_tail(self, limit: int, known: set[UUID], now: datetime) -> list[DueRow]:
+    @property
+    def reserves(self) -> bool:
+        """Whether :meth:`reserve` can be used: the store is on PostgreSQL."""
+        return self._open
+
+    @contextmanager
+    def reserve(self, limit: int, now: datetime) -> Iterator[list[DueRow]]:
+        """:meth:`read` (nothing ``known``) that also reserves the rows it returns against other
+        workers until the block ends, in the same round trip (``reserving_open_intents``):
+        the pickup's read. Rows another worker holds are left out. PostgreSQL only
+        (:attr:`reserves`).
+
+        Raises:
+            ValueError: the store is not on PostgreSQL.
+        """
+        with reserving_open_intents(self.app, self._topics) as select:
+            with self._lock:
+                rows = self._read_tail(limit, set(), now, select)
+            yield rows
+
+    def _select(self, after: int, limit: int) -> OpenIntents:
+        return select_open_intents(self.app, after, limit, self._topics, self._ids)
+
+    def _read_tail(self, limit: int, known: set[UUID], now: datetime,
+                   select: Callable[[int, int], OpenIntents]) -> list[DueRow]:
         fresh, self.fresh = self.fresh, False
         if self._checked is None or (now - self._checked).total_seconds() >= CHECK_SECONDS:
             self._checked = now
@@ -135,9 +166,8 @@ class LogTail:
         rows: list[DueRow] = []
         self._read.clear()
         for _ in range(MAX_PAGES):
-            records, closed_through = select_open_intents(
-                self.app, max(self._position, self._cursor), limit, self._topics, self._ids)
-            leading = self._take(records, closed_through is not None, known, rows)
+            records, closed_through, elsewhere = select(max(self._position, self._cursor), limit)
+            leading = self._take(records, closed_through is not None, known | elsewhere, rows)
             if leading and closed_through is not None:
                 self._cursor = max(self._cursor, closed_through)
             if rows or len(records) < limit or not leading:

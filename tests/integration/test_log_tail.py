@@ -24,7 +24,7 @@ from ledger.operation import Operation
 from ledger.persistence import APPENDED_PAYLOAD, INTENT_PAYLOAD
 from ledger.topics import topics_of
 from migrations import migrate
-from projections.loading import select_open_intents
+from projections.loading import reserving_open_intents, select_open_intents
 from projections.status import StatusProjection
 from projections.view import StatusView, open_view
 from tests.apps import FakeApp
@@ -251,6 +251,52 @@ def select_records_last(app: FakeApp) -> int:
         cur.execute(sql.SQL("SELECT max(notification_id) AS m FROM {}").format(
             sql.Identifier(recorder.datastore.schema, recorder.events_table_name)))
         return int(cur.fetchone()["m"])
+
+
+
+@pytest.mark.postgres
+def test_a_pickup_reads_and_reserves_at_once_and_leaves_out_what_another_worker_holds(rig: tuple) -> None:
+    clock, app, view, _ = rig
+    ids = [app.make(f"op-{i}") for i in range(3)]
+    topics = topics_of([Operation.Intended])
+    with reserving_open_intents(app, topics) as read:
+        first = read(0, 10)
+        assert [r[1] for r in first.records] == ids and not first.elsewhere
+        with reserving_open_intents(app, topics) as other, view.reserve(ids) as by_view:
+            second = other(0, 10)
+            assert second.elsewhere == set(ids), "another worker's read took intents this one holds"
+            assert by_view == set(), "the view's reservation and the tail's must exclude each other"
+    # Released when the block ended: another worker may take them now.
+    with reserving_open_intents(app, topics) as read:
+        assert not read(0, 10).elsewhere
+    with view.reserve(ids) as by_view:
+        assert by_view == set(ids)
+
+
+@pytest.mark.postgres
+def test_a_reservation_whose_release_fails_closes_its_connection(rig: tuple) -> None:
+    # The server drops a closed session's locks: no connection goes back to the pool holding some.
+    clock, app, view, _ = rig
+    ids = [app.make(f"op-{i}") for i in range(2)]
+    topics = topics_of([Operation.Intended])
+    with pytest.raises(RuntimeError), reserving_open_intents(app, topics) as read:
+        assert [r[1] for r in read(0, 10).records] == ids
+        raise RuntimeError("the pass failed")
+    with view.reserve(ids) as by_view:
+        assert by_view == set(ids)
+
+
+@pytest.mark.postgres
+def test_a_worker_that_lost_the_race_for_new_intents_claims_none_of_them(rig: tuple) -> None:
+    clock, app, view, worker = rig
+    ids = [app.make(f"op-{i}") for i in range(3)]
+    with view.reserve(ids[:2]) as held:  # another worker's pass holds two of them
+        assert held == set(ids[:2])
+        worker.claims.tail.fresh = True
+        counts = worker.claims.pickup(clock.now())
+    assert counts.claimed == 1
+    assert [app.get_operation(op_id).attempts for op_id in ids] == [0, 0, 1]
+    assert worker.claims.tail.reserves
 
 
 @pytest.mark.postgres
