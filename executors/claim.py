@@ -66,6 +66,7 @@ from ledger.facts import describe
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState
+from projections.reservations import reservations
 from projections.rows import DueRow
 from projections.view import StatusView
 
@@ -177,13 +178,10 @@ class ClaimService:
         counts = Counts()
         if self.view.in_process or not self.tail.fresh or (free := self.egress.free_slots()) <= 0:
             return counts
-        if not self.tail.reserves:
-            self._reserve_and_commit(self.tail.read(free, set(), now), now, counts, follow=False)
-            return counts
         # Read and reserved in one round trip, held until after this commit; what another
         # worker reserved first is left out, so the loser of a race does nothing more.
-        with self.tail.reserve(free, now) as held:
-            if held:
+        with reservations(self.app) as taken:
+            if held := self.tail.reserve(taken, free, now):
                 with self._lock:
                     rows = self._actionable(held, now)
                 self._load_and_commit(rows, now, counts, follow=False)
@@ -201,8 +199,21 @@ class ClaimService:
             rows = self._actionable(due, now)
         # Held until after this commit: another worker of the store (or this worker's other
         # thread) skips these rows. The reservation and the load wait for no one.
-        with self.view.reserve([row.operation_id for row in rows]) as reserved:
+        if self.view.in_process:  # the view's own reservations (workers of one process)
+            with self.view.reserve([row.operation_id for row in rows]) as reserved:
+                self._load_and_commit([row for row in rows if row.operation_id in reserved], now, counts, follow)
+            return
+        # Only operations that recorded nothing since the version they were judged by: one
+        # another worker moved on meanwhile is left to the view's next row, not loaded here.
+        with reservations(self.app) as taken:
+            reserved = taken.current([(row.operation_id, self._judged(row)) for row in rows])
             self._load_and_commit([row for row in rows if row.operation_id in reserved], now, counts, follow)
+
+    def _judged(self, row: DueRow) -> int:
+        """The version ``row``'s operation is judged by: this worker's own last commit when it
+        is newer than the row (``_actionable``, ``_current``), else the row's."""
+        known = self.committer.known(row.operation_id)
+        return known.version if known is not None and known.version > row.version else row.version
 
     def _load_and_commit(self, rows: list[DueRow], now: datetime, counts: Counts, follow: bool) -> None:
         """Load the operations of ``rows`` (reserved by this worker) and do their due work in

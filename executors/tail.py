@@ -13,8 +13,7 @@ the view is the only source.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -24,13 +23,8 @@ from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState
 from ledger.topics import topics_of
-from projections.loading import (
-    OpenIntents,
-    intents_are_open,
-    record_decoder,
-    reserving_open_intents,
-    select_open_intents,
-)
+from projections.loading import OpenIntents, intents_are_open, record_decoder, select_open_intents
+from projections.reservations import Reservations
 from projections.rows import DueRow
 from projections.status import PROJECTION_NAME
 from projections.view import StatusView
@@ -130,25 +124,12 @@ class LogTail:
         with self._lock:
             return self._read_tail(limit, known, now, self._select)
 
-    @property
-    def reserves(self) -> bool:
-        """Whether :meth:`reserve` can be used: the store is on PostgreSQL."""
-        return self._open
-
-    @contextmanager
-    def reserve(self, limit: int, now: datetime) -> Iterator[list[DueRow]]:
-        """:meth:`read` (nothing ``known``) that also reserves the rows it returns against other
-        workers until the block ends, in the same round trip (``reserving_open_intents``):
-        the pickup's read. Rows another worker holds are left out. PostgreSQL only
-        (:attr:`reserves`).
-
-        Raises:
-            ValueError: the store is not on PostgreSQL.
-        """
-        with reserving_open_intents(self.app, self._topics) as select:
-            with self._lock:
-                rows = self._read_tail(limit, set(), now, select)
-            yield rows
+    def reserve(self, taken: Reservations, limit: int, now: datetime) -> list[DueRow]:
+        """:meth:`read` (nothing ``known``) that also reserves the rows it returns, through
+        ``taken`` (``projections.reservations``), in the same round trip: the pickup's read.
+        Rows another worker holds are left out. PostgreSQL only."""
+        with self._lock:
+            return self._read_tail(limit, set(), now, lambda after, n: taken.open_intents(after, n, self._topics))
 
     def _select(self, after: int, limit: int) -> OpenIntents:
         return select_open_intents(self.app, after, limit, self._topics, self._ids)

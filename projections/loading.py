@@ -12,8 +12,7 @@ with the same decoder.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -154,58 +153,16 @@ def select_open_intents(app: Application, after: int, limit: int, topics: Sequen
     recorder: Any = app.recorder
     if isinstance(recorder, POPOApplicationRecorder) or _is_sqlite(recorder):
         return OpenIntents(select_records(app, after, limit, topics, ids), None)
-    return _open_intents(_postgres_records(recorder, "select_open_intents", [after, list(topics), limit]), limit)
+    return open_intents(_postgres_records(recorder, "select_open_intents", [after, list(topics), limit]), limit)
 
 
-def _open_intents(rows: list[Any], limit: int, elsewhere: frozenset[UUID] = frozenset()) -> OpenIntents:
-    # Rows of select_open_intents.sql (or reserve_open_intents.sql, without their last column).
+def open_intents(rows: list[Any], limit: int, elsewhere: frozenset[UUID] = frozenset()) -> OpenIntents:
+    """The :class:`OpenIntents` of the rows of ``select_open_intents.sql`` (or of
+    ``reserve_open_intents.sql``, whose last column is left out) read with ``limit``."""
     records = [tuple(row[1:6]) for row in rows if row[1] is not None]
     if len(records) >= limit:
         return OpenIntents(records, records[-1][0], elsewhere)
     return OpenIntents(records, rows[0][0] if rows else None, elsewhere)
-
-
-@contextmanager
-def reserving_open_intents(app: Application, topics: Sequence[str]) -> Iterator[Callable[[int, int], OpenIntents]]:
-    """A reader of open intents on PostgreSQL, ``read(after, limit) -> OpenIntents`` as
-    :func:`select_open_intents`, that also reserves each intent it returns for this worker until
-    the block ends: the advisory lock ``StatusView.reserve`` takes, so the two exclude each other.
-    One round trip reads and reserves; intents another worker holds come back in
-    ``OpenIntents.elsewhere``, and a worker that lost the race does nothing more with them.
-
-    One connection of the store's pool is held for the block: the locks are that session's. They
-    are released when the block ends; a connection whose release did not run to the end is
-    closed, and the server drops its locks (as ``PostgresStatusView.reserve`` does).
-
-    Raises:
-        ValueError: the store is not on PostgreSQL (one process owns the other backends' stores:
-            nothing to reserve against).
-    """
-    from psycopg.rows import tuple_row
-
-    recorder: Any = app.recorder
-    if not intents_are_open(app):
-        raise ValueError("intents are reserved from the log only on PostgreSQL")
-    queries = load_queries("postgres")
-    sql = queries["reserve_open_intents"].format(table=f'"{recorder.datastore.schema}"."{recorder.events_table_name}"')
-    held: list[UUID] = []
-    with recorder.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row, binary=True) as cursor:
-
-        def read(after: int, limit: int) -> OpenIntents:
-            cursor.execute(sql, [after, list(topics), limit], prepare=True)
-            rows = cursor.fetchall()
-            held.extend(row[2] for row in rows if row[6])
-            return _open_intents(rows, limit, frozenset(row[2] for row in rows if row[6] is False))
-
-        released = False
-        try:
-            yield read
-            if held:
-                cursor.execute(queries["release_operations"], (held,), prepare=True)
-            released = True
-        finally:
-            if held and not released:
-                conn.close()
 
 
 class OpenIntents(NamedTuple):
@@ -218,7 +175,7 @@ class OpenIntents(NamedTuple):
             it that is not in ``records`` had a later event of its operation when read, and so
             is closed for good (positions are in commit order: ``select_open_intents.sql``).
         elsewhere: the operations of ``records`` another worker had reserved
-            (:func:`reserving_open_intents`); empty for a read that reserves nothing.
+            (``projections.reservations``); empty for a read that reserves nothing.
     """
 
     records: list[tuple[int, UUID, int, str, bytes]]
