@@ -5,8 +5,12 @@ Claims take an egress slot: a claim and its ``AttemptStarted`` commit together, 
 handed to egress only after that commit (an attempt is recorded before any byte leaves). No more
 operations are claimed than egress has free slots, so a crash leaves few started-but-unsent
 attempts. Settlement retries, passed deadlines and cancellations ride the same query and commit
-(``executors.settlement``, ``executors.deadlines``); a reclaimed attempt is decided by
-``executors.recovery``.
+(``executors.settlement``, ``executors.deadlines``); the claim change itself, which starts the
+attempt or decides the open one of a reclaimed operation, is ``executors.attempts``.
+
+On PostgreSQL the reservation is taken by the statement that reads (``projections.reservations``):
+a pickup reads new intents and reserves them at once, and the due-work pass reserves only the
+operations that recorded nothing since the version it judged them by.
 
 An operation this worker cannot serve (a missing secret, declaration or adapter: a deployment
 problem, not the operation's outcome) is left alone for ``defer_seconds`` and logged once; so is
@@ -21,47 +25,40 @@ import random
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
 import structlog
-from eventsourcing.domain import Aggregate
 
+from executors.attempts import ClaimChanges, Plan
 from executors.budgets import budgeted
 from executors.commit import Change, CommitResult, Committer, Counts
 from executors.deadlines import cancel_change, exceed_deadline_change, remote_unknown_change
 from executors.egress import EgressService
-from executors.flights import InFlight, target_host
-from executors.outcomes import apply_decision, terms_of
+from executors.flights import target_host
 from executors.polling import PollingService
-from executors.recovery import decide_open_attempt
 from executors.refusals import drifted_digest, mismatch_change, void_approval_change
-from executors.secrets import MissingSecretError, SecretResolver, attempt_request
+from executors.secrets import SecretResolver
 from executors.settlement import SettlementService, first_per_entity
 from executors.tail import LogTail
-from executors.unsure import UnsureClaims, landed
+from executors.unsure import UnsureClaims
 from ledger.application import LedgerApplication
 from ledger.approvals import void_reason
-from ledger.budgets import CallWindow
 from ledger.config import DEFAULT_LEASE_SECONDS
 from ledger.decisions import (
     Cancel,
     Claim,
     ExceedDeadline,
-    Lookup,
     MarkRemoteUnknown,
     Poll,
     Reclaim,
     Settle,
     Wait,
-    cancels_unsent,
     due_work,
     may_need_egress,
 )
-from ledger.declarations import RetryPolicy
-from ledger.egress import Adapter, EgressRequest
-from ledger.errors import ConfigurationError, UnknownIntegrationError
+from ledger.egress import Adapter
 from ledger.facts import describe
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
@@ -100,16 +97,6 @@ class ClaimConfig:
     defer_seconds: float = DEFER_SECONDS
 
 
-@dataclass
-class _Plan:
-    """Calls built inside changes, handed to egress only after their commit."""
-
-    calls: dict[UUID, InFlight] = field(default_factory=dict)
-    deferred: dict[UUID, str] = field(default_factory=dict)
-    windows: dict[str, CallWindow] = field(default_factory=dict)  # call budget windows of this pass
-    polls: set[UUID] = field(default_factory=set)  # accepted work claimed for polling
-
-
 class ClaimService:
     """Does the due work of one host application's operations.
 
@@ -135,9 +122,9 @@ class ClaimService:
         self.view = view
         self.egress = egress
         self.settlement = settlement
-        self.adapters = dict(adapters)
-        self.secrets = secrets
         self.rng = rng
+        self.attempts = ClaimChanges(app=self.app, adapters=adapters, secrets=secrets, rng=rng,
+                                     worker_id=config.worker_id, lease_seconds=config.lease_seconds)
         self.config = config
         self._deferred: dict[UUID, datetime] = {}
         self._waiting_for_host: dict[UUID, str] = {}  # op -> its target host, full when last seen
@@ -274,7 +261,7 @@ class ClaimService:
         return [ops[r.operation_id] for r in rows if r.operation_id in ops]
 
     def _decide_and_commit(self, ops: list[Operation], now: datetime, counts: Counts, follow: bool) -> None:
-        plan = _Plan()
+        plan = Plan()
         changes: list[tuple[Operation, Change]] = []
         settling: list[Operation] = []
         capacity = self.egress.free_slots()
@@ -309,7 +296,7 @@ class ClaimService:
             return
         self._after_commit(plan, self._commit(plan, first_per_entity(settling), changes, now, counts), now)
 
-    def _commit(self, plan: _Plan, settling: list[Operation], changes: list[tuple[Operation, Change]],
+    def _commit(self, plan: Plan, settling: list[Operation], changes: list[tuple[Operation, Change]],
                 now: datetime, counts: Counts) -> CommitResult:
         try:
             return self.settlement.commit(settling, now, counts, changes)
@@ -317,7 +304,7 @@ class ClaimService:
             self._unsure.add(plan.calls)  # a commit of unknown fate: ``executors.unsure``
             raise
 
-    def _after_commit(self, plan: _Plan, result: CommitResult, now: datetime) -> None:
+    def _after_commit(self, plan: Plan, result: CommitResult, now: datetime) -> None:
         """Defer what this worker cannot serve, then hand committed attempts to egress."""
         for op_id, reason in plan.deferred.items():
             self.committer.report(op_id, "cannot_serve", f"{reason}; retried in {self.config.defer_seconds}s")
@@ -361,7 +348,7 @@ class ClaimService:
         self.committer.report(op_id, problem, describe(exc))
         self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
 
-    def _egress_change(self, op: Operation, now: datetime, plan: _Plan, capacity: int,
+    def _egress_change(self, op: Operation, now: datetime, plan: Plan, capacity: int,
                        by_host: Counter[str]) -> tuple[Change, int] | None:
         """The change for claimable ``op`` and the egress slots it takes: a refusal when its
         declaration drifted, a claim when a slot (and its host's) is free, else None."""
@@ -370,66 +357,6 @@ class ClaimService:
         if void_reason(op, now) is not None:
             return void_approval_change(now), 0
         if capacity > 0 and self._host_slot(op, by_host):
-            change = self._claim_change(now, plan)
+            change = self.attempts.claim_change(now, plan)
             return budgeted(self.app, change, plan, now, plan.windows), 1
         return None
-
-    def _claim_change(self, now: datetime, plan: _Plan) -> Change:
-        """Claim, then in the same commit start an attempt (or decide the open one)."""
-
-        def change(op: Operation) -> Sequence[Aggregate]:
-            planned = plan.calls.pop(op.id, None)
-            if planned is not None and landed(planned, op):
-                # A commit of unknown fate landed (its retried insert conflicted with it): send
-                # this very attempt rather than leave it to lapse (``executors.unsure``).
-                planned.op = op
-                plan.calls[op.id] = planned
-                return []
-            cancels = cancels_unsent(op)
-            sends = op.execution is not E.DISPATCHING and not cancels and op.attempts < op.max_attempts
-            try:
-                policy = self.app.registry.get(op.integration_name, op.integration_version).retry
-                adapter = self._adapter(op)
-                request = self._request(op, now) if sends else None
-            except (MissingSecretError, UnknownIntegrationError, ConfigurationError) as exc:
-                # This worker cannot serve it: a deployment problem, not the operation's
-                # outcome. Claim nothing; it waits.
-                plan.deferred[op.id] = str(exc)
-                raise
-            epoch = op.claim(now=now, worker_id=self.config.worker_id, lease_seconds=self.config.lease_seconds)
-            if cancels and op.execution is E.CLAIMED:
-                op.cancel(now=now, epoch=epoch)
-            elif op.execution is E.DISPATCHING:
-                self._recover(op, epoch, policy, adapter, now, plan)
-            elif request is None:
-                op.exhaust_budget(epoch=epoch, now=now, last_attempt_possibly_applied=False)
-            else:
-                op.start_attempt(epoch=epoch, now=now, attempt_id=request.attempt_id,
-                                 request_fingerprint=op.fingerprint)
-                plan.calls[op.id] = InFlight(op=op, epoch=epoch, kind="send", request=request, policy=policy,
-                                             adapter=adapter, started_at=now)
-            return []
-
-        return change
-
-    def _recover(self, op: Operation, epoch: int, policy: RetryPolicy, adapter: Adapter, now: datetime,
-                 plan: _Plan) -> None:
-        # The previous owner died or stalled mid-attempt: its outcome is unknown.
-        decision = decide_open_attempt(op, policy, now, self.rng)
-        if isinstance(decision, Lookup):
-            request = self._request(op, now, attempt_id=op.last_attempt_id)
-            plan.calls[op.id] = InFlight(op=op, epoch=epoch, kind="lookup", request=request, policy=policy,
-                                         adapter=adapter, started_at=now)
-        else:
-            apply_decision(op, epoch, decision, now, terms_of(self.app, op, adapter))
-
-    def _adapter(self, op: Operation) -> Adapter:
-        name = self.app.registry.get(op.integration_name, op.integration_version).adapter
-        if name not in self.adapters:
-            raise ConfigurationError(f"no adapter {name!r} is configured in this worker")
-        return self.adapters[name]
-
-    def _request(self, op: Operation, now: datetime, attempt_id: UUID | None = None) -> EgressRequest:
-        # The attempt id comes from the injected random source, so a seeded run repeats it.
-        return attempt_request(op, self.app.registry.get(op.integration_name, op.integration_version), self.secrets,
-                               attempt_id or UUID(int=self.rng.getrandbits(128), version=4))
