@@ -113,7 +113,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def spawn_serve(env: Mapping[str, str], log_path: Path, *, port: int | None = None, write: bool = False,
-                ready_timeout_seconds: float = 30.0) -> ServeProcess:
+                ready_timeout_seconds: float = 30.0, wait_ready: bool = True) -> ServeProcess:
     """Start ``opledger serve`` and wait until ``/health/live`` answers.
 
     Args:
@@ -122,6 +122,9 @@ def spawn_serve(env: Mapping[str, str], log_path: Path, *, port: int | None = No
         port: the port to bind; a free one when None.
         write: pass ``--write`` (SQLite: own the store).
         ready_timeout_seconds: how long to wait for it to answer.
+        wait_ready: False returns at once, for a serve armed with a failpoint
+            (``ledger.failpoints``) that may be killed by the first request it takes, before a
+            health check gets through (the demo's: a callback retried by the partner).
 
     Returns:
         The :class:`ServeProcess`.
@@ -137,6 +140,8 @@ def spawn_serve(env: Mapping[str, str], log_path: Path, *, port: int | None = No
     with open(log_path, "ab") as log:
         process = subprocess.Popen(command, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     served = ServeProcess(process=process, url=f"http://127.0.0.1:{port}", log_path=log_path)
+    if not wait_ready:
+        return served
     deadline = time.monotonic() + ready_timeout_seconds
     while time.monotonic() < deadline:
         if not served.alive():

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import secrets
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -90,8 +91,11 @@ class CallbackFlow:
         serve_env = {**env, **self.worker_env()}
         write = database.backend == "sqlite"
         logs = self.directory / f"demo-serve-{self.run_id}.log"
-        doomed = spawn_serve({**serve_env, FAILPOINT_ENV: "callback:after"}, logs, port=self.port, write=write)
-        killed = _until(lambda: not doomed.alive())
+        # Not waited for: a callback the partner retries may reach it, and kill it, before a
+        # health check does. Killed by its failpoint (SIGKILL), not by an error of its start.
+        doomed = spawn_serve({**serve_env, FAILPOINT_ENV: "callback:after"}, logs, port=self.port, write=write,
+                             wait_ready=False)
+        killed = _until(lambda: not doomed.alive()) and doomed.process.returncode == -signal.SIGKILL
         doomed.kill()
         say(f"serve (pid {doomed.process.pid}) SIGKILLed right after recording a callback, before answering it")
         served = spawn_serve(serve_env, logs, port=self.port, write=write)

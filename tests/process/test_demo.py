@@ -42,3 +42,18 @@ def test_demo_loses_nothing_and_applies_nothing_twice(tmp_path: Path) -> None:
     # The first worker was killed mid-poll: the workspace it was polling until the cancel (and
     # any other still running then) was resumed by the second worker, read from the ledger.
     assert "ws-cancelled" in flow["resumed_by_another_worker"]
+
+
+def test_a_serve_that_dies_before_its_health_check_is_waited_for_only_when_asked(tmp_path: Path) -> None:
+    # The demo's doomed serve is killed by the first callback it records, which the partner may
+    # retry before a health check gets through: spawning it must not require one (a demo run
+    # under load ended "opledger serve exited with -9").
+    from adapters.processes import spawn_serve
+
+    env = {"OPLEDGER_DATABASE_URL": f"sqlite:///{tmp_path / 'absent' / 'store.db'}",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    with pytest.raises(RuntimeError, match="exited"):
+        spawn_serve(env, tmp_path / "waited.log")
+    served = spawn_serve(env, tmp_path / "not-waited.log", wait_ready=False)
+    assert served.process.wait(timeout=60) != 0
+    assert "no store at" in (tmp_path / "not-waited.log").read_text()
