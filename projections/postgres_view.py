@@ -146,17 +146,20 @@ class PostgresStatusView(SqlStatusView):
         # holds) in one round trip, and released after this worker's commit. A connection whose
         # release did not run to the end is closed: the server then drops its locks, and the
         # pool never hands out a connection still holding some.
+        # A reservation that failed (a statement timeout, a cancel) may have taken locks unseen:
+        # its connection is closed too.
         with self._pool.connection() as conn, conn.cursor() as cur:
-            cur.execute(self.queries["reserve_operations"], (list(operation_ids),), prepare=True)
-            held = [op_id for (op_id,) in cur.fetchall()]
             released = False
+            held: list[UUID] = []
             try:
+                cur.execute(self.queries["reserve_operations"], (list(operation_ids),), prepare=True)
+                held = [op_id for (op_id,) in cur.fetchall()]
                 yield set(held)
                 if held:
                     cur.execute(self.queries["release_operations"], (held,), prepare=True)
                 released = True
             finally:
-                if held and not released:
+                if not released:
                     conn.close()
 
     def _without_flush(self, cur: Any) -> None:

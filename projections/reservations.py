@@ -38,6 +38,9 @@ class Reservations:
         self._table = table
         self.held: list[UUID] = []
         """The operations reserved so far (released at the block's end)."""
+        self.sent = False
+        """Whether a reserving statement was sent: one that failed (a statement timeout, a
+        cancel) may have taken locks its caller never saw."""
 
     def open_intents(self, after: int, limit: int, topics: Sequence[str]) -> OpenIntents:
         """``projections.loading.select_open_intents`` that also reserves each intent it
@@ -48,6 +51,7 @@ class Reservations:
             limit: how many intents at most.
             topics: the ``Intended`` topics.
         """
+        self.sent = True
         self._cursor.execute(self._queries["reserve_open_intents"].format(table=self._table),
                              [after, list(topics), limit], prepare=True)
         rows = self._cursor.fetchall()
@@ -68,6 +72,7 @@ class Reservations:
         """
         if not versions:
             return set()
+        self.sent = True
         self._cursor.execute(self._queries["reserve_current"].format(table=self._table),
                              [[op_id for op_id, _ in versions], [version for _, version in versions]], prepare=True)
         reserved = [op_id for (op_id,) in self._cursor.fetchall()]
@@ -84,8 +89,9 @@ def reserves(app: Application) -> bool:
 @contextmanager
 def reservations(app: Application) -> Iterator[Reservations]:
     """Hold one connection of the store's pool for reserving reads; release what they reserved
-    when the block ends. A connection whose release did not run to the end is closed, and the
-    server drops its locks: the pool never hands out a connection holding some.
+    when the block ends. A connection whose release did not run to the end, after a reserving
+    statement was sent, is closed, and the server drops its locks: the pool never hands out a
+    connection holding some (a reserving statement that failed may have taken some unseen).
 
     Raises:
         ValueError: the store is not on PostgreSQL (:func:`reserves`).
@@ -105,5 +111,5 @@ def reservations(app: Application) -> Iterator[Reservations]:
                 cursor.execute(load_queries("postgres")["release_operations"], (taken.held,), prepare=True)
             released = True
         finally:
-            if taken.held and not released:
+            if taken.sent and not released:
                 conn.close()
