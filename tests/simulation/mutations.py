@@ -13,7 +13,7 @@ from unittest import mock
 
 from eventsourcing.domain import Aggregate
 
-from executors import claim, settlement
+from executors import attempts, settlement
 from ledger import modes
 from ledger.declarations import DeliveryMode
 from ledger.operation import Operation
@@ -32,13 +32,13 @@ def retry_ambiguous_non_idempotent() -> Iterator[None]:
 @contextmanager
 def forget_crashed_attempt() -> Iterator[None]:
     """Bug 2: recovery does not count the attempt a crashed worker left open."""
-    real = claim.decide_open_attempt
+    real = attempts.decide_open_attempt
 
     def forgetful(op: Operation, *args: Any, **kwargs: Any) -> Any:
         op.attempts = max(0, op.attempts - 1)
         return real(op, *args, **kwargs)
 
-    with mock.patch.object(claim, "decide_open_attempt", forgetful):
+    with mock.patch.object(attempts, "decide_open_attempt", forgetful):
         yield
 
 
