@@ -153,12 +153,12 @@ def select_open_intents(app: Application, after: int, limit: int, topics: Sequen
     recorder: Any = app.recorder
     if isinstance(recorder, POPOApplicationRecorder) or _is_sqlite(recorder):
         return OpenIntents(select_records(app, after, limit, topics, ids), None)
-    return open_intents(_postgres_records(recorder, "select_open_intents", [after, list(topics), limit]), limit)
+    return open_intents(_postgres_records(recorder, "select_open_intents", [after, list(topics), limit, False]), limit)
 
 
 def open_intents(rows: list[Any], limit: int, elsewhere: frozenset[UUID] = frozenset()) -> OpenIntents:
-    """The :class:`OpenIntents` of the rows of ``select_open_intents.sql`` (or of
-    ``reserve_open_intents.sql``, whose last column is left out) read with ``limit``."""
+    """The :class:`OpenIntents` of the rows of ``select_open_intents.sql`` read with ``limit``
+    (its last column, whether the read reserved each, is the caller's)."""
     records = [tuple(row[1:6]) for row in rows if row[1] is not None]
     if len(records) >= limit:
         return OpenIntents(records, records[-1][0], elsewhere)

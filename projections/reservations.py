@@ -52,8 +52,8 @@ class Reservations:
             topics: the ``Intended`` topics.
         """
         self.sent = True
-        self._cursor.execute(self._queries["reserve_open_intents"].format(table=self._table),
-                             [after, list(topics), limit], prepare=True)
+        self._cursor.execute(self._queries["select_open_intents"].format(table=self._table),
+                             [after, list(topics), limit, True], prepare=True)
         rows = self._cursor.fetchall()
         self.held.extend(row[2] for row in rows if row[6])
         return open_intents(rows, limit, frozenset(row[2] for row in rows if row[6] is False))
@@ -80,12 +80,6 @@ class Reservations:
         return set(reserved)
 
 
-def reserves(app: Application) -> bool:
-    """Whether :func:`reservations` can be used: the store is on PostgreSQL (one process owns
-    the other backends' stores; there is no other worker to reserve against)."""
-    return intents_are_open(app)
-
-
 @contextmanager
 def reservations(app: Application) -> Iterator[Reservations]:
     """Hold one connection of the store's pool for reserving reads; release what they reserved
@@ -94,11 +88,12 @@ def reservations(app: Application) -> Iterator[Reservations]:
     connection holding some (a reserving statement that failed may have taken some unseen).
 
     Raises:
-        ValueError: the store is not on PostgreSQL (:func:`reserves`).
+        ValueError: the store is not on PostgreSQL (one process owns the other backends' stores:
+            there is no other worker to reserve against).
     """
     from psycopg.rows import tuple_row
 
-    if not reserves(app):
+    if not intents_are_open(app):  # PostgreSQL
         raise ValueError("reservations are taken on the store's connection only on PostgreSQL")
     recorder: Any = app.recorder
     table = f'"{recorder.datastore.schema}"."{recorder.events_table_name}"'
