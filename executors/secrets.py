@@ -11,7 +11,11 @@ Providers (the ``SecretProvider`` seam): :class:`EnvironmentSecrets` (the defaul
 ``OPLEDGER_SECRET_<NAME>``), :class:`FileSecrets` (one file per secret, e.g. ``/run/secrets``);
 a vault client is one class with a ``resolve(name)`` method.
 
-Source: DESIGN §9; issue 14 item 3.
+A secret shorter than ``MIN_SECRET_CHARS`` is refused (:func:`short_secret`): at the start of
+``worker`` and ``serve`` for ``OPLEDGER_SECRET_<NAME>`` (:func:`check_environment_secrets`), when
+resolved for a file.
+
+Source: DESIGN §9; issue 14 item 3; issue 27 item 3.
 """
 
 from __future__ import annotations
@@ -34,6 +38,12 @@ MAX_SECRET_FILE_BYTES = 64 * 1024
 MIN_INTERNAL_REDACT_CHARS = 4
 """``internal`` text values shorter than this are not redacted from excerpts: redacting every
 ``"1"`` or ``"EUR"`` a provider echoes would garble excerpts without hiding anything."""
+MIN_SECRET_CHARS = 8
+"""Secrets shorter than this are refused, characters. Every resolved secret is redacted from every
+sink in each of its forms (``ledger.redaction``: as is, hex, base64, URL- and JSON-encoded), so a
+secret of one or two characters matches inside operation ids and other text and garbles them
+(``...5d86[REDACTED]d1add4``) without hiding anything worth hiding. A real token or password is
+longer than 8 characters."""
 
 
 class MissingSecretError(LedgerError):
@@ -97,7 +107,8 @@ class FileSecrets:
 
         Raises:
             MissingSecretError: no such file, it lies outside the directory, is unreadable, not
-                UTF-8 or larger than ``MAX_SECRET_FILE_BYTES``.
+                UTF-8, larger than ``MAX_SECRET_FILE_BYTES`` or shorter than ``MIN_SECRET_CHARS``
+                characters (issue 27 item 3).
         """
         path = (self._root / name).resolve()
         if not path.is_relative_to(self._root) or not path.is_file():
@@ -109,7 +120,56 @@ class FileSecrets:
             text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise MissingSecretError(f"secret file {name!r} is unreadable ({type(exc).__name__})") from None
-        return text.removesuffix("\n")
+        text = text.removesuffix("\n")
+        # Files cannot be listed at start (check_environment_secrets): a short one is refused
+        # here, so the operation waits as for a missing secret instead of garbling every sink.
+        problem = short_secret(f"secret file {name!r}", text)
+        if problem is not None:
+            raise MissingSecretError(f"{problem}, too short to redact safely")
+        return text
+
+
+def short_secret(where: str, value: str) -> str | None:
+    """What is wrong with a secret too short to redact safely, or None when it is long enough. Pure.
+
+    Args:
+        where: where the secret comes from, e.g. ``OPLEDGER_SECRET_CARD`` or ``secret file 'db/pw'``;
+            the only thing the answer quotes (never the value).
+        value: the secret's value.
+
+    Returns:
+        ``OPLEDGER_SECRET_CARD is 1 character long, shorter than 8``, or None.
+
+    Source: issue 27 item 3 ("secrets too short to redact safely"); ``MIN_SECRET_CHARS``.
+    """
+    if len(value) >= MIN_SECRET_CHARS:
+        return None
+    length = "empty" if not value else f"{len(value)} character{'s' if len(value) > 1 else ''} long"
+    return f"{where} is {length}, shorter than {MIN_SECRET_CHARS}"
+
+
+def check_environment_secrets(environ: Mapping[str, str]) -> None:
+    """Refuse to start while an ``OPLEDGER_SECRET_<NAME>`` variable is too short to redact safely.
+
+    ``opledger worker`` and ``opledger serve`` call it at start, before opening the store: these
+    variables are what :class:`EnvironmentSecrets` (the default provider) resolves. Secrets from
+    :class:`FileSecrets` cannot be listed at start (the directory may hold other files) and are
+    refused when resolved.
+
+    Args:
+        environ: the process environment (``os.environ``).
+
+    Raises:
+        ConfigurationError: one line naming every short variable and its length, never a value.
+
+    Source: issue 27 item 3; ``MIN_SECRET_CHARS``.
+    """
+    problems = [problem for key in sorted(environ) if key.startswith(ENV_PREFIX)
+                if (problem := short_secret(key, environ[key])) is not None]
+    if problems:
+        raise ConfigurationError(
+            "; ".join(problems) + ": every secret is redacted wherever it appears, so a short one garbles "
+            f"ids in logs and stored details; set the real secret ({MIN_SECRET_CHARS} characters or more)")
 
 
 def resolve_payload(payload: Mapping[str, Any], provider: SecretProvider,

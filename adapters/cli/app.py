@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import typer
@@ -77,14 +78,17 @@ def worker(
     """Run a worker until SIGTERM/SIGINT: claim, attempt, record, settle, recover.
 
     Refuses to start (exit code 2) when the store holds ledger event topics this code cannot
-    resolve, unless --allow-unreadable-events."""
+    resolve, unless --allow-unreadable-events, and when an OPLEDGER_SECRET_<NAME> is shorter than
+    8 characters."""
     from adapters.logs import configure_logging
     from adapters.runtime import run_worker, tune_gc_for_worker
+    from executors.secrets import check_environment_secrets
 
     config = settings(database_url, lease_seconds=lease_seconds, worker_threads=threads,
                       allow_unreadable_events=allow_unreadable_events)
     configure_logging(config.log_format)
     with UserErrors():
+        check_environment_secrets(os.environ)  # before the store is opened (issue 27 item 3)
         tune_gc_for_worker()
         run_worker(config)
 
@@ -95,6 +99,9 @@ def serve(
     port: int = typer.Option(None, min=0, max=65535, help="TCP port (default: $OPLEDGER_HTTP_PORT or 8000)"),
     write: bool = typer.Option(False, "--write", help="SQLite: own the store (operator actions work; no worker "
                                "may run meanwhile). PostgreSQL always writes."),
+    public: bool = typer.Option(False, "--public", help="allow a --host other than loopback, where /metrics and "
+                                "/health answer anyone without a token and /metrics labels every tenant "
+                                "(default: $OPLEDGER_HTTP_PUBLIC or off)"),
     database_url: str = DatabaseOption,
 ) -> None:
     """Serve the observe API (/v1, OpenAPI at /openapi.json), operator actions, /metrics, /health (live,
@@ -102,17 +109,29 @@ def serve(
     SIGINT/SIGTERM. Tokens: OPLEDGER_API_TOKENS (docs/operations.md); callback secrets:
     OPLEDGER_SECRET_CALLBACK_<INTEGRATION> (docs/guide.md, "Callbacks").
 
-    Logs go to stderr (JSON with OPLEDGER_LOG_FORMAT=json); there is no --json output."""
-    from adapters.http.app import load_serve_settings
+    Logs go to stderr (JSON with OPLEDGER_LOG_FORMAT=json); there is no --json output.
+
+    Refuses to start (exit code 2) on a --host other than loopback without --public, an API
+    token shorter than 16 characters, or an OPLEDGER_SECRET_<NAME> shorter than 8
+    (docs/operations.md, "Settings refused at start")."""
+    import structlog
+
+    from adapters.http.app import OPEN_METRICS_WARNING, check_bind, load_serve_settings
     from adapters.http.serve import run_serve
     from adapters.logs import configure_logging
+    from executors.secrets import check_environment_secrets
 
     config = settings(database_url)
     with UserErrors():
         serve_settings = load_serve_settings()
+        bind = host if host is not None else serve_settings.http_host
+        opened = check_bind(bind, public=public or serve_settings.http_public)
+        check_environment_secrets(os.environ)
         configure_logging(config.log_format)
-        run_serve(config, serve_settings, host=host if host is not None else serve_settings.http_host,
-                  port=port if port is not None else serve_settings.http_port, write=write)
+        if opened:
+            structlog.get_logger("opledger.serve").warning(OPEN_METRICS_WARNING, host=bind)
+        run_serve(config, serve_settings, host=bind, port=port if port is not None else serve_settings.http_port,
+                  write=write)
 
 
 @app.command()

@@ -12,12 +12,13 @@ Source: issue 13 items 1-3; issue 12 item 3; DESIGN §9.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
@@ -39,6 +40,17 @@ DEFAULT_HOST = "127.0.0.1"
 """The interface ``opledger serve`` binds by default (``OPLEDGER_HTTP_HOST``, ``--host``)."""
 DEFAULT_PORT = 8000
 """The TCP port ``opledger serve`` binds by default (``OPLEDGER_HTTP_PORT``, ``--port``)."""
+MIN_TOKEN_CHARS = 16
+"""An API token shorter than this is refused at start, characters (issue 27 item 3). A bearer
+token is the whole credential: an empty or short one is guessed, and it is compared with what a
+request presents, so nothing slows the guessing. ``secrets.token_urlsafe(32)`` gives 43."""
+MAKE_TOKEN = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+"""The command a refusal of a short token suggests."""
+LOOPBACK_NAMES = frozenset({"localhost"})
+"""Host names ``serve`` may bind without ``--public``, besides loopback addresses."""
+OPEN_METRICS_WARNING = ("binding a non-loopback interface with --public (OPLEDGER_HTTP_PUBLIC): /metrics and "
+                        "/health answer anyone who reaches it, unauthenticated, and /metrics labels every tenant")
+"""The warning ``serve`` logs at start when :func:`check_bind` allowed a public bind."""
 
 
 class ServeSettings(BaseSettings):
@@ -54,6 +66,10 @@ class ServeSettings(BaseSettings):
         http_port: the TCP port ``serve`` binds unless ``--port`` says otherwise (0: any free one).
         callback_tolerance_seconds: how far a callback's ``webhook-timestamp`` may be from now,
             seconds (Standard Webhooks: five minutes); 1 to 3,600.
+        http_public: allow binding an interface other than loopback (``--public`` says the same);
+            ``/metrics`` and ``/health`` are then open to whoever reaches it (:func:`check_bind`).
+
+    Every token must be at least ``MIN_TOKEN_CHARS`` characters long.
     """
 
     model_config = SettingsConfigDict(env_prefix="OPLEDGER_", extra="ignore")
@@ -63,14 +79,101 @@ class ServeSettings(BaseSettings):
     http_host: str = Field(default=DEFAULT_HOST, min_length=1)
     http_port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     callback_tolerance_seconds: float = Field(default=DEFAULT_TOLERANCE_SECONDS, ge=1, le=MAX_TOLERANCE_SECONDS)
+    http_public: bool = False
+
+    @field_validator("api_tokens")
+    @classmethod
+    def _long_enough(cls, tokens: dict[str, TokenGrant]) -> dict[str, TokenGrant]:
+        problems = short_tokens(tokens)
+        if problems:
+            raise ValueError("; ".join(problems) + f"; make one with `{MAKE_TOKEN}`")
+        return tokens
+
+
+def short_tokens(tokens: Mapping[str, TokenGrant]) -> list[str]:
+    """What is wrong with each token shorter than ``MIN_TOKEN_CHARS``, without quoting it. Pure.
+
+    Args:
+        tokens: bearer tokens and their grants (``OPLEDGER_API_TOKENS``).
+
+    Returns:
+        One problem per short token, e.g. ``a token of 3 characters (principal 'alice') is
+        shorter than 16``; empty when every token is long enough.
+
+    Source: issue 27 item 3 ("empty or short API tokens").
+    """
+    problems = []
+    for token, grant in tokens.items():
+        if len(token) < MIN_TOKEN_CHARS:
+            size = "an empty token" if not token else f"a token of {len(token)} character{'s' * (len(token) > 1)}"
+            problems.append(f"{size} (principal {grant.principal!r}) is shorter than {MIN_TOKEN_CHARS}")
+    return problems
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` is reachable from this machine only: an address in 127.0.0.0/8, ``::1``
+    (also as ``::ffff:127.x.x.x``), or ``localhost``. Pure: names are not resolved, so any other
+    name counts as public.
+
+    Args:
+        host: the interface ``serve`` would bind, as given to ``--host``.
+
+    Returns:
+        Whether binding it keeps the server off the network.
+
+    Source: issue 27 item 3.
+    """
+    if host.lower().rstrip(".") in LOOPBACK_NAMES:
+        return True
+    try:
+        address = ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
+    except ValueError:
+        return False  # a host name other than localhost, or not an address at all
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def check_bind(host: str, *, public: bool) -> bool:
+    """Refuse a bind that opens ``/metrics`` to the network unless the operator said so. Pure.
+
+    ``/metrics`` and ``/health`` answer without a token (as any Prometheus target), and
+    ``/metrics`` labels every tenant by name; bound beyond loopback they answer anyone who
+    reaches the port. ``serve`` (and a worker serving HTTP) calls this before binding.
+
+    Args:
+        host: the interface to bind (``--host`` or ``OPLEDGER_HTTP_HOST``).
+        public: the operator allowed a public bind (``--public`` or ``OPLEDGER_HTTP_PUBLIC=true``).
+
+    Returns:
+        True when ``host`` is not loopback and ``public`` allowed it: the caller logs
+        ``OPEN_METRICS_WARNING``. False for a loopback bind.
+
+    Raises:
+        ConfigurationError: ``host`` is not loopback and ``public`` is false; one line saying
+            what would be open and how to opt in.
+
+    Source: issue 27 item 3 ("a non-loopback bind without an explicit --public").
+    """
+    if is_loopback(host):
+        return False
+    if not public:
+        raise ConfigurationError(
+            f"refusing to bind {host!r}: it is not a loopback address, and /metrics and /health answer "
+            "there without a token (/metrics labels every tenant); bind 127.0.0.1 behind a proxy, or pass "
+            "--public (OPLEDGER_HTTP_PUBLIC=true) to serve them to whoever reaches the port")
+    return True
 
 
 def load_serve_settings() -> ServeSettings:
     """``ServeSettings`` from the environment.
 
     Raises:
-        ConfigurationError: a setting is malformed; the message names it without quoting any
-            token (token values are secrets).
+        ConfigurationError: a setting is malformed, or a token is shorter than
+            ``MIN_TOKEN_CHARS``; the message names it without quoting any token (token values
+            are secrets).
+
+    Source: issue 13 item 2; issue 27 item 3.
     """
     try:
         return ServeSettings()
@@ -81,7 +184,9 @@ def load_serve_settings() -> ServeSettings:
         problems = []
         for error in exc.errors():
             field, *rest = error["loc"]
-            if field == "api_tokens":  # rest[0] is the token itself: never shown
+            if field == "api_tokens" and not rest:  # a rule over all tokens (their length)
+                problems.append(f"OPLEDGER_API_TOKENS: {error['msg'].removeprefix('Value error, ')}")
+            elif field == "api_tokens":  # rest[0] is the token itself: never shown
                 where = "a token's " + ".".join(str(part) for part in rest[1:]) if len(rest) > 1 else "a token"
                 problems.append(f"OPLEDGER_API_TOKENS, {where}: {error['msg']}")
             else:

@@ -52,7 +52,7 @@ def _working(database: Database, clock: FakeClock) -> Iterator[tuple[ApprovalApp
     view = open_view(database)
     adapter = FakeAdapter()
     worker = Worker(app=app, view=view, adapters={"webhook": adapter}, clock=clock,
-                    secrets=EnvironmentSecrets({"test-token": "tok"}), config=WorkerConfig(worker_id="w"),
+                    secrets=EnvironmentSecrets({"test-token": "tok_test_secret_value"}), config=WorkerConfig(worker_id="w"),
                     projection=StatusProjection(app=app, view=view))
     try:
         yield app, adapter, worker

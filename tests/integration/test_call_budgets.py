@@ -33,7 +33,7 @@ class BudgetApp(ModesApp):
 
 def _worker(app: ModesApp, view: Any, adapter: FakeAdapter, clock: FakeClock, worker_id: str) -> Worker:
     return Worker(app=app, view=view, adapters={"webhook": adapter}, clock=clock,
-                  secrets=EnvironmentSecrets({"test-token": "tok"}), config=WorkerConfig(worker_id=worker_id),
+                  secrets=EnvironmentSecrets({"test-token": "tok_test_secret_value"}), config=WorkerConfig(worker_id=worker_id),
                   projection=StatusProjection(app=app, view=view))
 
 

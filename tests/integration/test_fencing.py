@@ -41,7 +41,7 @@ def test_late_outcome_of_a_stalled_worker_is_rejected(mode: str, expected: E, se
         return Succeeded(status_code=200)
 
     slow_adapter, fast_adapter = FakeAdapter(script=slow), FakeAdapter()
-    secrets = EnvironmentSecrets({"test-token": "tok"})
+    secrets = EnvironmentSecrets({"test-token": "tok_test_secret_value"})
     view = open_view(modes_db)
     a = Worker(app=app_a, view=view, adapters={"webhook": slow_adapter}, clock=clock, secrets=secrets,
                config=WorkerConfig(worker_id="a", lease_seconds=LEASE), projection=StatusProjection(app=app_a, view=view))

@@ -39,7 +39,7 @@ def test_leases_are_renewed_only_until_the_call_deadline(elapsed: float, renewed
 
     view = open_view(modes_db)
     worker = Worker(app=app, view=view, adapters={"webhook": FakeAdapter(script=hung)}, clock=clock,
-                    secrets=EnvironmentSecrets({"test-token": "tok"}),
+                    secrets=EnvironmentSecrets({"test-token": "tok_test_secret_value"}),
                     config=WorkerConfig(worker_id="w", lease_seconds=LEASE),
                     projection=StatusProjection(app=app, view=view))
     try:

@@ -42,7 +42,7 @@ def test_stop_returns_within_grace_when_the_domain_clock_stands_still(modes_db: 
 
     view = open_view(modes_db)
     worker = Worker(app=app, view=view, adapters={"webhook": FakeAdapter(script=hold)}, clock=clock,
-                    secrets=EnvironmentSecrets({"test-token": "tok"}),
+                    secrets=EnvironmentSecrets({"test-token": "tok_test_secret_value"}),
                     config=WorkerConfig(worker_id="w", lease_seconds=30, poll_interval_seconds=poll_seconds),
                     projection=StatusProjection(app=app, view=view))
     stop = threading.Event()

@@ -29,8 +29,8 @@ from tests.process.conftest import worker_env
 from tests.receipt_desk import APP_TOPIC, migrate_commands
 
 pytestmark = pytest.mark.process
-TOKENS = json.dumps({"client-token": {"principal": "cli", "roles": ["viewer"]}})
-AUTH = {"Authorization": "Bearer client-token"}
+TOKENS = json.dumps({"client-token-0123456789": {"principal": "cli", "roles": ["viewer"]}})
+AUTH = {"Authorization": "Bearer client-token-0123456789"}
 
 
 def _free_port() -> int:

@@ -74,10 +74,10 @@ def test_resolution_happens_only_in_secret_fields() -> None:
 
 def test_file_secrets_read_files_under_their_directory_only(tmp_path: Path) -> None:
     (tmp_path / "db").mkdir()
-    (tmp_path / "db" / "password").write_text("s3cret\n")
+    (tmp_path / "db" / "password").write_text("s3cret-password\n")
     (tmp_path.parent / "outside").write_text("nope")
     files = FileSecrets(tmp_path)
-    assert files.resolve("db/password") == "s3cret"
+    assert files.resolve("db/password") == "s3cret-password"
     with pytest.raises(MissingSecretError, match="not configured"):
         files.resolve("../outside")
     with pytest.raises(MissingSecretError, match="not configured"):
