@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Path, Request
 from adapters.http.auth import ACTION_ROLES, TokenGrant, principal_with
 from adapters.http.observe import store_of
 from adapters.http.problems import PROBLEM_RESPONSES, Problem, reject_unknown_query
-from adapters.http.schemas import ActionResult, DenyBody, EvidenceBody, ReasonBody, ResolveBody
+from adapters.http.schemas import ActionResult, ApproveBody, DenyBody, EvidenceBody, ReasonBody, ResolveBody
 from adapters.operator import ActionKind, OperatorAction, perform
 
 router = APIRouter(prefix="/v1/operations", tags=["operator actions"], responses=PROBLEM_RESPONSES,
@@ -55,7 +55,8 @@ def cancel(request: Request, grant: Operator, operation_id: OperationId, body: R
 
 @router.post("/{operation_id}/approve", response_model=ActionResult,
              summary="Approve an operation whose integration requires approval (approver)")
-def approve(request: Request, grant: Approver, operation_id: OperationId) -> Any:
+def approve(request: Request, grant: Approver, operation_id: OperationId, body: ApproveBody | None = None) -> Any:
+    # The body is optional, but one that is sent is read: malformed JSON or a member is a 422.
     return _run(request, operation_id, "approve", grant)
 
 

@@ -50,6 +50,30 @@ def find_grant(tokens: Mapping[str, TokenGrant], presented: str) -> TokenGrant |
     return found
 
 
+def bearer_grant(tokens: Mapping[str, TokenGrant], authorization: str | None) -> TokenGrant | None:
+    """The grant of an ``Authorization`` header's bearer token, or None.
+
+    Args:
+        tokens: the configured tokens and their grants.
+        authorization: the header's value, e.g. ``Bearer abc...`` (the scheme in any case), or None.
+
+    Returns:
+        The grant, or None when the header is missing, not a bearer token, or an unknown token.
+
+    Source: RFC 6750 §2.1.
+    """
+    scheme, _, token = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return find_grant(tokens, token.strip())
+
+
+def unauthorized() -> Problem:
+    """The 401 for a request without a configured bearer token (RFC 6750 §3: ``WWW-Authenticate``)."""
+    return Problem(401, "Unauthorized", "send Authorization: Bearer <token> with a configured token",
+                   headers={"WWW-Authenticate": "Bearer"})
+
+
 def principal_with(role: Role | None) -> Callable[..., TokenGrant]:
     """A FastAPI dependency: the request's grant, which must hold ``role`` (any role when None).
 
@@ -63,8 +87,7 @@ def principal_with(role: Role | None) -> Callable[..., TokenGrant]:
         tokens: Mapping[str, TokenGrant] = request.app.state.tokens
         grant = find_grant(tokens, credentials.credentials) if credentials is not None else None
         if grant is None:
-            raise Problem(401, "Unauthorized", "send Authorization: Bearer <token> with a configured token",
-                          headers={"WWW-Authenticate": "Bearer"})
+            raise unauthorized()
         if role is not None and role not in grant.roles:
             raise Problem(403, "Forbidden", f"this action needs the {role} role; {grant.principal} has "
                                             f"{', '.join(grant.roles)}")

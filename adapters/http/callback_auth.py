@@ -40,6 +40,8 @@ MAX_TOLERANCE_SECONDS = 3600.0
 SECRET_PREFIX = "whsec_"
 MIN_SECRET_BYTES = 24  # Standard Webhooks: secrets of 24 to 64 random bytes
 UNAUTHENTICATED = "Unauthenticated"
+SIGNATURE_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
+"""The Standard Webhooks headers every callback carries."""
 
 
 def callback_secret_name(integration: str) -> str:
@@ -94,6 +96,21 @@ def load_verifier(integration: str, secrets: SecretProvider) -> Webhook:
     return verifier
 
 
+def has_signature_headers(headers: Mapping[str, str]) -> bool:
+    """Whether every one of :data:`SIGNATURE_HEADERS` is present and not empty.
+
+    Args:
+        headers: the request headers, names in lower case.
+    """
+    return all(headers.get(name) for name in SIGNATURE_HEADERS)
+
+
+def signature_headers_missing() -> Problem:
+    """The 401 for a callback without the Standard Webhooks headers (nothing else is checked)."""
+    return Problem(401, UNAUTHENTICATED, "the callback lacks the Standard Webhooks headers webhook-id, "
+                                         "webhook-timestamp and webhook-signature")
+
+
 def authenticate(verifier: Webhook, headers: Mapping[str, str], body: bytes, *, now: datetime,
                  tolerance_seconds: float) -> SignedMessage:
     """Check a callback's Standard Webhooks headers against its raw body.
@@ -114,10 +131,9 @@ def authenticate(verifier: Webhook, headers: Mapping[str, str], body: bytes, *, 
             the expected signature.
     """
     lowered = {key.lower(): value for key, value in headers.items()}
-    msg_id, stamp, signatures = (lowered.get(h, "") for h in ("webhook-id", "webhook-timestamp", "webhook-signature"))
-    if not (msg_id and stamp and signatures):
-        raise Problem(401, UNAUTHENTICATED, "the callback lacks the Standard Webhooks headers webhook-id, "
-                                            "webhook-timestamp and webhook-signature")
+    if not has_signature_headers(lowered):
+        raise signature_headers_missing()
+    msg_id, stamp, signatures = (lowered[name] for name in SIGNATURE_HEADERS)
     if len(msg_id) > 255 or not msg_id.isprintable():
         raise Problem(401, UNAUTHENTICATED, "webhook-id must be 1 to 255 printable characters")
     try:

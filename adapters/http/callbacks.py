@@ -43,8 +43,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from standardwebhooks.webhooks import Webhook
 from starlette.concurrency import run_in_threadpool
 
-from adapters.http.bodies import read_bounded_body
-from adapters.http.callback_auth import CallbackSecretUnavailable, SignedMessage, authenticate, load_verifier
+from adapters.http.callback_auth import (
+    SIGNATURE_HEADERS,
+    CallbackSecretUnavailable,
+    SignedMessage,
+    authenticate,
+    load_verifier,
+)
 from adapters.http.problems import PROBLEM_RESPONSES, RETRY_AFTER_SECONDS, Problem
 from adapters.runtime import Store
 from executors.secrets import SecretProvider
@@ -57,8 +62,6 @@ from ledger.modes import rules_for
 
 log = structlog.get_logger("opledger.callbacks")
 
-MAX_CALLBACK_BYTES = 64 * 1024
-"""A callback body larger than this is refused (413) unread, bytes."""
 MAX_CONFLICT_RETRIES = 8
 """How often a callback is decided again after losing a version conflict on its operation."""
 
@@ -93,6 +96,13 @@ _BODY_SCHEMA: dict[str, Any] = {
     "description": "Signed with Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature headers) "
                    "under the integration's callback secret; the signature covers the raw body.",
 }
+# Read by hand (the signature covers the raw body), documented so that clients send them: a
+# callback without them is 401 before its body is read (adapters.http.guard).
+_SIGNATURE_PARAMETERS = [{"name": name, "in": "header", "required": True, "schema": {"type": "string", "minLength": 1},
+                          "description": "Standard Webhooks: " + about}
+                         for name, about in zip(SIGNATURE_HEADERS, ("the message id (the same on retries)",
+                                                                    "Unix seconds when signed",
+                                                                    "v1,<base64 HMAC-SHA256 of id.timestamp.body>"))]
 _CALLBACK_RESPONSES: dict[int | str, dict[str, Any]] = {
     **{code: PROBLEM_RESPONSES[code] for code in (401, 404, 409, 422, 503)},
     413: {**PROBLEM_RESPONSES[422], "description": "Body too large"},
@@ -104,9 +114,9 @@ Integration = Annotated[str, Path(pattern=NAME_PATTERN, max_length=200, descript
 
 @router.post("/callbacks/{integration}", response_model=CallbackReceipt, responses=_CALLBACK_RESPONSES,
              summary="Receive a provider's signed callback for an operation of this integration",
-             openapi_extra={"requestBody": _BODY_SCHEMA})
+             openapi_extra={"requestBody": _BODY_SCHEMA, "parameters": _SIGNATURE_PARAMETERS})
 async def receive_callback(request: Request, integration: Integration) -> CallbackReceipt:
-    body = await read_bounded_body(request, MAX_CALLBACK_BYTES, what="a callback body")
+    body = await request.body()  # bounded and read by adapters.http.guard (64 KiB)
     return await run_in_threadpool(_receive, request, integration, body)
 
 

@@ -30,7 +30,6 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adapters.http.auth import TokenGrant, principal_with
-from adapters.http.bodies import read_bounded_body
 from adapters.http.problems import MEDIA_TYPE, PROBLEM_RESPONSES, reject_unknown_query
 from adapters.runtime import Store
 from executors.receipt_leases import DEFAULT_RENEW_INTERVAL_SECONDS, ReceiptLeaseConfig, ReceiptLeaseService
@@ -288,8 +287,7 @@ async def run_command(
     if key is None and spec.key_required:
         return problem(400, "Bad request", "idempotency_key_missing",
                        f"command {name!r} requires an Idempotency-Key header (an sf-string)")
-    limit = getattr(request.app.state, "command_max_body_bytes", DEFAULT_MAX_BODY_BYTES)
-    body = await read_bounded_body(request, limit, what="a command body")  # 413 before anything is stored
+    body = await request.body()  # bounded by adapters.http.guard: 413 before anything is stored
     try:
         if key is None:
             envelope = await run_in_threadpool(runner.run_unkeyed, spec, grant.principal, body)

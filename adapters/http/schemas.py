@@ -133,11 +133,22 @@ class ActionResult(BaseModel):
     recorded: list[TimelineEntry]
 
 
+ACTION_BODY = ConfigDict(extra="forbid", strict=True)
+"""Operator action bodies are read strictly: an unknown member or a value of the wrong type is a
+422, and nothing is recorded (issue 27 item 2)."""
+
+
+class ApproveBody(BaseModel):
+    """Approve: no members; the body may be left out, or be ``{}``."""
+
+    model_config = ACTION_BODY
+
+
 class ResolveBody(BaseModel):
     """Resolve an ambiguous operation (``succeeded``, ``failed``, ``retry``, ``abandon``) or a
     blocked settlement (``abandon``) with the evidence checked."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ACTION_BODY
 
     resolution: Literal["succeeded", "failed", "retry", "abandon", "acknowledge"]
     evidence: str = Field(min_length=1, max_length=10_000, pattern=r"\S")
@@ -146,7 +157,7 @@ class ResolveBody(BaseModel):
 class EvidenceBody(BaseModel):
     """Retry a blocked settlement, saying what was fixed or checked."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ACTION_BODY
 
     evidence: str = Field(min_length=1, max_length=10_000, pattern=r"\S")
 
@@ -154,7 +165,7 @@ class EvidenceBody(BaseModel):
 class ReasonBody(BaseModel):
     """Cancel, optionally saying why."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ACTION_BODY
 
     reason: str = Field(default="", max_length=2_000)
 
@@ -162,7 +173,7 @@ class ReasonBody(BaseModel):
 class DenyBody(BaseModel):
     """Deny, saying why (required)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ACTION_BODY
 
     reason: str = Field(min_length=1, max_length=2_000, pattern=r"\S")
 
