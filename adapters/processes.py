@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,7 +113,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def spawn_serve(env: Mapping[str, str], log_path: Path, *, port: int | None = None, write: bool = False,
-                ready_timeout_seconds: float = 30.0, wait_ready: bool = True) -> ServeProcess:
+                ready_timeout_seconds: float = 30.0, wait_ready: bool = True,
+                command: Sequence[str] = ("serve",)) -> ServeProcess:
     """Start ``opledger serve`` and wait until ``/health/live`` answers.
 
     Args:
@@ -121,6 +122,8 @@ def spawn_serve(env: Mapping[str, str], log_path: Path, *, port: int | None = No
         log_path: file for its stderr (appended).
         port: the port to bind; a free one when None.
         write: pass ``--write`` (SQLite: own the store).
+        command: the ``opledger`` command that serves: ``("worker", "--serve")`` runs the worker
+            and the server in one process.
         ready_timeout_seconds: how long to wait for it to answer.
         wait_ready: False returns at once, for a serve armed with a failpoint
             (``ledger.failpoints``) that may be killed by the first request it takes, before a
@@ -135,10 +138,10 @@ def spawn_serve(env: Mapping[str, str], log_path: Path, *, port: int | None = No
     import httpx
 
     port = port or free_port()
-    command = [sys.executable, "-m", "adapters.cli", "serve", "--port", str(port)] + (["--write"] if write else [])
+    argv = [sys.executable, "-m", "adapters.cli", *command, "--port", str(port)] + (["--write"] if write else [])
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(command, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        process = subprocess.Popen(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     served = ServeProcess(process=process, url=f"http://127.0.0.1:{port}", log_path=log_path)
     if not wait_ready:
         return served

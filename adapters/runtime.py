@@ -243,13 +243,27 @@ def _remembering(offer: Callable[[Iterable[Operation]], None]) -> Callable[[Iter
     return on_committed
 
 
+Beside = Callable[["Store", threading.Event], list[threading.Thread]]
+"""Services a worker process runs beside itself on its open store (e.g. the HTTP server,
+``adapters.http.serve.serve_beside_worker``): started with the store and the stop event, they
+return their threads, which end once the event is set."""
+
+
 def run_worker(settings: Settings, *, stop: threading.Event | None = None, worker_id: str | None = None,
-               clock: Clock | None = None) -> None:
+               clock: Clock | None = None, beside: Beside | None = None) -> None:
     """Run one worker process until SIGTERM/SIGINT (or ``stop``), then stop gracefully.
 
     On SQLite the worker owns the store and keeps the status projection itself. On PostgreSQL
     one worker at a time (a leadership lease with fenced writes) keeps the projection; every
     worker claims work.
+
+    Args:
+        settings: the store, the application and the worker's settings.
+        stop: set to stop (the signal handlers set it in the main thread).
+        worker_id: this worker's name in timelines (default ``host:pid:random``).
+        clock: the injected clock (the system clock by default).
+        beside: services started on the open store once the worker is built, stopped with it
+            (``opledger worker --serve``: the HTTP server sharing the store's single writer).
     """
     clock = clock or SystemClock()
     stop = stop or threading.Event()
@@ -296,6 +310,7 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
         # (a leadership lease picks one server); here only by the SQLite owner. In every worker
         # it decoded each event a second time: 20 % of the two-worker end-to-end rate.
         metrics = follow_metrics(settings.database, store.app, stop, holder=None) if leader is None else None
+        services = beside(store, stop) if beside is not None else []
         log.info("worker started", worker_id=worker.config.worker_id, backend=settings.database.backend)
         try:
             worker.run(stop, grace_seconds=settings.grace_seconds)
@@ -310,10 +325,9 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
         finally:
             worker.close()
             stop.set()
-            if leader is not None:
-                leader.join(timeout=5)
-            if metrics is not None:
-                metrics.join(timeout=5)
+            for thread in (leader, metrics, *services):
+                if thread is not None:
+                    thread.join(timeout=5)
         if isinstance(projection, _StopOnDamage) and projection.damage is not None:
             raise projection.damage  # open_store makes it the one-line StoreDamagedError
         log.info("worker stopped", worker_id=worker.config.worker_id)

@@ -68,18 +68,32 @@ def migrate(database_url: str = DatabaseOption, allow_unreadable_events: bool = 
                       "(attention declaration_mismatch; docs/operations.md)", markup=False, highlight=False)
 
 
+HostOption = typer.Option(None, help="interface to bind (default: $OPLEDGER_HTTP_HOST or 127.0.0.1)")
+PortOption = typer.Option(None, min=0, max=65535, help="TCP port (default: $OPLEDGER_HTTP_PORT or 8000)")
+PublicOption = typer.Option(False, "--public", help="allow a --host other than loopback, where /metrics and /health "
+                            "answer anyone without a token and /metrics labels every tenant "
+                            "(default: $OPLEDGER_HTTP_PUBLIC or off)")
+
+
 @app.command()
 def worker(
     database_url: str = DatabaseOption,
     lease_seconds: float = typer.Option(None, help="lease length, seconds"),
     threads: int = typer.Option(None, help="concurrent egress calls"),
     allow_unreadable_events: bool = AllowUnreadableOption,
+    serve: bool = typer.Option(False, "--serve", help="also serve HTTP in this process, as `opledger serve` does "
+                               "(callbacks, commands, operator actions, /metrics, the console), sharing the store: "
+                               "the way to take callbacks on the embedded SQLite store"),
+    host: str = HostOption,
+    port: int = PortOption,
+    public: bool = PublicOption,
 ) -> None:
-    """Run a worker until SIGTERM/SIGINT: claim, attempt, record, settle, recover.
+    """Run a worker until SIGTERM/SIGINT: claim, attempt, record, settle, recover. With --serve,
+    the HTTP server runs in the same process (--host, --port, --public as for `serve`).
 
     Refuses to start (exit code 2) when the store holds ledger event topics this code cannot
     resolve, unless --allow-unreadable-events, and when an OPLEDGER_SECRET_<NAME> is shorter than
-    8 characters."""
+    8 characters; with --serve also on what `serve` refuses."""
     from adapters.logs import configure_logging
     from adapters.runtime import run_worker, tune_gc_for_worker
     from executors.secrets import check_environment_secrets
@@ -89,49 +103,45 @@ def worker(
     configure_logging(config.log_format)
     with UserErrors():
         check_environment_secrets(os.environ)  # before the store is opened (issue 27 item 3)
+        beside = None
+        if serve:
+            from adapters.http.serve import http_listener, serve_beside_worker
+
+            beside = serve_beside_worker(http_listener(host=host, port=port, public=public))
+        elif (host, port, public) != (None, None, False):
+            raise typer.BadParameter("--host, --port and --public need --serve")
         tune_gc_for_worker()
-        run_worker(config)
+        run_worker(config, beside=beside)
 
 
 @app.command()
 def serve(
-    host: str = typer.Option(None, help="interface to bind (default: $OPLEDGER_HTTP_HOST or 127.0.0.1)"),
-    port: int = typer.Option(None, min=0, max=65535, help="TCP port (default: $OPLEDGER_HTTP_PORT or 8000)"),
+    host: str = HostOption,
+    port: int = PortOption,
     write: bool = typer.Option(False, "--write", help="SQLite: own the store (operator actions work; no worker "
-                               "may run meanwhile). PostgreSQL always writes."),
-    public: bool = typer.Option(False, "--public", help="allow a --host other than loopback, where /metrics and "
-                                "/health answer anyone without a token and /metrics labels every tenant "
-                                "(default: $OPLEDGER_HTTP_PUBLIC or off)"),
+                               "may run meanwhile: use `opledger worker --serve` for both). PostgreSQL always "
+                               "writes."),
+    public: bool = PublicOption,
     database_url: str = DatabaseOption,
 ) -> None:
     """Serve the observe API (/v1, OpenAPI at /openapi.json), operator actions, /metrics, /health (live,
     ready), the console (/console) and providers' signed callbacks (/callbacks/{integration}) until
     SIGINT/SIGTERM. Tokens: OPLEDGER_API_TOKENS (docs/operations.md); callback secrets:
-    OPLEDGER_SECRET_CALLBACK_<INTEGRATION> (docs/guide.md, "Callbacks").
+    OPLEDGER_SECRET_CALLBACK_<INTEGRATION> (docs/guide.md, "Callbacks"). On the embedded SQLite
+    store, `opledger worker --serve` runs the worker and this server in one process.
 
     Logs go to stderr (JSON with OPLEDGER_LOG_FORMAT=json); there is no --json output.
 
     Refuses to start (exit code 2) on a --host other than loopback without --public, an API
     token shorter than 16 characters, or an OPLEDGER_SECRET_<NAME> shorter than 8
     (docs/operations.md, "Settings refused at start")."""
-    import structlog
-
-    from adapters.http.app import OPEN_METRICS_WARNING, check_bind, load_serve_settings
-    from adapters.http.serve import run_serve
+    from adapters.http.serve import http_listener, run_serve
     from adapters.logs import configure_logging
-    from executors.secrets import check_environment_secrets
 
     config = settings(database_url)
+    configure_logging(config.log_format)
     with UserErrors():
-        serve_settings = load_serve_settings()
-        bind = host if host is not None else serve_settings.http_host
-        opened = check_bind(bind, public=public or serve_settings.http_public)
-        check_environment_secrets(os.environ)
-        configure_logging(config.log_format)
-        if opened:
-            structlog.get_logger("opledger.serve").warning(OPEN_METRICS_WARNING, host=bind)
-        run_serve(config, serve_settings, host=bind, port=port if port is not None else serve_settings.http_port,
-                  write=write)
+        run_serve(config, http_listener(host=host, port=port, public=public), write=write)
 
 
 @app.command()

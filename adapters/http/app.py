@@ -25,6 +25,8 @@ from pydantic_settings.exceptions import SettingsError
 from adapters.http import actions, callbacks, commands, console, observe, problems
 from adapters.http.auth import TokenGrant
 from adapters.http.callback_auth import DEFAULT_TOLERANCE_SECONDS, MAX_TOLERANCE_SECONDS
+from adapters.http.guard import RequestGuard
+from adapters.http.limits import DEFAULT_BODY_TIMEOUT_SECONDS
 from adapters.http.metrics import DEFAULT_TOP_TENANTS, LedgerCollector, render
 from adapters.http.schemas import Health, Liveness, Readiness
 from adapters.runtime import Store
@@ -206,6 +208,8 @@ class ServeConfig:
         callback_tolerance_seconds: see ``ServeSettings.callback_tolerance_seconds``.
         callback_secrets: where callback secrets come from (``callback.<integration>``); the
             environment (``OPLEDGER_SECRET_CALLBACK_<INTEGRATION>``) by default.
+        body_timeout_seconds: how long a client may take to send a request body, seconds
+            (``adapters.http.limits``).
     """
 
     tokens: Mapping[str, TokenGrant] = field(default_factory=dict)
@@ -213,6 +217,7 @@ class ServeConfig:
     writable: bool = True
     callback_tolerance_seconds: float = DEFAULT_TOLERANCE_SECONDS
     callback_secrets: SecretProvider | None = None
+    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS
 
 
 health_router = APIRouter(tags=["health"])
@@ -277,6 +282,7 @@ def attach(app: FastAPI, *, store: Store, config: ServeConfig | None = None, clo
     app.state.clock = clock
     app.state.callback_tolerance_seconds = config.callback_tolerance_seconds
     app.state.callback_secrets = config.callback_secrets or EnvironmentSecrets()
+    app.state.body_timeout_seconds = config.body_timeout_seconds
     app.state.collector = LedgerCollector(store=MetricsStore(store.view), now=clock.now,
                                           top_tenants=config.top_tenants)
     return app
@@ -290,6 +296,7 @@ def build_app() -> FastAPI:
                               "metrics, health, the operator console, and providers' signed callbacks "
                               "(Standard Webhooks). Errors are RFC 9457 problem+json.")
     problems.install(app)
+    app.add_middleware(RequestGuard)  # every request bounded before a route parses it (issue 27)
     for router in (health_router, metrics_router, observe.router, actions.router, console.router, callbacks.router):
         app.include_router(router)
     app.include_router(commands.router)  # keyed commands with idempotency receipts (issue 15)

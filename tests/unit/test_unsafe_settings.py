@@ -153,10 +153,10 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]
     import adapters.runtime
 
     calls: list[tuple[str, dict[str, Any]]] = []
-    monkeypatch.setattr(adapters.runtime, "run_worker", lambda config: calls.append(("worker", {})))
+    monkeypatch.setattr(adapters.runtime, "run_worker", lambda config, **kw: calls.append(("worker", {})))
     monkeypatch.setattr(adapters.runtime, "tune_gc_for_worker", lambda: None)  # no gc.freeze in pytest
-    monkeypatch.setattr(adapters.http.serve, "run_serve",
-                        lambda config, serve_settings, **kw: calls.append(("serve", kw)))
+    monkeypatch.setattr(adapters.http.serve, "run_serve", lambda config, listener, **kw: calls.append(
+        ("serve", {"host": listener.host, "port": listener.port, **kw})))
     monkeypatch.setattr(adapters.logs, "configure_logging", lambda fmt: None)
     return calls
 
