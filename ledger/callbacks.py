@@ -67,3 +67,24 @@ def classify_callback(op: CallbackState, *, callback_id: str, attempt_id: UUID, 
     if op.last_attempt_id is None or attempt_id != op.last_attempt_id:
         return CallbackVerdict.UNKNOWN_ATTEMPT
     return CallbackVerdict.NEW
+
+
+ProgressReport = tuple[UUID | None, str | None, str]
+"""A recorded ``progress`` callback as compared: (attempt id, remote status, detail), as stored."""
+
+
+def repeats_progress(last: ProgressReport | None, report: ProgressReport) -> bool:
+    """Whether a ``progress`` callback says nothing the last recorded one for the same attempt
+    did not: it is acknowledged (200) and no event is recorded, as polling records a remote
+    status only when it changes (DESIGN §4, ``RemoteStatusObserved``).
+
+    Args:
+        last: the operation's last recorded progress report, or None.
+        report: this callback's (attempt id, remote status, detail), in their stored forms.
+
+    Returns:
+        True when ``report`` equals ``last`` (same attempt, same status, same detail).
+
+    Source: issue 27 item 4.
+    """
+    return last is not None and last == report

@@ -19,6 +19,7 @@ from uuid import UUID
 
 from ledger import decisions, lifecycle
 from ledger.approvals import ApprovalPolicy, ApprovalRequest, default_policy, purpose_of, roles_of, void_reason
+from ledger.callbacks import ProgressReport, repeats_progress
 from ledger.clock import require_utc
 from ledger.declarations import DEFAULT_APPROVAL_VALID_SECONDS, DeliveryMode, Integration
 from ledger.errors import (
@@ -106,6 +107,7 @@ class OperationCommands:
     remote_status: str | None
     callback_ids: set[str]
     callback_signed_at: dict[str, datetime]
+    last_progress: ProgressReport | None
     late_observation: dict[str, Any] | None
     cancel_requested: bool
     cancel_reason: str | None
@@ -607,7 +609,8 @@ class OperationCommands:
 
         Returns:
             True when a fact was recorded; False for a duplicate, a late callback that agrees
-            with (or adds nothing to) the recorded outcome.
+            with (or adds nothing to) the recorded outcome, or a ``progress`` report that
+            repeats the last one for the same attempt (``ledger.callbacks.repeats_progress``).
 
         Raises:
             InvalidArgumentError: an unknown outcome.
@@ -632,9 +635,11 @@ class OperationCommands:
                                detail=storable_fact(detail, FactKind.DETAIL), recorded_outcome=self.execution.value)
             return True
         self._allow("receive_callback")
-        self.trigger_event(self.CallbackReceived, timestamp=now, callback_id=callback_id,
-                           outcome=outcome, remote_status=storable_fact_or_none(remote_status, FactKind.STATUS),
-                           detail=storable_fact(detail, FactKind.DETAIL), attempt_id=attempt_id, signed_at=signed_at)
+        status, text = storable_fact_or_none(remote_status, FactKind.STATUS), storable_fact(detail, FactKind.DETAIL)
+        if outcome == "progress" and repeats_progress(self.last_progress, (attempt_id, status, text)):
+            return False
+        self.trigger_event(self.CallbackReceived, timestamp=now, callback_id=callback_id, outcome=outcome,
+                           remote_status=status, detail=text, attempt_id=attempt_id, signed_at=signed_at)
         return True
 
     def succeed(self, *, epoch: int, now: datetime, attempt_id: UUID | None = None,

@@ -144,6 +144,7 @@ class Operation(OperationCommands, Aggregate):
             op.remote_status = None
             op.callback_ids = set()
             op.callback_signed_at = {}
+            op.last_progress = None
             op.late_observation = None
             op.cancel_requested = False
             op.cancel_reason = None
@@ -381,6 +382,8 @@ class Operation(OperationCommands, Aggregate):
             op._remember_callback(self.callback_id, self.signed_at)
             if self.remote_status is not None:
                 op.remote_status = self.remote_status
+            if self.outcome == "progress":
+                op.last_progress = (self.attempt_id, self.remote_status, self.detail)
             if self.outcome == "succeeded":
                 op._reach_outcome(E.SUCCEEDED, self.timestamp)
             elif self.outcome == "failed":

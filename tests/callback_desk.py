@@ -68,9 +68,10 @@ class CallbackDesk:
 
     def post(self, op_id: UUID, attempt: UUID, *, callback_id: str = "msg_1", outcome: str = "succeeded",
              secret: str = CALLBACK_SECRET, at: datetime | None = None, integration: str = INTEGRATION,
-             headers: dict[str, str] | None = None) -> Any:
+             headers: dict[str, str] | None = None, remote_status: str = "done", detail: str = "") -> Any:
         """Sign and post a callback; returns the response."""
-        body = callback_body(operation_id=str(op_id), attempt_id=str(attempt), outcome=outcome)
+        body = callback_body(operation_id=str(op_id), attempt_id=str(attempt), outcome=outcome,
+                             remote_status=remote_status, detail=detail)
         signed = signed_headers(secret, callback_id=callback_id, at=at or self.clock.now(), body=body)
         return self.client.post(f"/callbacks/{integration}", content=body, headers=headers or signed)
 

@@ -16,9 +16,10 @@ The route, in order, and what it answers (a body over 64 KiB: 413, unread):
    (replayed);
 6. the same ``webhook-id`` re-signed (the provider's retry): 200, nothing recorded;
 7. otherwise ``Operation.receive_callback`` decides: ``CallbackReceived`` while the operation waits
-   for its result, ``LateObservationRecorded`` after an outcome it contradicts, nothing after one
-   it agrees with. 200 says which; an operation expecting no callback (pending or claimed, its
-   attempt closed for a retry) is 409.
+   for its result (but nothing for a ``progress`` report identical to the last one for the same
+   attempt: ``unchanged``), ``LateObservationRecorded`` after an outcome it contradicts, nothing
+   after one it agrees with. 200 says which; an operation expecting no callback (pending or
+   claimed, its attempt closed for a retry) is 409.
 
 Nothing is written before step 7, and every refusal is problem+json. The decision in steps 5-6 is
 ``ledger.callbacks.classify_callback`` on the operation as stored, so it holds across restarts
@@ -59,6 +60,7 @@ from ledger.declarations import NAME_PATTERN
 from ledger.errors import IllegalTransitionError, OperationNotFoundError, UnknownIntegrationError
 from ledger.inbound import BodyRefused, parse_json
 from ledger.modes import rules_for
+from ledger.status import OUTCOME_STATES
 
 log = structlog.get_logger("opledger.callbacks")
 
@@ -83,9 +85,10 @@ class CallbackReceipt(BaseModel):
 
     operation_id: str
     callback_id: str = Field(description="the message's webhook-id")
-    result: Literal["recorded", "duplicate", "agrees_with_outcome"] = Field(
+    result: Literal["recorded", "duplicate", "agrees_with_outcome", "unchanged"] = Field(
         description="recorded: a new fact; duplicate: this webhook-id was recorded before (nothing new); "
-                    "agrees_with_outcome: it arrived after an outcome it agrees with (nothing recorded)")
+                    "agrees_with_outcome: it arrived after an outcome it agrees with (nothing recorded); "
+                    "unchanged: a progress report identical to the last one for this attempt (nothing recorded)")
     fact: str | None = Field(description="CallbackReceived or LateObservationRecorded when recorded")
     status: str = Field(description="the operation's status after it")
 
@@ -242,8 +245,9 @@ def _record_once(app: LedgerApplication, integration: str, body: CallbackBody, s
                                        attempt_id=body.attempt_id, signed_at=signed.signed_at)
     except IllegalTransitionError as exc:
         raise Problem(409, "Conflict", f"operation {op.id} expects no callback now: {exc}") from None
-    if not recorded:
-        return _receipt(op, signed.callback_id, "agrees_with_outcome", None)
+    if not recorded:  # after an outcome: it agrees; before one: a progress report repeated
+        return _receipt(op, signed.callback_id, "agrees_with_outcome" if op.execution in OUTCOME_STATES
+                        else "unchanged", None)
     fact = type(op.pending_events[-1]).__name__
     try:
         app.save(op)
@@ -254,7 +258,7 @@ def _record_once(app: LedgerApplication, integration: str, body: CallbackBody, s
     return _receipt(op, signed.callback_id, "recorded", fact)
 
 
-def _receipt(op: Any, callback_id: str, result: Literal["recorded", "duplicate", "agrees_with_outcome"],
+def _receipt(op: Any, callback_id: str, result: Literal["recorded", "duplicate", "agrees_with_outcome", "unchanged"],
              fact: str | None) -> CallbackReceipt:
     return CallbackReceipt(operation_id=str(op.id), callback_id=callback_id, result=result, fact=fact,
                            status=op.status.value)

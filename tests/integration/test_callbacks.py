@@ -188,6 +188,26 @@ def test_a_progress_callback_keeps_the_operation_waiting(desk: CallbackDesk) -> 
     assert failure is not None and failure["category"] == "remote_failed"
 
 
+def test_a_progress_report_repeated_is_acknowledged_without_a_new_event(desk: CallbackDesk) -> None:
+    op_id, attempt = desk.accepted()
+    first = desk.post(op_id, attempt, callback_id="msg_p1", outcome="progress", remote_status="running", detail="40%")
+    assert first.status_code == 200 and first.json()["result"] == "recorded"
+    length = desk.log_length()
+    for n in range(2, 6):  # new messages (the provider's own ids) saying the same thing
+        again = desk.post(op_id, attempt, callback_id=f"msg_p{n}", outcome="progress", remote_status="running",
+                          detail="40%")
+        assert again.status_code == 200 and again.json()["result"] == "unchanged", again.text
+    assert desk.log_length() == length
+    for n, (status, detail) in enumerate([("running", "60%"), ("copying", "60%")]):
+        changed = desk.post(op_id, attempt, callback_id=f"msg_c{n}", outcome="progress", remote_status=status,
+                            detail=detail)
+        assert changed.json()["result"] == "recorded"
+    assert desk.log_length() == length + 2
+    assert events(desk, op_id)[-3:] == ["CallbackReceived"] * 3
+    done = desk.post(op_id, attempt, callback_id="msg_d", outcome="succeeded")
+    assert done.json()["result"] == "recorded" and done.json()["status"] == "succeeded"
+
+
 def test_a_read_only_server_answers_503_and_writes_nothing(database_url: str) -> None:
     with callback_desk(database_url, writable=False) as d:
         op_id, attempt = d.accepted()

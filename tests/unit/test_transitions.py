@@ -980,3 +980,22 @@ def test_the_last_waits_scope_stays_shown_after_the_claim() -> None:
     _wait(b)
     b.op.claim(now=b.tick(10), worker_id="w", lease_seconds=30)
     assert (b.op.execution, b.op.budget_wait, b.op.budget_wait_until) == (E.CLAIMED, "test.x", None)
+
+
+# ------------------------------------------------------------------ progress callbacks (issue 27 item 4)
+
+def test_a_progress_callback_repeating_the_last_for_its_attempt_records_nothing() -> None:
+    b = build(E.ACCEPTED, delivery_mode="callback")
+    b.collect()
+    first = b.attempt_id
+
+    def report(callback_id: str, status: str = "RUNNING", detail: str = "40%", attempt: Any = None) -> bool:
+        return b.op.receive_callback(now=b.tick(), callback_id=callback_id, outcome="progress", remote_status=status,
+                                     detail=detail, attempt_id=attempt or first)
+
+    assert report("cb-1") and [type(e).__name__ for e in b.collect()] == ["CallbackReceived"]
+    assert not report("cb-2") and not report("cb-3") and b.collect() == []  # the same report again
+    assert report("cb-4", detail="60%") and report("cb-5", status="COPYING", detail="60%")
+    assert len(b.collect()) == 2
+    assert replay(b.events).last_progress == (first, "COPYING", "60%")  # rebuilt from the log alike
+    assert b.op.receive_callback(now=b.tick(), callback_id="cb-6", outcome="succeeded", attempt_id=first)
