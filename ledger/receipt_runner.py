@@ -46,7 +46,17 @@ from ledger.inbound import (
     reply_envelope,
 )
 from ledger.operation import Operation
-from ledger.receipt_decisions import Adopt, InFlight, Mismatch, Open, Reopen, Replay, decide_request, refusal_of
+from ledger.receipt_decisions import (
+    Adopt,
+    InFlight,
+    Mismatch,
+    Open,
+    Reopen,
+    Replay,
+    RequestDecision,
+    decide_request,
+    refusal_of,
+)
 from ledger.receipts import PENDING, Envelope, Receipt, receipt_id, request_fingerprint
 
 log = structlog.get_logger("opledger.receipts")
@@ -174,14 +184,9 @@ class ReceiptRunner:
             receipt = self.load(rid)
             now = self.clock.now()
             decision = decide_request(receipt, fingerprint, now)
-            if isinstance(decision, Replay):
-                return Answer(decision.envelope, replayed=True)
-            if isinstance(decision, Mismatch):
-                raise ReceiptMismatchError(
-                    f"the idempotency key was already used for another request to {spec.name!r} (transaction "
-                    f"{rid}); send a new key for a new request")
-            if isinstance(decision, InFlight):
-                raise ReceiptPendingError(decision.retry_after_seconds)
+            answered = _answered(decision, spec.name, rid)
+            if answered is not None:
+                return answered
             owner = f"{self.owner_prefix}:{uuid.uuid4().hex[:8]}"
             if isinstance(decision, Open):
                 receipt = Receipt.open(principal=principal, scope=spec.name, key=key, request=request, owner=owner,
@@ -196,6 +201,24 @@ class ReceiptRunner:
                 continue  # another request opened or adopted it first: decide again
             return self._run_owned(spec, receipt, owner)
         raise ReceiptPendingError(1)
+
+    def stored_answer(self, spec: CommandSpec, principal: str, key: str, body: bytes) -> Answer | None:
+        """Answer a keyed request from what is stored, writing nothing (a read-only store).
+
+        Returns:
+            The replayed :class:`Answer` of a completed receipt for this request, or None when
+            answering needs a write (no receipt yet, or one to reopen or adopt).
+
+        Raises:
+            ReceiptMismatchError: the key was used for another request (422).
+            ReceiptPendingError: its owner is running it (409, ``Retry-After``).
+
+        Source: issue 34 item 7; the IETF Idempotency-Key draft (a completed request is replayed).
+        """
+        request = canonical_request(spec.name, principal, body)
+        rid = receipt_id(principal, spec.name, key)
+        return _answered(decide_request(self.load(rid), request_fingerprint(request), self.clock.now()), spec.name,
+                         rid)
 
     def recover(self, rid: UUID, *, max_adoptions: int) -> Answer | None:
         """Adopt a pending receipt whose owner is gone and complete it from its stored request.
@@ -366,6 +389,19 @@ class ReceiptRunner:
                             error=f"{type(exc).__name__}: {exc}")
             finally:
                 self.owned.drop(rid)
+
+
+def _answered(decision: RequestDecision, scope: str, rid: UUID) -> Answer | None:
+    """What ``decision`` answers without running anything: a replay, or the refusals; None when
+    the request needs its receipt opened, reopened or adopted."""
+    if isinstance(decision, Replay):
+        return Answer(decision.envelope, replayed=True)
+    if isinstance(decision, Mismatch):
+        raise ReceiptMismatchError(f"the idempotency key was already used for another request to {scope!r} "
+                                   f"(transaction {rid}); send a new key for a new request")
+    if isinstance(decision, InFlight):
+        raise ReceiptPendingError(decision.retry_after_seconds)
+    return None
 
 
 @contextmanager

@@ -174,11 +174,13 @@ def _shown(text: str) -> str:
 def json_media_problem(content_type: str | None) -> str | None:
     """Why a command request's ``Content-Type`` is refused (415), or None when it is JSON.
 
-    Accepted: none given, ``application/json`` or any ``application/*+json``, with no ``charset``
-    or ``charset=utf-8`` (RFC 8259 §8.1: JSON between systems is UTF-8; §11 defines no charset).
+    Accepted: ``application/json`` or any ``application/*+json``, with no ``charset`` or
+    ``charset=utf-8`` (RFC 8259 §8.1: JSON between systems is UTF-8; §11 defines no charset).
+    A request without ``Content-Type`` is refused too (issue 34 item 7): its body is not
+    declared JSON, and guessing would take a form post or plain text as a command.
     """
     if content_type is None:
-        return None
+        return "a command body is JSON: send Content-Type: application/json"
     media, _, params = content_type.partition(";")
     media = media.strip().lower()
     if not (media == "application/json" or (media.startswith("application/") and media.endswith("+json"))):
@@ -274,9 +276,6 @@ async def run_command(
     media_problem = json_media_problem(request.headers.get("content-type"))
     if media_problem is not None:
         return problem(415, "Unsupported media type", "unsupported_media_type", media_problem)
-    if not request.app.state.writable:
-        return problem(409, "Conflict", "store_read_only", "this server opened the SQLite store read-only (a "
-                       "worker owns it): commands need `opledger serve --write` or PostgreSQL")
     runner = runner_of(request)
     try:
         spec = runner.spec(name)
@@ -289,6 +288,13 @@ async def run_command(
                        f"command {name!r} requires an Idempotency-Key header (an sf-string)")
     body = await request.body()  # bounded by adapters.http.guard: 413 before anything is stored
     try:
+        if not request.app.state.writable:  # a completed request is still replayed (issue 34 item 7)
+            stored = await run_in_threadpool(runner.stored_answer, spec, grant.principal, key, body) if key else None
+            if stored is None:
+                return problem(409, "Conflict", "store_read_only", "this server opened the SQLite store read-only "
+                               "(a worker owns it): new commands need `opledger worker --serve`, "
+                               "`opledger serve --write` or PostgreSQL; completed ones are replayed")
+            return envelope_response(stored.envelope, replayed=True)
         if key is None:
             envelope = await run_in_threadpool(runner.run_unkeyed, spec, grant.principal, body)
             return envelope_response(envelope, replayed=False)

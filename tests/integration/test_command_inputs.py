@@ -28,7 +28,7 @@ def desk(database_url: str) -> Iterator[ReceiptDesk]:
 
 
 def send(desk: ReceiptDesk, content: bytes, key: str | None, **headers: str) -> Any:
-    sent = {**auth("viewer"), **headers}
+    sent = {**auth("viewer"), "Content-Type": "application/json", **headers}
     if key is not None:
         sent["Idempotency-Key"] = f'"{key}"'
     return desk.client.post(URL, content=content, headers=sent)
@@ -161,6 +161,13 @@ def test_a_content_type_other_than_json_is_415(desk: ReceiptDesk, content_type: 
     response = send(desk, b'{"label": "a"}', "ct", **{"Content-Type": content_type})
     assert response.status_code == 415 and response.json()["code"] == "unsupported_media_type"
     assert desk.runner.load(receipt_id("vera", "make_ticket", "ct")) is None
+
+
+def test_a_body_without_content_type_is_415(desk: ReceiptDesk) -> None:
+    response = desk.client.post(URL, content=b'{"label": "a"}', headers={**auth("viewer"), "Idempotency-Key": '"none"'})
+    assert "content-type" not in response.request.headers
+    assert response.status_code == 415 and response.json()["code"] == "unsupported_media_type"
+    assert desk.runner.load(receipt_id("vera", "make_ticket", "none")) is None and desk.tickets() == 0
 
 
 @pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=UTF-8",

@@ -31,7 +31,7 @@ def desk(database_url: str) -> Iterator[ReceiptDesk]:
 
 
 def post(desk: ReceiptDesk, body: Any, key: str | None = None, *, url: str = URL, raw: str | None = None) -> Any:
-    headers = auth("viewer")
+    headers = {**auth("viewer"), "Content-Type": "application/json"}
     if key is not None:
         headers["Idempotency-Key"] = raw if raw is not None else f'"{key}"'
     return desk.client.post(url, content=json.dumps(body).encode(), headers=headers)
@@ -103,7 +103,7 @@ def test_the_same_key_on_another_route_is_a_distinct_receipt(desk: ReceiptDesk) 
 
 def test_the_same_key_of_another_principal_is_a_distinct_receipt(desk: ReceiptDesk) -> None:
     mine = post(desk, {"label": "a"}, "k-4")
-    headers = {**auth("operator"), "Idempotency-Key": '"k-4"'}
+    headers = {**auth("operator"), "Content-Type": "application/json", "Idempotency-Key": '"k-4"'}
     theirs = desk.client.post(URL, content=json.dumps({"label": "a"}).encode(), headers=headers)
     assert theirs.status_code == 201 and "idempotent-replayed" not in theirs.headers
     assert theirs.json()["ticket_id"] != mine.json()["ticket_id"]
@@ -184,7 +184,7 @@ def test_an_invalid_request_and_an_unknown_entity_are_terminal_refusals(desk: Re
     missing = post(desk, {"ticket_id": "00000000-0000-0000-0000-000000000001", "label": "b"}, "k-9",
                    url="/v1/commands/rename_ticket")
     assert missing.status_code == 404 and missing.json()["code"] == "unknown_entity"
-    headers = {**auth("viewer"), "Idempotency-Key": '"k-10"'}
+    headers = {**auth("viewer"), "Content-Type": "application/json", "Idempotency-Key": '"k-10"'}
     not_json = desk.client.post(URL, content=b"{nope", headers=headers)
     assert not_json.status_code == 400 and not_json.json()["code"] == "invalid_json"
     assert desk.client.post(URL, content=b"{nope", headers=headers).headers["idempotent-replayed"] == "true"
@@ -260,3 +260,17 @@ def test_a_read_only_server_refuses_commands_without_running_them(desk: ReceiptD
     response = post(desk, {"label": "a"}, "k-ro")
     assert response.status_code == 409 and response.json()["code"] == "store_read_only"
     assert desk.tickets() == 0 and desk.runner.load(receipt_id("vera", "make_ticket", "k-ro")) is None
+
+
+def test_a_read_only_server_replays_completed_receipts(desk: ReceiptDesk) -> None:
+    first = post(desk, {"label": "a"}, "k-done")
+    assert first.status_code == 201
+    desk.app.state.writable = False  # then a read-only `serve` answers the client's retry
+    length = desk.app.state.store.app.recorder.max_notification_id()
+    again = post(desk, {"label": "a"}, "k-done")
+    assert again.status_code == 201 and again.content == first.content
+    assert again.headers["idempotent-replayed"] == "true" and kept(again) == kept(first)
+    other = post(desk, {"label": "b"}, "k-done")  # the same key for another request: still refused
+    assert other.status_code == 422 and other.json()["code"] == "idempotency_key_reused"
+    assert post(desk, {"label": "c"}, "k-new").json()["code"] == "store_read_only"
+    assert desk.app.state.store.app.recorder.max_notification_id() == length and desk.tickets() == 1

@@ -53,7 +53,7 @@ def test_a_successor_completes_a_dead_owners_receipt_after_lease_expiry(desk: Re
     assert desk.tickets() == 1
     # The client's retry gets the successor's answer, exactly.
     response = desk.client.post("/v1/commands/make_ticket", content=b'{"label": "a"}',
-                                headers={**auth("viewer"), "Idempotency-Key": '"k-r1"'})
+                                headers={**auth("viewer"), "Content-Type": "application/json", "Idempotency-Key": '"k-r1"'})
     assert response.status_code == 201 and response.headers["idempotent-replayed"] == "true"
     assert recovery.run_once(desk.clock.now()).recovered == 0  # nothing left to recover
 
@@ -85,7 +85,7 @@ def test_renewal_drops_receipts_that_are_no_longer_pending(desk: ReceiptDesk) ->
     from ledger.receipt_runner import Ownership
 
     response = desk.client.post("/v1/commands/make_ticket", content=b'{"label": "a"}',
-                                headers={**auth("viewer"), "Idempotency-Key": '"k-r4"'})
+                                headers={**auth("viewer"), "Content-Type": "application/json", "Idempotency-Key": '"k-r4"'})
     assert response.status_code == 201
     done = desk.runner.load(receipt_id("vera", "make_ticket", "k-r4"))
     assert done is not None
@@ -134,7 +134,7 @@ def test_heartbeat_keeps_a_long_execution_owned_through_a_transient_failure(data
             started = time.monotonic()
             response = desk.client.post("/v1/commands/make_ticket",
                                         content=json.dumps({"label": "slow", "sleep_seconds": 2.5 * lease}).encode(),
-                                        headers={**auth("viewer"), "Idempotency-Key": '"k-hb"'})
+                                        headers={**auth("viewer"), "Content-Type": "application/json", "Idempotency-Key": '"k-hb"'})
             assert time.monotonic() - started > 2 * lease
         finally:
             stop.set()
@@ -155,10 +155,10 @@ def test_heartbeat_keeps_a_long_execution_owned_through_a_transient_failure(data
 
 
 def test_retention_expires_completed_receipts_only_when_their_operations_are_resolved(desk: ReceiptDesk) -> None:
-    headers = {**auth("viewer"), "Idempotency-Key": '"k-t1"'}
+    headers = {**auth("viewer"), "Content-Type": "application/json", "Idempotency-Key": '"k-t1"'}
     first = desk.client.post("/v1/commands/make_ticket", content=b'{"label": "a"}', headers=headers)
     refused = desk.client.post("/v1/commands/make_ticket", content=b'{"label": "taken"}',
-                               headers={**auth("viewer"), "Idempotency-Key": '"k-t2"'})
+                               headers={**auth("viewer"), "Content-Type": "application/json", "Idempotency-Key": '"k-t2"'})
     opened_by_a_dead_owner(desk, "k-t3", {"label": "p"}, lease=10**6)  # pending: never expires
     sweep = ReceiptRetentionService(runner=desk.runner, config=ReceiptRetentionConfig(retention_seconds=60))
     assert sweep.run_once(desk.clock.now()).expired == 0  # within retention
@@ -170,7 +170,7 @@ def test_retention_expires_completed_receipts_only_when_their_operations_are_res
     assert desk.runner.load(receipt_id("vera", "make_ticket", "k-t3")).state == PENDING  # type: ignore[union-attr]
     # An expired key starts a new generation: a new execution, a new answer.
     again = desk.client.post("/v1/commands/make_ticket", content=b'{"label": "taken"}',
-                             headers={**auth("viewer"), "Idempotency-Key": '"k-t2"'})
+                             headers={**auth("viewer"), "Content-Type": "application/json", "Idempotency-Key": '"k-t2"'})
     assert again.status_code == 409 and "idempotent-replayed" not in again.headers
     assert desk.runner.load(receipt_id("vera", "make_ticket", "k-t2")).generation == 2  # type: ignore[union-attr]
     # k-t1 is still replayed exactly while its operation is unresolved.

@@ -36,7 +36,7 @@ def test_a_v1_receipt_decodes_and_replays_its_generic_envelope(database_url: str
         assert receipt is not None and receipt.state == COMPLETED and receipt.envelope is not None
         assert (receipt.envelope.status, receipt.envelope.outcome) == (200, APPLIED)
         response = desk.client.post("/v1/commands/make_ticket", content=b'{"label": "legacy"}',
-                                    headers={**auth("viewer"), "Idempotency-Key": '"legacy-key-1"'})
+                                    headers={**auth("viewer"), "Content-Type": "application/json", "Idempotency-Key": '"legacy-key-1"'})
         assert response.status_code == 200
         assert response.headers["idempotent-replayed"] == "true"
         assert response.headers["content-type"] == "application/json"
@@ -56,7 +56,7 @@ def test_a_v1_not_applied_receipt_replays_a_problem_json_422(database_url: str) 
         assert receipt is not None and receipt.envelope is not None
         assert (receipt.envelope.status, receipt.envelope.outcome) == (422, NOT_APPLIED)
         response = desk.client.post("/v1/commands/make_ticket", content=b'{"label": "legacy-refused"}',
-                                    headers={**auth("viewer"), "Idempotency-Key": '"legacy-key-2"'})
+                                    headers={**auth("viewer"), "Content-Type": "application/json", "Idempotency-Key": '"legacy-key-2"'})
         assert response.status_code == 422
         assert response.headers["idempotent-replayed"] == "true"
         # An error, so problem+json (RFC 9457) with code and retryable, as every other error is.

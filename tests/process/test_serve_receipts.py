@@ -75,7 +75,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., tuple[WorkerProcess, str]]]:
 
 def command(base: str, key: str, body: dict[str, Any], name: str = "make_ticket") -> httpx.Response:
     return httpx.post(f"{base}/v1/commands/{name}", content=json.dumps(body).encode(),
-                      headers={**AUTH, "Idempotency-Key": f'"{key}"'}, timeout=30)
+                      headers={**AUTH, "Idempotency-Key": f'"{key}"', "Content-Type": "application/json"}, timeout=30)
 
 
 def envelope(response: httpx.Response) -> tuple[int, dict[str, str], bytes]:
