@@ -11,7 +11,23 @@ from adapters.cli import ops, simulate
 from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, console, settings
 
 app = typer.Typer(name="opledger", help="An event-sourced ledger of durable external operations.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        console.print(f"opledger {version('opledger')}", markup=False, highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="print the installed version and exit")) -> None:
+    """An event-sourced ledger of durable external operations."""
+
 app.add_typer(ops.ops_app, name="ops")
 app.add_typer(ops.projections_app, name="projections")
 app.command("attention")(ops.attention)
