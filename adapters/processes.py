@@ -11,8 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +47,49 @@ class WorkerProcess:
         return _terminate(self.process, timeout_seconds)
 
 
+_SPAWNED: list[subprocess.Popen[bytes]] = []
+"""Every child :func:`spawn_worker` and :func:`spawn_serve` started in this process."""
+
+
+def _spawned(process: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+    _SPAWNED.append(process)
+    return process
+
+
+class Terminated(Exception):
+    """SIGTERM arrived inside :func:`children_stopped` (raised in the main thread, so every
+    ``finally`` on the way out runs, as for Ctrl-C's ``KeyboardInterrupt``)."""
+
+
+@contextmanager
+def children_stopped(grace_seconds: float = 5.0) -> Iterator[None]:
+    """Stop every child spawned here inside the block when the block ends, however it ends:
+    normally, by an exception, by Ctrl-C (SIGINT) or by SIGTERM (raised as :class:`Terminated`).
+
+    Each child still running gets SIGTERM (a worker stops gracefully), then SIGKILL after
+    ``grace_seconds``, and is waited for, so none outlives the command that started it.
+
+    Args:
+        grace_seconds: how long each child may take to stop after SIGTERM, seconds.
+
+    Source: issue 34 item 6 (Ctrl-C on ``opledger demo`` left its second worker running).
+    """
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
+    first = len(_SPAWNED)
+    try:
+        yield
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+        for child in _SPAWNED[first:]:
+            _terminate(child, grace_seconds)
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated(f"signal {signum}")
+
+
 def _kill(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.send_signal(signal.SIGKILL)
@@ -74,8 +119,8 @@ def spawn_worker(env: Mapping[str, str], log_path: Path) -> WorkerProcess:
     full_env = {**os.environ, **env}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "adapters.cli", "worker"], env=full_env,
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        process = _spawned(subprocess.Popen([sys.executable, "-m", "adapters.cli", "worker"], env=full_env,
+                                            stdin=subprocess.DEVNULL, stdout=log, stderr=log))
     return WorkerProcess(process=process, log_path=log_path)
 
 
@@ -141,7 +186,8 @@ def spawn_serve(env: Mapping[str, str], log_path: Path, *, port: int | None = No
     argv = [sys.executable, "-m", "adapters.cli", *command, "--port", str(port)] + (["--write"] if write else [])
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        process = _spawned(subprocess.Popen(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=log,
+                                            stderr=log))
     served = ServeProcess(process=process, url=f"http://127.0.0.1:{port}", log_path=log_path)
     if not wait_ready:
         return served

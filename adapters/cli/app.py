@@ -195,10 +195,14 @@ def demo(
 ) -> None:
     """Run the end-to-end demo: partner, orders, a worker killed mid-flight, recovery, summary."""
     from adapters.demo.run import run_demo
+    from adapters.processes import Terminated
 
     settings(database_url)  # the demo's workers inherit OPLEDGER_*: refuse settings that cannot work now
-    with UserErrors():
-        code = run_demo(database_url=database_url, as_json=json_output, orders=orders)
+    try:
+        with UserErrors():
+            code = run_demo(database_url=database_url, as_json=json_output, orders=orders)
+    except Terminated:
+        code = 128 + 15  # stopped by SIGTERM, its children stopped first (adapters.processes.children_stopped)
     raise typer.Exit(code)
 
 

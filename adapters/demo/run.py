@@ -43,7 +43,7 @@ from adapters.demo.callback_flow import CallbackFlow
 from adapters.demo.orders import OrdersApp, new_email
 from adapters.operator import timeline_entries
 from adapters.partner import PartnerLog, start_partner_process
-from adapters.processes import WorkerProcess, spawn_worker
+from adapters.processes import WorkerProcess, children_stopped, spawn_worker
 from ledger.config import Database
 from ledger.declarations import DeliveryMode
 from ledger.errors import ConfigurationError
@@ -99,7 +99,9 @@ def run_demo(*, database_url: str | None, as_json: bool, orders: int) -> int:
     partner_log = DEMO_DIR / f"demo-partner-{run_id}.db"
     say(f"[bold]opledger demo[/] store: {_describe(database)}")
     flow = CallbackFlow(directory=DEMO_DIR, run_id=run_id)
-    with start_partner_process(log_path=partner_log, secret=webhook_secret, callback_secret=flow.secret) as partner:
+    # Every worker and serve the demo starts is stopped when it ends, Ctrl-C and SIGTERM included.
+    with children_stopped(), start_partner_process(log_path=partner_log, secret=webhook_secret,
+                                                   callback_secret=flow.secret) as partner:
         say(f"partner listening on {partner.url} (log {partner_log})")
         op_ids, modes = _place_orders(database, partner.url, orders)
         say(f"placed {orders} orders: {len(op_ids)} operations intended, each co-committed with its order")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,30 @@ def test_a_serve_that_dies_before_its_health_check_is_waited_for_only_when_asked
     served = spawn_serve(env, tmp_path / "not-waited.log", wait_ready=False)
     assert served.process.wait(timeout=60) != 0
     assert "no store at" in (tmp_path / "not-waited.log").read_text()
+
+
+@pytest.mark.parametrize(("signum", "when", "code"), [(signal.SIGINT, "-2.log", 130), (signal.SIGTERM, "-1.log", 143)],
+                         ids=["ctrl-c-with-the-second-worker", "sigterm-with-the-first-worker"])
+def test_a_stopped_demo_stops_every_process_it_started(tmp_path: Path, signum: int, when: str, code: int) -> None:
+    """Ctrl-C (SIGINT to the demo alone, as `kill -INT` sends it) or SIGTERM while a worker runs:
+    the demo exits and no process it started outlives it (issue 34 item 6)."""
+    import psutil
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    demo = subprocess.Popen([sys.executable, "-m", "adapters.cli", "demo", "--orders", "3"], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while not list((tmp_path / ".opledger").glob(f"demo-worker-*{when}")):
+            assert demo.poll() is None and time.monotonic() < deadline, "the demo ended before its worker started"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        children = psutil.Process(demo.pid).children(recursive=True)
+        assert any("worker" in " ".join(child.cmdline()) for child in children)
+        demo.send_signal(signum)
+        assert demo.wait(timeout=60) == code
+        gone, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, [child.cmdline() for child in alive]
+    finally:
+        if demo.poll() is None:
+            demo.kill()
