@@ -107,9 +107,11 @@ def apply_decision(op: Operation, epoch: int, decision: Decision, now: datetime,
         assert attempt_id is not None
         op.schedule_retry(epoch=epoch, now=now, attempt_id=attempt_id, retry_at=decision.at,
                           category=decision.category, reason=decision.reason,
-                          possibly_applied=decision.possibly_applied)
+                          possibly_applied=decision.possibly_applied, status_code=decision.status_code,
+                          detail=decision.detail)
     elif isinstance(decision, GiveUp):
-        op.exhaust_budget(epoch=epoch, now=now, last_attempt_possibly_applied=decision.last_attempt_possibly_applied)
+        op.exhaust_budget(epoch=epoch, now=now, last_attempt_possibly_applied=decision.last_attempt_possibly_applied,
+                          status_code=decision.status_code, detail=decision.detail)
     elif isinstance(decision, AwaitCallback):
         assert attempt_id is not None
         op.accept(epoch=epoch, now=now, attempt_id=attempt_id, remote_id=str(op.id),

@@ -673,12 +673,15 @@ class OperationCommands:
                            detail=storable_fact(detail, FactKind.DETAIL))
 
     def schedule_retry(self, *, epoch: int, now: datetime, attempt_id: UUID, retry_at: datetime,
-                       category: FailureCategory | str, reason: str, possibly_applied: bool) -> None:
+                       category: FailureCategory | str, reason: str, possibly_applied: bool,
+                       status_code: int | None = None, detail: str = "") -> None:
         """Close the open attempt and schedule another (``RetryScheduled``).
 
         Args:
             possibly_applied: whether the closed attempt may have applied (egress happened and
                 the response was lost). Refused in ``non_idempotent`` mode (invariant 3).
+            status_code: the closed attempt's HTTP status, if it had a response.
+            detail: its bounded, redacted excerpt or error text (stored bounded again).
 
         Raises:
             AttemptBudgetExceededError: no attempt left; record ``exhaust_budget`` instead.
@@ -700,7 +703,8 @@ class OperationCommands:
         require_later(now, self.deadlines[E.PENDING.value], "deadlines.pending")
         self.trigger_event(self.RetryScheduled, timestamp=now, epoch=epoch, attempt_id=attempt_id,
                            retry_at=max(retry_at, now), category=FailureCategory(category).value,
-                           reason=storable_fact(reason, FactKind.REASON), possibly_applied=possibly_applied)
+                           reason=storable_fact(reason, FactKind.REASON), possibly_applied=possibly_applied,
+                           status_code=status_code, detail=storable_fact(detail, FactKind.DETAIL))
 
     def request_cancel(self, *, now: datetime, principal: str, reason: str = "") -> bool:
         """Ask for cancellation (``CancelRequested``). Workers honour it before egress, and ask
@@ -767,9 +771,11 @@ class OperationCommands:
         self.trigger_event(self.DeadlineExceeded, timestamp=now, state=self.execution.value,
                            deadline_at=deadline, ambiguous=ambiguous)
 
-    def exhaust_budget(self, *, epoch: int, now: datetime, last_attempt_possibly_applied: bool) -> None:
+    def exhaust_budget(self, *, epoch: int, now: datetime, last_attempt_possibly_applied: bool,
+                       status_code: int | None = None, detail: str = "") -> None:
         """Record that no attempt is left (``BudgetExhausted``): ``failed`` when every attempt is
-        known not to have applied, else ``ambiguous``.
+        known not to have applied, else ``ambiguous``; with the last attempt's HTTP status and
+        bounded detail, when it had them.
 
         Raises:
             IllegalTransitionError: attempts remain.
@@ -781,7 +787,8 @@ class OperationCommands:
                                          f"{self.max_attempts - self.attempts} attempts remain")
         ambiguous = self.possibly_applied or last_attempt_possibly_applied
         self.trigger_event(self.BudgetExhausted, timestamp=require_utc(now), epoch=epoch,
-                           attempts=self.attempts, ambiguous=ambiguous)
+                           attempts=self.attempts, ambiguous=ambiguous, status_code=status_code,
+                           detail=storable_fact(detail, FactKind.DETAIL))
 
     def fail_settlement(self, *, now: datetime, error: str, retry_at: datetime) -> None:
         """Record a failed settlement action, to retry at ``retry_at`` without new egress.

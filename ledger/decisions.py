@@ -256,19 +256,24 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class Retry:
-    """Close the attempt and schedule another at ``at`` (UTC)."""
+    """Close the attempt and schedule another at ``at`` (UTC), keeping the closed attempt's
+    evidence: its HTTP status (if any) and its bounded, redacted detail (issue 34 item 5)."""
 
     at: datetime
     category: FailureCategory
     reason: str
     possibly_applied: bool
+    status_code: int | None = None
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class GiveUp:
-    """No attempt left: record ``BudgetExhausted``."""
+    """No attempt left: record ``BudgetExhausted``, with the last attempt's status and detail."""
 
     last_attempt_possibly_applied: bool
+    status_code: int | None = None
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,7 +372,8 @@ def _retry_or_give_up(policy: RetryPolicy, attempts: int, now: datetime, rng: Ra
                       outcome: Failed | Ambiguous, reason: str, *, possibly_applied: bool,
                       hint: float | None) -> Decision:
     if attempts >= policy.max_attempts:
-        return GiveUp(last_attempt_possibly_applied=possibly_applied)
+        return GiveUp(last_attempt_possibly_applied=possibly_applied, status_code=outcome.status_code,
+                      detail=outcome.detail)
     delay = backoff_seconds(policy, attempts, rng)
     if hint is not None:
         delay = max(delay, hint)  # Retry-After says when the provider can take it again
@@ -376,7 +382,8 @@ def _retry_or_give_up(policy: RetryPolicy, attempts: int, now: datetime, rng: Ra
         # No retry can be scheduled (a Retry-After beyond year 9999): the attempt's outcome is
         # the operation's, recorded as it came (failed, or ambiguous if it may have applied).
         return Record(outcome)
-    return Retry(at=at, category=outcome.category, reason=reason, possibly_applied=possibly_applied)
+    return Retry(at=at, category=outcome.category, reason=reason, possibly_applied=possibly_applied,
+                 status_code=outcome.status_code, detail=outcome.detail)
 
 
 # ---------------------------------------------------------------------------- late callbacks

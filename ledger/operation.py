@@ -446,12 +446,24 @@ class Operation(OperationCommands, Aggregate):
             op._end_ambiguous(self.timestamp, self.reason)
 
     class RetryScheduled(Event):
+        """An attempt closed and another scheduled. Class version 2 added the closed attempt's
+        ``status_code`` and bounded ``detail`` (issue 34 item 5); version 1 records upcast with
+        None and ``""``."""
+
+        class_version = 2
         epoch: int
         attempt_id: UUID
         retry_at: datetime
         category: str
         reason: str
         possibly_applied: bool
+        status_code: int | None
+        detail: str
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["status_code"] = None
+            state["detail"] = ""
 
         def apply(self, op: Operation) -> None:
             op.execution = E.PENDING
@@ -501,15 +513,28 @@ class Operation(OperationCommands, Aggregate):
                 op._end_failed(self.timestamp, FailureCategory.DEADLINE, f"deadline of state {self.state} passed")
 
     class BudgetExhausted(Event):
+        """No attempt left. Class version 2 added the last attempt's ``status_code`` and bounded
+        ``detail`` (issue 34 item 5); version 1 records upcast with None and ``""``."""
+
+        class_version = 2
         epoch: int
         attempts: int
         ambiguous: bool
+        status_code: int | None
+        detail: str
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["status_code"] = None
+            state["detail"] = ""
 
         def apply(self, op: Operation) -> None:
             if self.ambiguous:
                 op._end_ambiguous(self.timestamp, "budget_exhausted")
             else:
-                op._end_failed(self.timestamp, FailureCategory.ATTEMPTS_EXHAUSTED, f"{self.attempts} attempts used")
+                last = f"; the last answered: {self.detail}" if self.detail else ""
+                op._end_failed(self.timestamp, FailureCategory.ATTEMPTS_EXHAUSTED,
+                               f"{self.attempts} attempts used{last}", status_code=self.status_code)
 
     class SettlementFailed(Event):
         error: str

@@ -314,6 +314,7 @@ class WebhookAdapter:
                     body=body,
                     excerpt=excerpt(body, limit_chars=self._config.excerpt_chars, secrets=secrets,
                                     complete=complete),
+                    redirects_followed=hops,
                 )
             finally:
                 response.close()

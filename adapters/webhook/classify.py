@@ -61,6 +61,7 @@ class HttpExchange:
         headers: the final response's headers, names lower-case, values redacted.
         body: the first ``max_response_bytes`` bytes of the final response body.
         excerpt: bounded, redacted, valid UTF-8 text of the body or of the transport error.
+        redirects_followed: how many redirects were followed before the final response.
     """
 
     status_code: int | None = None
@@ -69,6 +70,26 @@ class HttpExchange:
     headers: Mapping[str, str] = field(default_factory=dict)
     body: bytes = b""
     excerpt: str = ""
+    redirects_followed: int = 0
+
+
+def redirect_note(location: str, followed: int) -> str:
+    """Why a final 3xx was not followed, counting the redirects that were. Pure.
+
+    Args:
+        location: the final response's ``Location``, masked and bounded.
+        followed: redirects followed before it.
+
+    Returns:
+        ``"after N redirects, the limit, redirect to ... not followed"`` when the limit was
+        reached, else why this one is not followed.
+
+    Source: issue 34 item 5 (a loop said "not followed" after following five).
+    """
+    if followed >= MAX_REDIRECTS:
+        return f"{followed} redirects followed, the limit; the next, to {location!r}, was not"
+    return (f"redirect to {location!r} not followed (only method-preserving redirects, at most {MAX_REDIRECTS}, "
+            "in idempotent or read_only mode, never to a URL with credentials)")
 
 
 def classify(exchange: HttpExchange, *, now: datetime,
@@ -111,8 +132,7 @@ def classify(exchange: HttpExchange, *, now: datetime,
                       status_code=status, detail=detail)
     if 300 <= status < 400:
         location = mask_url(visible_text(exchange.headers.get("location", "").encode()))[:MAX_HEADER_DETAIL_CHARS]
-        note = (f"redirect to {location!r} not followed (only method-preserving redirects, at most "
-                f"{MAX_REDIRECTS}, in idempotent or read_only mode, never to a URL with credentials)")
+        note = redirect_note(location, exchange.redirects_followed)
         return Failed(FailureCategory.REJECTED, retryable=False, status_code=status,
                       detail=f"{note}; {detail}" if detail else note)
     if 400 <= status < 500:

@@ -185,13 +185,18 @@ OPERATION_EVENTS: dict[type, list[dict[str, Any]]] = {
                           {"epoch": 1, "attempt_id": None, "reason": "http_5xx", "status_code": 502,
                            "detail": "bad gateway"}],
     Operation.RetryScheduled: [{"epoch": 1, "attempt_id": ATTEMPT, "retry_at": later(2.5), "category": "throttled",
-                                "reason": "429 Retry-After: 2", "possibly_applied": False}],
+                                "reason": "429 Retry-After: 2", "possibly_applied": False, "status_code": 429,
+                                "detail": "slow down"},
+                               {"epoch": 1, "attempt_id": ATTEMPT, "retry_at": later(2.5), "category": "server_error",
+                                "reason": "server_error", "possibly_applied": True, "status_code": None,
+                                "detail": ""}],
     Operation.DeclarationMismatched: [{"worker_id": "worker-2", "declared_digest": "sha256:ab12"}],
     Operation.CancelRequested: [{"principal": "user:42", "reason": "customer changed mind"}],
     Operation.Cancelled: [{"epoch": 3, "reason": "cancelled by user"}, {"epoch": None, "reason": ""}],
     Operation.CancelFailed: [{"epoch": 3, "reason": "provider refused"}],
     Operation.DeadlineExceeded: [{"state": "dispatching", "deadline_at": later(600), "ambiguous": True}],
-    Operation.BudgetExhausted: [{"epoch": 5, "attempts": 5, "ambiguous": False}],
+    Operation.BudgetExhausted: [{"epoch": 5, "attempts": 5, "ambiguous": False, "status_code": 500,
+                                 "detail": "internal error"}],
     Operation.SettlementFailed: [{"error": "entity locked", "retry_at": later(5)}],
     Operation.SettlementBlocked: [{"reason": "entity deleted"}],
     Operation.Settled: [{"entity_version": 8, "principal": "system", "traceparent": None},
@@ -631,4 +636,18 @@ def test_a_budget_wait_recorded_before_leased_waits_upcasts_as_unleased() -> Non
     op = intended().mutate(None)
     event.mutate(op)
     assert (op.due_at, op.budget_wait_until, op.budget_wait) == (until, until, "payments.charge")
+    assert json.loads(mapper().to_stored_event(event).state)["class_version"] == 2
+
+
+@pytest.mark.parametrize(("name", "state"), [
+    ("RetryScheduled", {"epoch": 1, "attempt_id": str(ATTEMPT), "retry_at": "2026-03-01T12:00:05Z",
+                        "category": "server_error", "reason": "server_error", "possibly_applied": True}),
+    ("BudgetExhausted", {"epoch": 5, "attempts": 5, "ambiguous": False}),
+])
+def test_a_retry_or_exhaustion_recorded_before_it_kept_the_status_upcasts(name: str, state: dict[str, Any]) -> None:
+    # Version 1 of both kept neither the attempt's HTTP status nor its excerpt (issue 34 item 5).
+    v1 = stored(f"ledger.operation:Operation.{name}", json.dumps({"timestamp": "2026-03-01T12:00:01Z",
+                                                                 **state}).encode())
+    event = mapper().to_domain_event(v1)
+    assert (event.status_code, event.detail) == (None, "")
     assert json.loads(mapper().to_stored_event(event).state)["class_version"] == 2

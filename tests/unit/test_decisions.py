@@ -253,8 +253,8 @@ def test_after_a_lookup_a_lost_response_is_recorded_not_looked_up_again() -> Non
 
 @pytest.mark.parametrize(("found", "attempts", "expected"), [
     (None, 1, Retry(at=at(1), category=FailureCategory.TIMEOUT, reason="provider did not receive it",
-                    possibly_applied=False)),
-    (None, 3, GiveUp(last_attempt_possibly_applied=False)),
+                    possibly_applied=False, detail="provider did not receive it")),
+    (None, 3, GiveUp(last_attempt_possibly_applied=False, detail="provider did not receive it")),
     (OK, 1, Record(OK)),
     (LOST, 1, Record(LOST)),  # the lookup itself failed: stay honest, ambiguous
     # A lookup that could not be made says nothing about the attempt (found by the simulator).

@@ -999,3 +999,40 @@ def test_a_progress_callback_repeating_the_last_for_its_attempt_records_nothing(
     assert len(b.collect()) == 2
     assert replay(b.events).last_progress == (first, "COPYING", "60%")  # rebuilt from the log alike
     assert b.op.receive_callback(now=b.tick(), callback_id="cb-6", outcome="succeeded", attempt_id=first)
+
+
+# ------------------------------------------------------------------ retry evidence (issue 34 item 5)
+
+def test_a_retried_500_and_the_budget_it_exhausts_keep_the_status_and_the_excerpt() -> None:
+    from executors.outcomes import apply_decision
+    from ledger.decisions import decide
+    from ledger.declarations import RetryPolicy
+    from ledger.modes import DeliveryMode
+    from ledger.outcomes import Ambiguous
+
+    b = build(E.DISPATCHING, delivery_mode="idempotent", retry={"max_attempts": 2, "base_backoff_seconds": 1})
+    b.collect()
+    answer = Ambiguous(reason="server_error", category=FailureCategory.SERVER_ERROR, status_code=500,
+                       detail='{"error": "database is down"}')
+    policy = RetryPolicy(max_attempts=2, base_backoff_seconds=1, max_backoff_seconds=1, jitter=0.0)
+
+    class NoJitter:
+        def random(self) -> float:
+            return 0.0
+
+    def answered() -> Any:
+        decision = decide(outcome=answer, mode=DeliveryMode.IDEMPOTENT, policy=policy, attempts=b.op.attempts,
+                          now=b.tick(), rng=NoJitter())
+        apply_decision(b.op, b.epoch, decision, b.now)
+        return b.collect()[-1]
+
+    retried = answered()
+    assert type(retried).__name__ == "RetryScheduled"
+    assert (retried.status_code, retried.detail) == (500, '{"error": "database is down"}')
+    b.now += timedelta(seconds=5)
+    b.op.claim(now=b.tick(), worker_id="worker-1", lease_seconds=LEASE_SECONDS)
+    b.op.start_attempt(epoch=b.epoch, now=b.tick(), attempt_id=uuid4(), request_fingerprint="req-2")
+    b.collect()
+    exhausted = answered()
+    assert type(exhausted).__name__ == "BudgetExhausted" and exhausted.status_code == 500
+    assert exhausted.detail == '{"error": "database is down"}'

@@ -161,6 +161,7 @@ def test_method_preserving_redirects_are_followed_in_safe_modes(wall_clock: Fake
 def test_redirects_are_not_followed_in_unsafe_modes(wall_clock: FakeClock, mode: DeliveryMode) -> None:
     outcome = adapter_for(redirecting(307, hops=1), wall_clock).send(egress(mode=mode))
     assert isinstance(outcome, Failed) and outcome.status_code == 307 and "redirect" in outcome.detail
+    assert "not followed (only method-preserving redirects" in outcome.detail
 
 
 @pytest.mark.parametrize("status", [301, 302, 303])
@@ -173,6 +174,8 @@ def test_redirects_that_would_turn_the_post_into_a_get_are_never_followed(wall_c
 def test_at_most_five_redirects_are_followed(wall_clock: FakeClock) -> None:
     outcome = adapter_for(redirecting(307, hops=6), wall_clock).send(egress(mode=DeliveryMode.IDEMPOTENT))
     assert isinstance(outcome, Failed) and outcome.status_code == 307
+    # It says what happened: five were followed, the sixth was not (issue 34 item 5).
+    assert outcome.detail.startswith("5 redirects followed, the limit; the next, to '/next?step=6', was not")
 
 
 def test_retry_after_date_is_measured_from_the_injected_clock(wall_clock: FakeClock) -> None:
