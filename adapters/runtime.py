@@ -201,7 +201,8 @@ def build_adapters(settings: Settings, app: LedgerApplication, clock: Clock) -> 
         if name == "webhook":
             if settings.webhook_secret is None:
                 raise ConfigurationError(
-                    "integrations use the webhook adapter: set OPLEDGER_WEBHOOK_SECRET (whsec_...)")
+                    "integrations use the webhook adapter: set OPLEDGER_WEBHOOK_SECRET (whsec_...; make one with "
+                    "`opledger secret new`)")
             from adapters.webhook import WebhookAdapter
             from adapters.webhook.adapter import WebhookConfig
 
@@ -214,7 +215,8 @@ def build_adapters(settings: Settings, app: LedgerApplication, clock: Clock) -> 
         elif name == "lro":
             if settings.webhook_secret is None:
                 raise ConfigurationError(
-                    "integrations use the lro adapter: set OPLEDGER_WEBHOOK_SECRET (whsec_...), which signs its calls")
+                    "integrations use the lro adapter: set OPLEDGER_WEBHOOK_SECRET (whsec_...; make one with "
+                    "`opledger secret new`), which signs its calls")
             from adapters.lro import LroAdapter
 
             adapters[name] = LroAdapter(secret=settings.webhook_secret.get_secret_value(), clock=clock)

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from adapters.cli import ops, simulate
+from adapters.cli import ops, secret, simulate
 from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, console, settings
 
 app = typer.Typer(name="opledger", help="An event-sourced ledger of durable external operations.",
@@ -30,6 +30,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
 
 app.add_typer(ops.ops_app, name="ops")
 app.add_typer(ops.projections_app, name="projections")
+app.add_typer(secret.secret_app, name="secret")
 app.command("attention")(ops.attention)
 app.command("resolve")(ops.resolve)
 app.command("cancel")(ops.cancel)

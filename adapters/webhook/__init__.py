@@ -1,8 +1,9 @@
 """The outbound HTTP webhook adapter (DESIGN §5).
 
-Three concerns, one module each: :mod:`~adapters.webhook.adapter` (the I/O),
-:mod:`~adapters.webhook.classify` (the pure decision) and :mod:`~adapters.webhook.excerpt`
-(bounded, redacted text for storage).
+Four concerns, one module each: :mod:`~adapters.webhook.adapter` (the I/O),
+:mod:`~adapters.webhook.classify` (the pure decision), :mod:`~adapters.webhook.excerpt`
+(bounded, redacted text for storage) and :mod:`~adapters.webhook.secret` (the signing secret's
+format, and a fresh one).
 
 Source: DESIGN §5; Standard Webhooks specification.
 """
@@ -33,6 +34,7 @@ from adapters.webhook.excerpt import (
     secrets_of,
     visible_text,
 )
+from adapters.webhook.secret import MAKE_SECRET, new_secret, secret_problem
 from ledger.redaction import REDACTED
 
 __all__ = [
@@ -53,6 +55,10 @@ __all__ = [
     "remote_id_of",
     "DEFAULT_MAX_RETRY_AFTER_SECONDS",
     "MAX_REDIRECTS",
+    # signing secrets (``opledger secret new``)
+    "new_secret",
+    "secret_problem",
+    "MAKE_SECRET",
     # excerpts and redaction (pure)
     "excerpt",
     "redact",

@@ -10,7 +10,6 @@ Standard Webhooks specification (``webhook-id``/``webhook-timestamp``/``webhook-
 
 from __future__ import annotations
 
-import base64
 import math
 import threading
 import time
@@ -38,6 +37,7 @@ from adapters.webhook.excerpt import (
     redact,
     secrets_of,
 )
+from adapters.webhook.secret import MAKE_SECRET, MAX_SECRET_BYTES, MIN_SECRET_BYTES, SECRET_PREFIX, secret_problem
 from ledger.clock import Clock, require_utc
 from ledger.declarations import canonical_json
 from ledger.egress import EgressRequest
@@ -51,8 +51,6 @@ DEFAULT_USER_AGENT = "opledger-webhook/0.1"
 CONNECTIONS_PER_THREAD = 4
 """Connections each egress thread's own client keeps alive (one call at a time per thread; a
 few hosts' connections reused)."""
-SECRET_PREFIX = "whsec_"
-MIN_SECRET_BYTES = 24  # Standard Webhooks, "Signature scheme": secrets of 24 to 64 random bytes
 REDIRECT_SAFE_MODES = frozenset(rules.mode for rules in RULES.values() if rules.follows_redirects)
 """Modes whose requests may follow a method-preserving redirect (``ledger.modes``)."""
 
@@ -129,28 +127,21 @@ class WebhookAdapter:
 
     Raises:
         ConfigurationError: ``secret`` lacks the ``whsec_`` prefix, is not base64, or holds fewer
-            than 24 bytes (Standard Webhooks: secrets of 24 to 64 random bytes).
+            than 24 bytes (Standard Webhooks: secrets of 24 to 64 random bytes); the message names
+            ``opledger secret new`` (``adapters.webhook.secret``), which makes one.
 
     Source: DESIGN §5, §7; Standard Webhooks specification.
     """
 
     def __init__(self, *, secret: str, clock: Clock, client: httpx.Client | None = None,
                  config: WebhookConfig = WebhookConfig()) -> None:
-        problem = None
-        try:
-            self._webhook = Webhook(secret)
-            key = base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
-        except Exception as exc:  # the library raises several unrelated types for a bad secret
-            problem = f"the library said {type(exc).__name__}"
-        else:
-            if not secret.startswith(SECRET_PREFIX):
-                problem = f"it does not start with {SECRET_PREFIX!r}"
-            elif len(key) < MIN_SECRET_BYTES:
-                problem = f"it holds {len(key)} bytes, the specification asks for {MIN_SECRET_BYTES} to 64"
+        problem = secret_problem(secret)
         if problem:
             raise ConfigurationError(
                 f"webhook secret is invalid: expected {SECRET_PREFIX!r} followed by base64 of {MIN_SECRET_BYTES} "
-                f"to 64 random bytes (the Standard Webhooks format); {problem}") from None
+                f"to {MAX_SECRET_BYTES} random bytes (the Standard Webhooks format); {problem}; "
+                f"make one with `{MAKE_SECRET}`")
+        self._webhook = Webhook(secret)
         self._clock = clock
         self._config = config
         self._given = client
