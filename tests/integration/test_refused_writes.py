@@ -20,6 +20,8 @@ from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.operation import Operation
 from migrations import migrate
+from projections.metrics import MetricsProjection
+from projections.metrics_store import MetricsStore
 from projections.status import StatusProjection
 from projections.view import open_view
 from tests.apps import FakeApp
@@ -103,6 +105,23 @@ def test_a_write_refused_for_one_operation_is_that_operations_problem(event: str
         assert op.ambiguity_reason == "outcome_unstorable" and MESSAGE in op.excerpt
     if event == "Settled":
         assert MESSAGE in (op.settlement_error or "")
+    assert _refusal_counters(app, fake_db) == {("opledger_writes_refused", kind): 1.0,
+                                               ("opledger_attention_entries", "write_refused"): 1.0}
+
+
+def _refusal_counters(app: FakeApp, database: Database) -> dict[tuple[str, str], float]:
+    """The metrics projection's refused-write counters and attention entries (issue 35 item 4)."""
+    view = open_view(database)
+    try:
+        store = MetricsStore(view)
+        MetricsProjection(app=app, store=store).catch_up()
+        found: dict[tuple[str, str], float] = {}
+        for (name, _integration, _tenant, _mode, detail), value in store.totals().items():
+            if name == "opledger_writes_refused" or (name == "opledger_attention_entries" and detail == "write_refused"):
+                found[(name, detail)] = found.get((name, detail), 0.0) + value
+        return found
+    finally:
+        view.close()
 
 
 def test_a_lone_refused_operation_is_told_from_a_broken_store_by_a_probe(app, fake_db, clock) -> None:
