@@ -69,12 +69,23 @@ def refuse_at_random(database: Database, app_name: str, percent: float, *, name:
             f"WHEN NEW.topic LIKE 'ledger.%' AND abs(random()) < {bound} "
             f"BEGIN SELECT RAISE(ABORT, '{MESSAGE}'); END"])
         return
-    function = f'"{database.schema}".{name}'
+    function, counter = f'"{database.schema}".{name}', f'"{database.schema}".{name}_count'
     _run(database, [
+        f"CREATE SEQUENCE {counter}",  # counts refusals: a sequence is not rolled back with them
         f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
         f"IF NEW.topic LIKE 'ledger.%' AND random() < {percent / 100} THEN "
-        f"RAISE EXCEPTION '{MESSAGE}'; END IF; RETURN NEW; END $$",
+        f"PERFORM nextval('{counter}'); RAISE EXCEPTION '{MESSAGE}'; END IF; RETURN NEW; END $$",
         f"CREATE TRIGGER {name} BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {function}()"])
+
+
+def refusals_made(database: Database, name: str = "refuse_some") -> int:
+    """How many inserts :func:`refuse_at_random` refused so far (PostgreSQL)."""
+    import psycopg
+
+    with psycopg.connect(database.conninfo(), autocommit=True) as conn:
+        row = conn.execute(f'SELECT last_value, is_called FROM "{database.schema}".{name}_count').fetchone()
+    assert row is not None
+    return int(row[0]) if row[1] else 0
 
 
 def drop_trigger(database: Database, app_name: str, name: str = "refuse_one") -> None:

@@ -191,3 +191,49 @@ def _refuse_all_sqlite(db: Database) -> None:
                          "BEGIN SELECT RAISE(ABORT, 'the store takes no writes'); END")
     finally:
         conn.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_drain_with_one_percent_of_ledger_inserts_refused(modes_db: Database, database_url: str,
+                                                           partner: PartnerProcess, workers) -> None:
+    """Fault injection: a trigger refuses a random 1 % of ledger inserts while two workers drain
+    1,000 operations (half of them non-idempotent)."""
+    from projections.view import open_view
+    from tests.refusals import refusals_made, refuse_at_random
+
+    n = 1000
+    specs = [("idempotent" if i % 2 else "non_idempotent", f"{partner.url}/ok") for i in range(n)]
+    ids = _make(modes_db, specs)
+    refuse_at_random(modes_db, "modes", 1.0)
+    env = {**worker_env(database_url, app=APP, lease_seconds=5.0), "OPLEDGER_EGRESS_PER_HOST": "16"}
+    started = [workers(env), workers(env)]
+    view = open_view(modes_db)
+    try:
+        def drained() -> bool:
+            counts = view.counts()
+            return counts.get("settled", 0) + len(view.attention(n)) >= n
+
+        wait_until(drained, timeout=240, interval=0.5, what="the drain to finish")
+    finally:
+        view.close()
+    assert [w.alive() for w in started] == [True, True], "a worker exited"
+    ops = _states(modes_db, ids)
+    refused = {op_id for op_id, op in ops.items() if op.write_refused is not None}
+    unsettled = {op_id: (op.status.value, op.attention) for op_id, op in ops.items()
+                 if op.status.value != "settled" and op_id not in refused}
+    assert unsettled == {}, "an operation without a refused write did not settle"
+    assert all(ops[op_id].attention == "write_refused" for op_id in refused)
+    for op_id, (mode, _) in zip(ids, specs, strict=True):
+        if mode == "non_idempotent":
+            assert partner.log.received_count(str(op_id)) <= 1, f"non-idempotent {op_id} was sent twice"
+        else:
+            assert {d.idempotency_key for d in _deliveries(partner, op_id)} <= {str(op_id)}
+    for worker in started:
+        log = worker.log_path.read_text()
+        assert "worker stopped" not in log and "Traceback" not in log, log[-3000:]
+    # Most refused rows were in batches with other operations' rows, or retried alone and taken
+    # (a refusal at random rarely repeats): only what was refused alone is an operation's.
+    made = refusals_made(modes_db)
+    assert made > 0, "the trigger refused nothing"
+    assert len(refused) <= made
