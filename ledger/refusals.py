@@ -62,6 +62,9 @@ class WriteKind(StrEnum):
     """``DeadlineExceeded`` or ``RemoteOverdue``."""
     OPERATOR = "operator"
     """An operator's action other than a cancellation (``Resolved``, an approval)."""
+    COMMAND = "command"
+    """A receipts-backed command's commit (``opledger serve``): nothing of it is stored, and no
+    operation records it (its intents were never written)."""
     OTHER = "other"
     """Any other write."""
 
