@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -210,11 +210,11 @@ def _refuse_rows_of(world: _World) -> None:
     recorder = world.app.recorder
     insert = recorder.insert_events
 
-    def insert_events(stored_events: list[StoredEvent], **kwargs: Any) -> Any:
+    def insert_events(stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
         for stored in stored_events:
             if (stored.originator_id, stored.topic) in world.refused_rows:
                 raise ProgrammingError(f"simulated: a trigger refuses {stored.topic.rsplit('.', 1)[-1]} of "
-                                       f"{_short(stored.originator_id)}")
+                                       f"{str(stored.originator_id).replace('-', '')[:8]}")
         return insert(stored_events, **kwargs)
 
     recorder.insert_events = insert_events  # type: ignore[method-assign]
