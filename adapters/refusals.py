@@ -43,6 +43,8 @@ def save_refusable(app: LedgerApplication, op: Operation, kind: WriteKind, now: 
         WriteRefusedError: the database refused the write and accepts a probe write.
         eventsourcing.persistence.IntegrityError: a version conflict (decide again).
         Exception: what ``save()`` raised otherwise: an outage, or a store that refuses every write.
+
+    Source: issue 35 item 3; docs/adr/0002-executor-services.md ("Refused writes").
     """
     try:
         app.save(op, *others)

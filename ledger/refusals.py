@@ -115,6 +115,8 @@ def refusal_text(error: BaseException) -> str:
 
     Returns:
         Text for ``WriteRefused.error``, e.g. ``"P0001: refused by trigger opledger_refuse"``.
+
+    Source: issue 35 item 2 ("the database's bounded, redacted error text"); DESIGN §9 (redaction).
     """
     driver: BaseException = error
     current: BaseException | None = error

@@ -44,6 +44,8 @@ def probe_refused(app: Application, tries: int = PROBE_TRIES) -> bool:
     Raises:
         Exception: what a probe raised when it says the store is unreachable for now
             (``ledger.outages.is_transient``): the caller rides the outage out.
+
+    Source: issue 35 item 1 ("a probe write the store must accept").
     """
     for _ in range(max(1, tries)):
         try:
