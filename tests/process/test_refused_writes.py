@@ -237,3 +237,40 @@ def test_a_drain_with_one_percent_of_ledger_inserts_refused(modes_db: Database, 
     made = refusals_made(modes_db)
     assert made > 0, "the trigger refused nothing"
     assert len(refused) <= made
+
+
+@pytest.mark.parametrize(("event", "execution"), [("RemoteStatusObserved", "accepted"), ("Succeeded", "ambiguous")])
+def test_a_poll_result_refused_for_one_operation_leaves_the_worker_and_the_others_going(
+        event: str, execution: str, database: Database, database_url: str, partner: PartnerProcess,
+        workers) -> None:
+    from migrations import migrate
+    from tests.lro_apps import LroApp
+
+    migrate(database, LroApp)
+    app = LroApp(env=database.library_env(create_table=False))
+    try:
+        others = [app.make(f"{partner.url}/lro/provision?polls=2", n=n) for n in range(3)]
+        bad = app.make(f"{partner.url}/lro/provision?polls=2", n=9)
+    finally:
+        app.close()
+    refuse_event(database, "lros", bad, getattr(Operation, event))
+    worker = workers(worker_env(database_url, app="tests.lro_apps:LroApp", lease_seconds=1.0))
+
+    def states() -> dict[UUID, Operation]:
+        reader = LroApp(env=read_only_env(database))
+        try:
+            return {op_id: reader.get_operation(op_id) for op_id in [*others, bad]}
+        finally:
+            reader.close()
+
+    ops = wait_until(lambda: (s := states())[bad].write_refused is not None
+                     and all(s[i].status.value == "settled" for i in others) and s, timeout=60,
+                     what=f"the others to settle, the poll's {event} refused")
+    op = ops[bad]
+    assert (op.execution.value, op.write_refused, op.attention) == (execution, "poll", "write_refused")
+    assert all(ops[i].execution.value == "succeeded" and partner.log.applied_count(str(i)) == 1 for i in others)
+    polls = [r for r in partner.log.requests(str(bad)) if r.kind == "poll"]
+    time.sleep(1.0)  # twenty idle cycles: it is not polled or sent again
+    assert [r for r in partner.log.requests(str(bad)) if r.kind == "poll"] == polls
+    assert len([r for r in partner.log.requests(str(bad)) if r.kind == "delivery"]) == 1
+    assert worker.alive() and "worker stopped" not in worker.log_path.read_text()
