@@ -97,3 +97,22 @@ def test_a_refused_command_is_a_problem_and_its_key_can_be_retried(commands: Rec
     drop_trigger(database, "commands")
     assert d.client.post("/v1/commands/make_ticket", content=body, headers=headers).status_code == 201
     assert d.tickets() == 1
+
+
+def test_a_refused_operator_action_on_the_cli_is_one_line_and_exit_2(database_url: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from adapters.cli.app import app as cli
+    from ledger.config import Database
+    from tests.desk import seeded
+
+    ids, _ = seeded(database_url)
+    monkeypatch.setenv("OPLEDGER_APP", "tests.observe_seed:DeskApp")
+    monkeypatch.setenv("OPLEDGER_DATABASE_URL", database_url)
+    refuse_event(Database.parse(database_url), "desk", ids["ambiguous"], Operation.Resolved)
+    result = CliRunner().invoke(cli, ["resolve", str(ids["ambiguous"]), "--resolution", "failed",
+                                      "--evidence", "partner has no record"])
+    assert result.exit_code == 2, result.output
+    assert f"the store refused the operator write of operation {ids['ambiguous']}" in result.output
+    assert MESSAGE in result.output and "Traceback" not in result.output
