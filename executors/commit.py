@@ -89,7 +89,7 @@ class CommitResult:
 class RefusalNote:
     """What a write the store refused for one operation leaves on it
     (:meth:`Committer.record_refusals`): ``WriteRefused`` with ``kind`` and ``error``, under
-    ``epoch`` (the lease holder's, or None), after ``fact`` (the fact the refusal makes true
+    ``epoch`` (the lease holder's, or None), then ``fact`` (the fact the refusal makes true
     instead, such as ``Ambiguous(outcome_unstorable)`` or ``SettlementBlocked``), if any.
 
     Source: issue 35 item 2.
@@ -389,7 +389,7 @@ class Committer:
 
     def record_refusals(self, notes: Mapping[UUID, RefusalNote], now: datetime, counts: Counts) -> CommitResult:
         """Record on each operation of ``notes`` what the write the store refused for it alone
-        leaves: its ``fact``, then ``WriteRefused`` (``Operation.note_refused_write``), in one
+        leaves: ``WriteRefused`` (``Operation.note_refused_write``), then its ``fact``, in one
         commit with the others, on a fresh load. Workers then leave the operation to an
         operator (``due_work`` is ``Wait(None)``). What the store refuses again is tried once
         more (``NOTE_TRIES``); an operation for which nothing can be recorded is logged,
@@ -414,9 +414,11 @@ class Committer:
 
         def noted(note: RefusalNote) -> Change:
             def change(op: Operation) -> Sequence[Aggregate]:
+                # The note first: the operation goes onto the attention queue once, as
+                # ``write_refused``, whatever the fact makes it too.
+                op.note_refused_write(now=now, kind=note.kind, error=note.error, epoch=note.epoch)
                 if note.fact is not None:
                     note.fact(op)
-                op.note_refused_write(now=now, kind=note.kind, error=note.error, epoch=note.epoch)
                 return []
 
             return change
