@@ -231,8 +231,9 @@ class ClaimService:
         capacity = self.egress.free_slots()
         chosen = []
         for row in rows:
-            if row.operation_id in self.egress.in_flight or row.operation_id in self._deferred:
-                continue
+            if (row.operation_id in self.egress.in_flight or row.operation_id in self._deferred
+                    or self.committer.is_set_aside(row.operation_id)):
+                continue  # busy, deferred, or nothing can be recorded for it (issue 35)
             host = self._waiting_for_host.get(row.operation_id)
             if host is not None and self.egress.free_slots(host) <= 0:
                 continue

@@ -443,7 +443,7 @@ class Committer:
 
     def set_aside(self, op_id: UUID) -> None:
         """Leave ``op_id`` alone in this worker from now on (bounded memory): nothing could be
-        recorded for it, not even that its write was refused."""
+        recorded for it, not even that its write was refused. Source: issue 35 item 2."""
         with self._lock:
             self._set_aside[op_id] = None
             while len(self._set_aside) > SET_ASIDE:

@@ -321,6 +321,8 @@ class WriteRefusedError(LedgerError):
         operation_id: the operation whose write was refused, or None (a command's).
         kind: what the write was for (``ledger.refusals.WriteKind``).
         error: the database's text (``ledger.refusals.refusal_text``).
+
+    Source: issue 35 item 3.
     """
 
     def __init__(self, operation_id: UUID | None, kind: str, error: str) -> None:

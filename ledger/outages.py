@@ -59,7 +59,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 class SaveFault(StrEnum):
-    """Why a ``save()`` failed (:func:`save_fault`)."""
+    """Why a ``save()`` failed (:func:`save_fault`). Source: issue 35 item 1; issue 17."""
 
     CONFLICT = "conflict"
     """Another writer recorded the same aggregate version first: reload and decide again."""

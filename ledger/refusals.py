@@ -41,7 +41,10 @@ MAX_REFUSAL_CHARS = 1000
 
 class WriteKind(StrEnum):
     """What a refused write was for: the ``kind`` of ``WriteRefused``, and the label of the
-    ``opledger_writes_refused_total`` counter (bounded: one of these)."""
+    ``opledger_writes_refused_total`` counter (bounded: one of these).
+
+    Source: issue 35 items 2 and 4.
+    """
 
     CLAIM = "claim"
     """``Claimed`` with its ``AttemptStarted`` (refused before egress: nothing was sent)."""
@@ -70,7 +73,7 @@ class WriteKind(StrEnum):
 
 
 class RefusalScope(StrEnum):
-    """Whose problem a refused write is (:func:`refusal_scope`)."""
+    """Whose problem a refused write is (:func:`refusal_scope`). Source: issue 35 item 1."""
 
     OPERATION = "operation"
     """The operation's own: the store accepts other writes. Recorded on it; the worker goes on."""

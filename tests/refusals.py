@@ -42,19 +42,22 @@ def _run(database: Database, statements: list[str]) -> None:
             conn.execute(statement)
 
 
-def refuse_event(database: Database, app_name: str, op_id: UUID, event_class: type, *, name: str = "refuse_one") -> None:
-    """Install a trigger that refuses every insert of ``event_class`` for ``op_id`` (and nothing else)."""
-    table, topic = events_table(database, app_name), get_topic(event_class)
+def refuse_event(database: Database, app_name: str, op_id: UUID, event_class: type | None, *,
+                 name: str = "refuse_one") -> None:
+    """Install a trigger that refuses every insert of ``event_class`` (None: of any type) for
+    ``op_id``, and nothing else."""
+    table = events_table(database, app_name)
+    topic = "" if event_class is None else f" AND NEW.topic = '{get_topic(event_class)}'"
     if database.backend == "sqlite":
         _run(database, [
             f"CREATE TRIGGER {name} BEFORE INSERT ON {table} "
-            f"WHEN NEW.originator_id = '{op_id.hex}' AND NEW.topic = '{topic}' "
+            f"WHEN NEW.originator_id = '{op_id.hex}'{topic} "
             f"BEGIN SELECT RAISE(ABORT, '{MESSAGE}'); END"])
         return
     function = f'"{database.schema}".{name}'
     _run(database, [
         f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-        f"IF NEW.originator_id = '{op_id}'::uuid AND NEW.topic = '{topic}' THEN "
+        f"IF NEW.originator_id = '{op_id}'::uuid{topic} THEN "
         f"RAISE EXCEPTION '{MESSAGE}'; END IF; RETURN NEW; END $$",
         f"CREATE TRIGGER {name} BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {function}()"])
 

@@ -157,3 +157,28 @@ def test_an_operator_retries_the_write_once_the_store_is_fixed(app, fake_db, clo
     finally:
         worker.close()
         view.close()
+
+
+def test_an_operation_none_of_whose_rows_the_store_takes_is_set_aside(app, fake_db, clock, capsys) -> None:
+    # A policy refusing every row of one operation: not even WriteRefused can be recorded.
+    others, bad = _make(app)
+    refuse_event(fake_db, app.name, bad, None)
+    adapter = FakeAdapter()
+    view = open_view(fake_db)
+    projection = StatusProjection(app=app, view=view)
+    worker = Worker(app=app, view=view, adapters={"fake": adapter}, clock=clock,
+                    config=WorkerConfig(worker_id="aside", egress_slots=64, inline_egress=True),
+                    rng=random.Random(7), projection=projection, on_committed=projection.offer)
+    try:
+        for _ in range(10):
+            worker.run_once()
+            clock.advance(1)
+        projection.run_once()
+        assert all(view.get(i).status == "settled" for i in others)
+        assert worker.committer.is_set_aside(bad)
+        op = app.get_operation(bad)
+        assert (op.execution.value, op.version, adapter.received(bad)) == ("pending", 1, [])
+        assert capsys.readouterr().out.count("operation set aside: the store refuses what its refused write") == 1
+    finally:
+        worker.close()
+        view.close()
