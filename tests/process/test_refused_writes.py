@@ -118,8 +118,13 @@ def test_a_write_refused_for_one_operation_leaves_the_worker_and_the_others_goin
     # and the refused one is never sent again.
     if modes_db.backend == "postgres":
         later = _make(modes_db, [("non_idempotent", f"{partner.url}/ok")] * 3, first=20)
-        wait_until(lambda: all(o.status.value == "settled" for o in _states(modes_db, later).values()), timeout=30,
-                   what="intents made after the refusal to settle")
+        try:
+            wait_until(lambda: all(o.status.value == "settled" for o in _states(modes_db, later).values()),
+                       timeout=60, what="intents made after the refusal to settle")
+        except pytest.fail.Exception:  # say where they stood, and what the worker said last
+            states = {str(i): o.status.value for i, o in _states(modes_db, later).items()}
+            pytest.fail(f"later intents {states}; worker alive {worker.alive()}; its log ends: "
+                        f"{worker.log_path.read_text()[-3000:]}")
     else:
         time.sleep(1.0)  # a second of idle cycles (20 at the 0.05 s poll interval) with it in the store
     assert worker.alive(), worker.log_path.read_text()[-3000:]
