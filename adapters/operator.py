@@ -19,6 +19,7 @@ from uuid import UUID, uuid4
 
 from eventsourcing.application import AggregateNotFoundError
 
+from adapters.refusals import save_refusable
 from ledger.approvals import ApprovalPolicy, default_policy, load_policy, purpose_of
 from ledger.budgets import budget_levels, window_bounds, window_id
 from ledger.declarations import DEFAULT_APPROVAL_VALID_SECONDS, Classification
@@ -31,6 +32,7 @@ from ledger.errors import (
 )
 from ledger.operation import Operation
 from ledger.redaction import mask_url
+from ledger.refusals import WriteKind
 from ledger.status import ACTIVE_STATES
 from projections.rows import AttentionMark, StatusRow
 from projections.status import StatusProjection
@@ -299,6 +301,8 @@ def perform(store: Store, op_id: UUID, action: OperatorAction) -> dict[str, Any]
         OperationNotFoundError: no such operation.
         OperatorActionRefusedError: the lifecycle does not allow it now (in the user's words).
         InvalidArgumentError: a missing evidence, principal or unknown resolution.
+        WriteRefusedError: the database refused the write for this operation alone (it is on
+            the attention queue as ``write_refused``).
     """
     op = store.app.get_operation(op_id)
     before = op.version
@@ -308,7 +312,8 @@ def perform(store: Store, op_id: UUID, action: OperatorAction) -> dict[str, Any]
         raise OperatorActionRefusedError(refusal(action.kind, exc)) from None
     except ApprovalRefusedError as exc:  # the approval policy's refusal, in its own words
         raise OperatorActionRefusedError(str(exc)) from None
-    store.app.save(op)
+    kind = WriteKind.CANCELLATION if action.kind == "cancel" else WriteKind.OPERATOR
+    save_refusable(store.app, op, kind, store.app.clock.now())  # issue 35: WriteRefusedError
     catch_up_status(store)
     recorded = [event_entry(store.app, event, op.integration_name, op.integration_version)
                 for event in store.app.events.get(op_id, gt=before)]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
@@ -33,7 +33,7 @@ import structlog
 
 from executors.attempts import ClaimChanges, Plan
 from executors.budgets import budgeted
-from executors.commit import Change, CommitResult, Committer, Counts
+from executors.commit import Change, CommitResult, Committer, Counts, RefusalNote
 from executors.deadlines import cancel_change, exceed_deadline_change, remote_unknown_change
 from executors.egress import EgressService
 from executors.flights import target_host
@@ -61,6 +61,7 @@ from ledger.decisions import (
 from ledger.egress import Adapter
 from ledger.facts import describe
 from ledger.operation import Operation
+from ledger.refusals import WriteKind
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState
 from projections.reservations import reservations
@@ -95,6 +96,14 @@ class ClaimConfig:
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     batch_size: int = DEFAULT_BATCH_SIZE
     defer_seconds: float = DEFER_SECONDS
+
+
+_RECORDED: dict[type, tuple[Callable[[datetime], Change], WriteKind]] = {
+    ExceedDeadline: (exceed_deadline_change, WriteKind.DEADLINE),
+    MarkRemoteUnknown: (remote_unknown_change, WriteKind.DEADLINE),
+    Cancel: (cancel_change, WriteKind.CANCELLATION),
+}
+"""Due work that only records a fact: the change that records it, and what it writes."""
 
 
 class ClaimService:
@@ -222,8 +231,9 @@ class ClaimService:
         capacity = self.egress.free_slots()
         chosen = []
         for row in rows:
-            if row.operation_id in self.egress.in_flight or row.operation_id in self._deferred:
-                continue
+            if (row.operation_id in self.egress.in_flight or row.operation_id in self._deferred
+                    or self.committer.is_set_aside(row.operation_id)):
+                continue  # busy, deferred, or nothing can be recorded for it (issue 35)
             host = self._waiting_for_host.get(row.operation_id)
             if host is not None and self.egress.free_slots(host) <= 0:
                 continue
@@ -263,6 +273,7 @@ class ClaimService:
     def _decide_and_commit(self, ops: list[Operation], now: datetime, counts: Counts, follow: bool) -> None:
         plan = Plan()
         changes: list[tuple[Operation, Change]] = []
+        kinds: dict[UUID, WriteKind] = {}  # what each change writes, should the store refuse it
         settling: list[Operation] = []
         capacity = self.egress.free_slots()
         polls = self.polling.room() if self.polling is not None and follow else 0
@@ -275,26 +286,32 @@ class ClaimService:
                 continue
             if isinstance(work, Wait):
                 self.tail.pass_over(op, work.until, now)
+            recorded = _RECORDED.get(type(work))
             if isinstance(work, Settle):
                 settling.append(op)
-            elif isinstance(work, ExceedDeadline):
-                changes.append((op, exceed_deadline_change(now)))
-            elif isinstance(work, Cancel):
-                changes.append((op, cancel_change(now)))
-            elif isinstance(work, MarkRemoteUnknown):
-                changes.append((op, remote_unknown_change(now)))
+            elif recorded is not None:
+                changes.append((op, recorded[0](now)))
+                kinds[op.id] = recorded[1]
             elif isinstance(work, Poll) and self.polling is not None and polls > 0:
                 polls -= 1
                 plan.polls.add(op.id)
                 changes.append((op, self.polling.claim_change(now)))
+                kinds[op.id] = WriteKind.POLL
             elif isinstance(work, (Claim, Reclaim)):
                 change = self._egress_change(op, now, plan, capacity, by_host)
                 if change is not None:
                     changes.append((op, change[0]))
+                    kinds[op.id] = WriteKind.CLAIM if change[1] else WriteKind.OTHER
                     capacity -= change[1]
         if not changes and not settling:
             return
-        self._after_commit(plan, self._commit(plan, first_per_entity(settling), changes, now, counts), now)
+        result = self._commit(plan, first_per_entity(settling), changes, now, counts)
+        if refused := {op_id: RefusalNote(kinds[op_id], text) for op_id, text in result.refused.items()
+                       if op_id in kinds}:
+            # Refused for that operation alone (issue 35): it says so, and waits for an
+            # operator; a refused claim sent nothing (its attempt was never recorded).
+            self.committer.record_refusals(refused, now, counts)
+        self._after_commit(plan, result, now)
 
     def _commit(self, plan: Plan, settling: list[Operation], changes: list[tuple[Operation, Change]],
                 now: datetime, counts: Counts) -> CommitResult:

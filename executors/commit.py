@@ -7,27 +7,34 @@ such as the source entity, to save with it). All changes of a batch are saved wi
 the whole transaction and drops every pending event (DESIGN §11), so the batch is reloaded in one
 query and every change decided again: a change whose epoch went stale now raises and is
 rejected, the others commit together. Only a batch that keeps conflicting, or that cannot be
-stored (a value the codec refuses), is committed one by one, so the one operation at fault is
-found and the rest commit. Fencing is the aggregate's and the database's, never this module's.
+stored (a value the codec refuses, a row the database refuses), is committed in halves, down to
+one operation, so the operation at fault is found and the rest commit. A write the database
+refused for one operation alone is that operation's problem unless the store refuses every
+write (``ledger.refusals.refusal_scope``, issue 35); the services record what it leaves
+(``Committer.record_refusals``). Fencing is the aggregate's and the database's, never this
+module's.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from uuid import UUID
 
 import structlog
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import IntegrityError, PersistenceError
 
 from ledger.application import LedgerApplication
 from ledger.errors import LedgerError
 from ledger.facts import describe
 from ledger.operation import Operation
+from ledger.outages import SaveFault, save_fault
+from ledger.refusals import RefusalScope, WriteKind, refusal_scope, refusal_text
 from projections.loading import load_aggregates
+from projections.probe import probe_refused
 
 log = structlog.get_logger("opledger.commit")
 
@@ -37,6 +44,11 @@ KNOWN_OPERATIONS = 5000
 """Committed operations a worker keeps in memory between cycles (bounded: memory stays flat)."""
 REPORTED_PROBLEMS = 10_000
 """Problems remembered so each is logged once per operation, not once per cycle."""
+NOTE_TRIES = 2
+"""Commits of what a refused write leaves (``Committer.record_refusals``) before the operation is
+only set aside: a store refusing rows at random takes the second."""
+SET_ASIDE = 10_000
+"""Operations a worker leaves alone because nothing could be recorded for them (bounded)."""
 
 Change = Callable[[Operation], Sequence[Aggregate]]
 """Runs commands on the operation; returns other aggregates to save in the same transaction.
@@ -52,8 +64,12 @@ class CommitResult:
         committed: operation id to the operation as committed (use these instances from now on).
         rejected: operation id to the reason its change was not committed (fencing, lifecycle).
         failed: operation id to an error that is the operation's own trouble, not a lost race:
-            a change that raised something other than a ``LedgerError``, or events the store
-            refused (a value the codec cannot store). These are also in ``rejected``.
+            a change that raised something other than a ``LedgerError``, or events that could
+            not be stored (a value the codec cannot store, or a write the database refused for
+            that operation alone). These are also in ``rejected``.
+        refused: operation id to the database's error text (``ledger.refusals.refusal_text``)
+            for each write the database refused for that operation alone while it accepts
+            others (issue 35). These are also in ``failed``.
         events: names of the ledger events committed, in order, for counting.
         conflicts: how many batch saves hit a version conflict (another writer got there first).
     """
@@ -61,11 +77,28 @@ class CommitResult:
     committed: dict[UUID, Operation] = field(default_factory=dict)
     rejected: dict[UUID, str] = field(default_factory=dict)
     failed: dict[UUID, str] = field(default_factory=dict)
+    refused: dict[UUID, str] = field(default_factory=dict)
     events: list[str] = field(default_factory=list)
     conflicts: int = 0
 
     def _fail(self, op_id: UUID, exc: BaseException) -> None:
         self.rejected[op_id] = self.failed[op_id] = describe(exc)
+
+
+@dataclass(frozen=True)
+class RefusalNote:
+    """What a write the store refused for one operation leaves on it
+    (:meth:`Committer.record_refusals`): ``WriteRefused`` with ``kind`` and ``error``, under
+    ``epoch`` (the lease holder's, or None), then ``fact`` (the fact the refusal makes true
+    instead, such as ``Ambiguous(outcome_unstorable)`` or ``SettlementBlocked``), if any.
+
+    Source: issue 35 item 2.
+    """
+
+    kind: WriteKind
+    error: str
+    epoch: int | None = None
+    fact: Callable[[Operation], object] | None = None
 
 
 def _apply(op: Operation, change: Change, result: CommitResult) -> list[Aggregate] | None:
@@ -81,23 +114,40 @@ def _apply(op: Operation, change: Change, result: CommitResult) -> list[Aggregat
     return None
 
 
-def commit_changes(app: LedgerApplication, changes: Sequence[tuple[Operation, Change]]) -> CommitResult:
+def commit_changes(app: LedgerApplication, changes: Sequence[tuple[Operation, Change]], *,
+                   probe: Callable[[LedgerApplication], bool] | None = None) -> CommitResult:
     """Apply each change to its operation and save them all in one transaction.
+
+    A batch the store does not take for good (``ledger.outages.save_fault``: refused by the
+    database, or a value the codec cannot store) is committed in parts, halving it until each
+    part commits or holds one operation, so the operations at fault are found and every other
+    change commits. Whose problem a write refused for one operation alone is, that
+    operation's or the store's, is ``ledger.refusals.refusal_scope``'s rule: the operation's
+    when another write of the batch was accepted, or when ``probe`` says the store accepts
+    writes; then the operation is in :attr:`CommitResult.refused` and the caller records what
+    the refusal leaves (``Committer.record_refusals``).
 
     Args:
         app: the host application.
         changes: ``(operation, change)`` pairs; each operation appears once.
+        probe: asked only when nothing of the batch was accepted: whether the store refuses
+            every probe write (default: ``projections.probe.probe_refused``).
 
     Returns:
         A :class:`CommitResult`. Operations passed in must not be used after this call: on a
         conflict their in-memory state ran ahead of the store.
 
     Raises:
-        eventsourcing.persistence.PersistenceError: other than a version conflict (broken
-            infrastructure), propagated.
+        eventsourcing.persistence.PersistenceError: the store is unreachable for now
+            (``ledger.outages.is_transient``), or it refused the writes of every operation and
+            the probe writes too (a store-wide refusal: a dropped table, a revoked permission, a
+            read-only store); the error is the store's own, propagated.
+
+    Source: issue 35 item 1; docs/adr/0002-executor-services.md ("Refused writes").
     """
     result = CommitResult()
     pending = list(changes)
+    refusals: dict[UUID, BaseException] = {}
     for attempt in range(BATCH_TRIES):
         if attempt:
             # Another writer moved some of them: reload the whole batch in one query and decide
@@ -105,7 +155,7 @@ def commit_changes(app: LedgerApplication, changes: Sequence[tuple[Operation, Ch
             try:
                 fresh = load_aggregates(app, [op.id for op, _ in pending])
             except LedgerError:
-                break  # a record that does not decode: sort it out one by one below
+                break  # a record that does not decode: sort it out part by part below
             pending = [(fresh[op.id], change) for op, change in pending if op.id in fresh]
         batch: list[Aggregate] = []
         applied: list[tuple[Operation, Change]] = []
@@ -119,26 +169,110 @@ def commit_changes(app: LedgerApplication, changes: Sequence[tuple[Operation, Ch
         names = [type(e).__name__ for op, _ in applied for e in op.pending_events]
         try:
             app.save(*batch)
-        except IntegrityError:
-            log.debug("batch conflicted", size=len(applied), attempt=attempt + 1)
-            result.conflicts += 1
-            pending = applied
-            continue
-        except PersistenceError:
-            raise  # broken infrastructure: nothing an operation did
-        except Exception:  # something in the batch cannot be stored: find it one by one
-            pending = applied
+        except Exception as exc:
+            fault = save_fault(exc)
+            if fault is SaveFault.OUTAGE:
+                raise
+            if fault is SaveFault.CONFLICT:
+                log.debug("batch conflicted", size=len(applied), attempt=attempt + 1)
+                result.conflicts += 1
+                pending = applied
+                continue
+            if len(applied) == 1:  # refused alone already: that operation's write
+                _failed_alone(applied[0][0].id, exc, fault, result, refusals)
+                return _judged(app, result, refusals, probe)
+            pending = applied  # something in the batch cannot be stored: find it part by part
             break
         for op, _ in applied:
             result.committed[op.id] = op
         result.events.extend(names)
         return result
-    for op, change in pending:
-        _commit_alone(app, op.id, change, result)
+    _commit_parts(app, pending, result, refusals)
+    return _judged(app, result, refusals, probe)
+
+
+def _judged(app: LedgerApplication, result: CommitResult, refusals: dict[UUID, BaseException],
+            probe: Callable[[LedgerApplication], bool] | None) -> CommitResult:
+    """Apply ``refusal_scope`` to the writes refused alone: the store's problem raises the
+    store's error; an operation's is put in ``result.refused``."""
+    if not refusals:
+        return result
+    accepted = len(result.committed)
+    scope = refusal_scope(accepted=accepted, probe_refused=None)
+    if scope is RefusalScope.PROBE:
+        scope = refusal_scope(accepted=accepted, probe_refused=(probe or probe_refused)(app))
+    if scope is RefusalScope.STORE:
+        error = next(iter(refusals.values()))
+        log.error("the store refuses every write", operations=len(refusals), error=refusal_text(error))
+        raise error
+    for op_id, exc in refusals.items():
+        result.refused[op_id] = refusal_text(exc)
     return result
 
 
-def _commit_alone(app: LedgerApplication, op_id: UUID, change: Change, result: CommitResult) -> None:
+def _failed_alone(op_id: UUID, exc: BaseException, fault: SaveFault, result: CommitResult,
+                  refusals: dict[UUID, BaseException]) -> None:
+    """Record that ``op_id``'s write alone was not taken: refused by the database (judged by
+    :func:`_judged`), or not storable at all (the operation's own trouble)."""
+    result._fail(op_id, exc)
+    if fault is SaveFault.REFUSED:
+        refusals[op_id] = exc
+
+
+def _commit_parts(app: LedgerApplication, pending: list[tuple[Operation, Change]], result: CommitResult,
+                  refusals: dict[UUID, BaseException]) -> None:
+    """Commit ``pending`` (whose batch failed) in halves, each reloaded in one query; a half that
+    fails is halved again, down to one operation (:func:`_commit_alone`)."""
+    if len(pending) == 1:
+        op, change = pending[0]
+        _commit_alone(app, op.id, change, result, refusals)
+        return
+    middle = len(pending) // 2
+    for part in (pending[:middle], pending[middle:]):
+        if len(part) == 1:
+            _commit_alone(app, part[0][0].id, part[0][1], result, refusals)
+        else:
+            _commit_part(app, part, result, refusals)
+
+
+def _commit_part(app: LedgerApplication, part: list[tuple[Operation, Change]], result: CommitResult,
+                 refusals: dict[UUID, BaseException]) -> None:
+    """Reload ``part`` in one query and commit it in one transaction; halve it if that fails."""
+    try:
+        fresh = load_aggregates(app, [op.id for op, _ in part])
+    except LedgerError:  # a record that does not decode: each alone, so the bad one is found
+        for op, change in part:
+            _commit_alone(app, op.id, change, result, refusals)
+        return
+    batch: list[Aggregate] = []
+    applied: list[tuple[Operation, Change]] = []
+    for op_id, change in ((op.id, change) for op, change in part):
+        result.rejected.pop(op_id, None)
+        result.failed.pop(op_id, None)
+        if op_id not in fresh:
+            result.rejected[op_id] = "not found"
+            continue
+        saved = _apply(fresh[op_id], change, result)
+        if saved is not None:
+            batch.extend(saved)
+            applied.append((fresh[op_id], change))
+    if not applied:
+        return
+    names = [type(e).__name__ for op, _ in applied for e in op.pending_events]
+    try:
+        app.save(*batch)
+    except Exception as exc:
+        if save_fault(exc) is SaveFault.OUTAGE:
+            raise
+        _commit_parts(app, applied, result, refusals)
+        return
+    for op, _ in applied:
+        result.committed[op.id] = op
+    result.events.extend(names)
+
+
+def _commit_alone(app: LedgerApplication, op_id: UUID, change: Change, result: CommitResult,
+                  refusals: dict[UUID, BaseException]) -> None:
     result.rejected.pop(op_id, None)
     result.failed.pop(op_id, None)
     try:
@@ -152,13 +286,14 @@ def _commit_alone(app: LedgerApplication, op_id: UUID, change: Change, result: C
     names = [type(e).__name__ for e in fresh.pending_events]
     try:
         app.save(*saved)
-    except IntegrityError as exc:
-        result.rejected[op_id] = str(exc) or type(exc).__name__
-        return
-    except PersistenceError:
-        raise
-    except Exception as exc:  # this operation's events (or its entity's) cannot be stored
-        result._fail(op_id, exc)
+    except Exception as exc:
+        fault = save_fault(exc)
+        if fault is SaveFault.OUTAGE:
+            raise
+        if fault is SaveFault.CONFLICT:
+            result.rejected[op_id] = str(exc) or type(exc).__name__
+            return
+        _failed_alone(op_id, exc, fault, result, refusals)  # this operation's events (or its entity's)
         return
     result.committed[op_id] = fresh
     result.events.extend(names)
@@ -180,6 +315,7 @@ class Counts:
     failed: int = 0
     polls: int = 0
     observed: int = 0
+    refused: int = 0
 
     @property
     def busy(self) -> bool:
@@ -221,6 +357,7 @@ class Committer:
         self._known: OrderedDict[UUID, Operation] = OrderedDict()
         self._known_size = known_size
         self._reported: OrderedDict[tuple[UUID, str], None] = OrderedDict()
+        self._set_aside: OrderedDict[UUID, None] = OrderedDict()
         # Commits may come from more than one thread: the bookkeeping is guarded.
         self._lock = threading.Lock()
 
@@ -230,6 +367,7 @@ class Committer:
         result = commit_changes(self.app, changes) if changes else CommitResult()
         counts.rejected += len(result.rejected)
         counts.failed += len(result.failed)
+        counts.refused += len(result.refused)
         for name in result.events:
             attr = _COUNTED.get(name)
             if attr:
@@ -243,10 +381,77 @@ class Committer:
             while len(self._known) > self._known_size:
                 self._known.popitem(last=False)
         for op_id, error in result.failed.items():
-            self.report(op_id, "change_failed", error)
+            refused = result.refused.get(op_id)
+            self.report(op_id, "change_failed" if refused is None else "write_refused", refused or error)
         if self.on_committed is not None and result.committed:
             self.on_committed(result.committed.values())
         return result
+
+    def record_refusals(self, notes: Mapping[UUID, RefusalNote], now: datetime, counts: Counts) -> CommitResult:
+        """Record on each operation of ``notes`` what the write the store refused for it alone
+        leaves: ``WriteRefused`` (``Operation.note_refused_write``), then its ``fact``, in one
+        commit with the others, on a fresh load. Workers then leave the operation to an
+        operator (``due_work`` is ``Wait(None)``). What the store refuses again is tried once
+        more (``NOTE_TRIES``); an operation for which nothing can be recorded is logged,
+        counted and set aside by this worker (:meth:`set_aside`).
+
+        Args:
+            notes: operation id to its :class:`RefusalNote`.
+            now: UTC-aware instant of the facts.
+            counts: what was committed is counted into it.
+
+        Returns:
+            The :class:`CommitResult` of the notes (``committed``: operations now carrying
+            ``WriteRefused``; ``rejected``: those whose note no longer applies, e.g. another
+            worker took the operation over).
+
+        Raises:
+            eventsourcing.persistence.PersistenceError: the store became unreachable, or
+                refuses every write (:func:`commit_changes`).
+
+        Source: issue 35 item 2; docs/adr/0002-executor-services.md ("Refused writes").
+        """
+
+        def noted(note: RefusalNote) -> Change:
+            def change(op: Operation) -> Sequence[Aggregate]:
+                # The note first: the operation goes onto the attention queue once, as
+                # ``write_refused``, whatever the fact makes it too.
+                op.note_refused_write(now=now, kind=note.kind, error=note.error, epoch=note.epoch)
+                if note.fact is not None:
+                    note.fact(op)
+                return []
+
+            return change
+
+        total = CommitResult()
+        remaining = dict(notes)
+        for _ in range(NOTE_TRIES):
+            ops = self.load(list(remaining))
+            result = self.commit([(op, noted(remaining[op_id])) for op_id, op in ops.items()], counts)
+            total.committed.update(result.committed)
+            total.rejected.update({i: r for i, r in result.rejected.items() if i not in result.refused})
+            total.events.extend(result.events)
+            remaining = {op_id: note for op_id, note in remaining.items() if op_id in result.refused}
+            if not remaining:
+                break
+        for op_id, note in remaining.items():
+            total.rejected[op_id] = total.failed[op_id] = total.refused[op_id] = note.error
+            self.set_aside(op_id)
+            log.error("operation set aside: the store refuses what its refused write leaves too",
+                      operation_id=str(op_id), kind=note.kind.value, error=note.error)
+        return total
+
+    def set_aside(self, op_id: UUID) -> None:
+        """Leave ``op_id`` alone in this worker from now on (bounded memory): nothing could be
+        recorded for it, not even that its write was refused. Source: issue 35 item 2."""
+        with self._lock:
+            self._set_aside[op_id] = None
+            while len(self._set_aside) > SET_ASIDE:
+                self._set_aside.popitem(last=False)
+
+    def is_set_aside(self, op_id: UUID) -> bool:
+        """Whether this worker set ``op_id`` aside (:meth:`set_aside`)."""
+        return op_id in self._set_aside
 
     def known(self, op_id: UUID) -> Operation | None:
         """This worker's last committed state of ``op_id``, if it still remembers it."""

@@ -61,6 +61,8 @@ class InFlight:
             ``timeout_seconds`` it gives :attr:`deadline_at`.
         send_by: the end of the call budget window the attempt's call was counted in; a call
             not made by then is not made (``executors.budgets``).
+        renewal_refused: the database refused this lease's renewal for the operation alone
+            (``WriteRefused``, issue 35): it is not renewed again; the outcome is still recorded.
     """
 
     op: Operation
@@ -74,6 +76,7 @@ class InFlight:
     started_at: datetime | None = None
     overdue_logged: bool = False
     send_by: datetime | None = None
+    renewal_refused: bool = False
 
     @property
     def deadline_at(self) -> datetime | None:

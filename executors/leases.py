@@ -9,15 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from uuid import UUID
 
 import structlog
 from eventsourcing.domain import Aggregate
 
-from executors.commit import Change, Committer, Counts
+from executors.commit import Change, Committer, Counts, RefusalNote
 from executors.egress import EgressService
 from executors.flights import FOLLOW_KINDS
 from ledger.config import DEFAULT_LEASE_SECONDS
 from ledger.operation import Operation
+from ledger.refusals import WriteKind
 
 log = structlog.get_logger("opledger.leases")
 
@@ -68,7 +70,7 @@ class LeaseService:
             if flight.kind in FOLLOW_KINDS:
                 continue  # polls and cancels run under a poll lease, renewed by executors.polling
             expires = flight.op.lease_expires_at
-            if flight.lost or expires is None or (expires - now).total_seconds() > threshold:
+            if flight.lost or flight.renewal_refused or expires is None or (expires - now).total_seconds() > threshold:
                 continue
             if expires <= now:
                 # Too late to renew (the store was unreachable, or this process stalled). The
@@ -93,10 +95,28 @@ class LeaseService:
         for op_id, op in result.committed.items():
             self.egress.in_flight[op_id].op = op
         for op_id, reason in result.rejected.items():
+            if op_id in result.refused:
+                continue
             # Cannot renew: another worker may reclaim it. Stop touching it (DESIGN §7).
             log.warning("lease lost", operation_id=str(op_id), reason=reason)
             self.egress.in_flight[op_id].lost = True
+        if result.refused:
+            self._refused(result.refused, now, counts)
         return counts
+
+    def _refused(self, refused: dict[UUID, str], now: datetime, counts: Counts) -> None:
+        """Renewals the database refused for their operation alone (issue 35): the operation
+        records ``WriteRefused`` (``renewal``) under the lease's epoch, so no worker reclaims it
+        when the lease lapses (nothing is sent again), and the call's outcome, when it comes, is
+        still recorded by this worker; the lease is not renewed again."""
+        notes = {}
+        for op_id, error in refused.items():
+            flight = self.egress.in_flight[op_id]
+            flight.renewal_refused = True
+            notes[op_id] = RefusalNote(WriteKind.RENEWAL, error, flight.epoch)
+        noted = self.committer.record_refusals(notes, now, counts)
+        for op_id, op in noted.committed.items():
+            self.egress.in_flight[op_id].op = op
 
     def _renew(self, epoch: int, now: datetime) -> Change:
         def change(op: Operation) -> Sequence[Aggregate]:

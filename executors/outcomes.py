@@ -25,7 +25,7 @@ import structlog
 from eventsourcing.domain import Aggregate
 
 from executors.budgets import budget_of, take_calls
-from executors.commit import Change, CommitResult, Committer, Counts
+from executors.commit import Change, CommitResult, Committer, Counts, RefusalNote
 from executors.egress import EgressService
 from executors.flights import FOLLOW_KINDS, Finished, InFlight
 from executors.settlement import CoSettlement, SettlementService
@@ -46,6 +46,7 @@ from ledger.outcomes import (
     StillRunning,
     Succeeded,
 )
+from ledger.refusals import WriteKind
 from ledger.time_limits import later
 
 FOLLOW_RESULTS = (StillRunning, CancelConfirmed, CancelRefused)
@@ -220,7 +221,7 @@ class OutcomeService:
             else:
                 self.settlement.offer(op)
         if result.failed:
-            self._record_unstorable(result.failed, flights, now, counts)
+            self._record_unstorable(result, flights, now, counts)
         return counts
 
     def _take(self) -> list[tuple[InFlight, Finished]]:
@@ -250,6 +251,7 @@ class OutcomeService:
             raise
         for op_id, op in alone.committed.items():
             del result.failed[op_id], result.rejected[op_id]
+            result.refused.pop(op_id, None)  # what was refused was the settlement: its pass says so
             result.committed[op_id] = op
 
     def _change(self, flight: InFlight, item: Finished, now: datetime,
@@ -296,26 +298,39 @@ class OutcomeService:
         lookups[op.id] = (flight, budget.send_by)
         return taken
 
-    def _record_unstorable(self, failed: dict[UUID, str], flights: dict[UUID, tuple[InFlight, Finished]],
+    def _record_unstorable(self, result: CommitResult, flights: dict[UUID, tuple[InFlight, Finished]],
                            now: datetime, counts: Counts) -> None:
-        # The effect may have happened and what the provider said cannot be kept: the honest
-        # outcome is ambiguous, on the attention queue with the error (one operation only).
-        changes: list[tuple[Operation, Change]] = []
+        """The effect may have happened and what the provider said cannot be kept: the honest
+        outcome is ambiguous (``outcome_unstorable``), on the attention queue with the error (one
+        operation only). A write the database refused for the operation alone also records
+        ``WriteRefused`` (``outcome``) with the database's text: no worker touches it until an
+        operator acts, and nothing is sent again (issue 35)."""
+        failed, refused = result.failed, result.refused
 
-        def unstorable(epoch: int, error: str) -> Change:
-            def change(o: Operation) -> Sequence[Aggregate]:
+        def unstorable(epoch: int, error: str) -> Callable[[Operation], object]:
+            def fact(o: Operation) -> None:
                 o.mark_ambiguous(epoch=epoch, now=now, attempt_id=o.last_attempt_id, reason=UNSTORABLE,
                                  detail=f"the outcome could not be stored: {error}")
+
+            return fact
+
+        def change_of(fact: Callable[[Operation], object]) -> Change:
+            def change(o: Operation) -> Sequence[Aggregate]:
+                fact(o)
                 return []
 
             return change
 
         try:
-            for op_id, op in self.committer.load(list(failed)).items():
-                changes.append((op, unstorable(flights[op_id][0].epoch, failed[op_id])))
-            result = self.committer.commit(changes, counts)
+            notes = {op_id: RefusalNote(WriteKind.OUTCOME, error, flights[op_id][0].epoch,
+                                        unstorable(flights[op_id][0].epoch, error))
+                     for op_id, error in refused.items() if op_id in failed}
+            done = self.committer.record_refusals(notes, now, counts) if notes else CommitResult()
+            changes = [(op, change_of(unstorable(flights[op_id][0].epoch, failed[op_id])))
+                       for op_id, op in self.committer.load([i for i in failed if i not in notes]).items()]
+            done.committed.update(self.committer.commit(changes, counts).committed)
         except BaseException:
             self.egress.put_back([flights[op_id] for op_id in failed])  # as in ``run_once``: decided again
             raise
-        for op in result.committed.values():
+        for op in done.committed.values():
             self.settlement.offer(op)

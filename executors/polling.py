@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from uuid import UUID
@@ -33,9 +33,10 @@ from uuid import UUID
 import structlog
 from eventsourcing.domain import Aggregate
 
-from executors.commit import Change, Committer, Counts
+from executors.commit import Change, Committer, Counts, RefusalNote
 from executors.egress import EgressService
 from executors.flights import Finished, InFlight, target_host
+from executors.outcomes import UNSTORABLE
 from executors.settlement import SettlementService
 from ledger.config import DEFAULT_POLL_LEASE_SECONDS
 from ledger.decisions import needs_follower
@@ -53,6 +54,7 @@ from ledger.outcomes import (
     Succeeded,
 )
 from ledger.polling import first_poll_at, poll_delay_seconds
+from ledger.refusals import WriteKind
 from ledger.status import ExecutionState as E
 
 log = structlog.get_logger("opledger.polling")
@@ -215,10 +217,31 @@ class PollingService:
             if op.execution is not E.ACCEPTED:
                 del self.held[op_id]
                 self.settlement.offer(op)
+        if outcome.refused:
+            self._refused(outcome.refused, {held.op.id: results[-1].outcome for held, results in taken}, now,
+                          counts)
         for op_id, reason in outcome.rejected.items():
-            log.info("poll result not recorded; the operation is no longer ours", operation_id=str(op_id),
-                     reason=reason)
+            if op_id not in outcome.refused:
+                log.info("poll result not recorded; the operation is no longer ours", operation_id=str(op_id),
+                         reason=reason)
             self.held.pop(op_id, None)
+
+    def _refused(self, refused: dict[UUID, str], results: dict[UUID, object], now: datetime,
+                 counts: Counts) -> None:
+        """Poll results the database refused for their operation alone (issue 35): the
+        operation records ``WriteRefused`` (``poll``) under the poll lease's epoch, after
+        ``Ambiguous`` (``outcome_unstorable``) when the result was an ending (the remote work may
+        have happened and what the provider said cannot be kept); it is no longer followed and
+        waits for an operator."""
+        notes = {}
+        for op_id, error in refused.items():
+            held = self.held.get(op_id)
+            if held is None:
+                continue
+            ending = isinstance(results.get(op_id), (Succeeded, Failed, Ambiguous, CancelConfirmed))
+            notes[op_id] = RefusalNote(WriteKind.POLL, error, held.epoch, _unstorable(held.epoch, error, now)
+                                       if ending else None)
+        self.committer.record_refusals(notes, now, counts)
 
     def _schedule(self, held: _Held, result: object, now: datetime) -> datetime:
         changed = isinstance(result, StillRunning) and result.remote_status not in (None, held.op.remote_status)
@@ -271,8 +294,12 @@ class PollingService:
         result = self.committer.commit(changes, counts)
         for op_id, op in result.committed.items():
             self.held[op_id].op = op
+        if result.refused:  # issue 35: the operation says so and waits for an operator
+            self.committer.record_refusals({op_id: RefusalNote(WriteKind.RENEWAL, error, self.held[op_id].epoch)
+                                            for op_id, error in result.refused.items()}, now, counts)
         for op_id, reason in result.rejected.items():
-            log.warning("poll lease lost", operation_id=str(op_id), reason=reason)
+            if op_id not in result.refused:
+                log.warning("poll lease lost", operation_id=str(op_id), reason=reason)
             self.held.pop(op_id, None)
 
     def _send_due(self, now: datetime, counts: Counts) -> None:
@@ -326,6 +353,16 @@ class PollingService:
                     self.settlement.offer(op)
                 continue
             held.op = op
+
+
+def _unstorable(epoch: int, error: str, now: datetime) -> Callable[[Operation], object]:
+    """The fact a refused ending leaves: ``Ambiguous`` (``outcome_unstorable``) with the error."""
+
+    def fact(op: Operation) -> None:
+        op.mark_ambiguous(epoch=epoch, now=now, attempt_id=op.last_attempt_id, reason=UNSTORABLE,
+                          detail=f"the poll's result could not be stored: {error}")
+
+    return fact
 
 
 def record_result(op: Operation, epoch: int, result: object, now: datetime) -> None:

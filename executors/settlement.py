@@ -25,12 +25,13 @@ import structlog
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.domain import Aggregate
 
-from executors.commit import Change, CommitResult, Committer, Counts
+from executors.commit import Change, CommitResult, Committer, Counts, RefusalNote
 from ledger.application import LedgerApplication
 from ledger.decisions import RetrySettlement, Settle, after_settlement_failure, due_work, settlement_order
 from ledger.errors import LedgerError, UnknownIntegrationError
 from ledger.facts import describe
 from ledger.operation import Operation
+from ledger.refusals import WriteKind
 from ledger.settlement import SettlementOutcome
 from projections.loading import load_aggregates
 
@@ -200,7 +201,8 @@ class SettlementService:
     def commit(self, ops: list[Operation], now: datetime, counts: Counts,
                changes: list[tuple[Operation, Change]] | None = None) -> CommitResult:
         """Settle ``ops`` (plus any other ``changes``) in one batch; an operation whose
-        settlement cannot be stored has it blocked, with the error, in a second batch.
+        settlement cannot be stored has it blocked, with the error, in a second batch (with
+        ``WriteRefused`` when the database refused it for that operation alone, issue 35).
 
         Returns:
             The first batch's :class:`CommitResult`.
@@ -212,11 +214,21 @@ class SettlementService:
         blocked = [op_id for op_id in result.failed if op_id in settled]
         if not blocked:
             return result
-        fresh = self.committer.load(blocked)
 
-        def block(op: Operation) -> Sequence[Aggregate]:
+        def block(op: Operation) -> None:
             op.block_settlement(now=now, reason=f"the settlement could not be stored: {result.failed[op.id]}")
+
+        # A write the database refused for the operation alone also records ``WriteRefused``
+        # (issue 35): nothing is settled or sent again until an operator acts.
+        refused = {op_id: RefusalNote(WriteKind.SETTLEMENT, result.refused[op_id], None, block)
+                   for op_id in blocked if op_id in result.refused}
+        if refused:
+            self.committer.record_refusals(refused, now, counts)
+        fresh = self.committer.load([op_id for op_id in blocked if op_id not in refused])
+
+        def blocked_change(op: Operation) -> Sequence[Aggregate]:
+            block(op)
             return []
 
-        self.committer.commit([(op, block) for op in fresh.values()], counts)
+        self.committer.commit([(op, blocked_change) for op in fresh.values()], counts)
         return result

@@ -43,6 +43,7 @@ from ledger.intents import (
 )
 from ledger.modes import Follow, rules_for
 from ledger.outcomes import FailureCategory
+from ledger.refusals import WriteKind
 from ledger.status import (
     APPROVAL_DENIED,
     APPROVAL_REQUIRED,
@@ -64,6 +65,9 @@ RESOLUTIONS_FOR_LATE_OBSERVATION = ("acknowledge",)
 """An operator saw a late observation (``LateObservationRecorded``) and keeps the outcome."""
 RESOLUTIONS_FOR_REMOTE_UNKNOWN = ("succeeded", "failed")
 """How an operator may end accepted work past its deadline (attention ``remote_unknown``)."""
+RESOLUTIONS_FOR_REFUSED_WRITE = ("retry_write",)
+"""An operator fixed what refused a write for the operation (``WriteRefused``, attention
+``write_refused``): workers take it again from its recorded state, nothing else changes (issue 35)."""
 
 
 class OperationCommands:
@@ -134,6 +138,8 @@ class OperationCommands:
     follow_until: datetime | None
     remote_overdue: bool
     cancel_refused: bool
+    write_refused: str | None
+    write_refused_error: str | None
 
     if TYPE_CHECKING:  # provided by ``Operation`` and the library's ``Aggregate``
         id: UUID
@@ -164,6 +170,7 @@ class OperationCommands:
         SettlementBlocked: type[Any]
         SettlementFailed: type[Any]
         Succeeded: type[Any]
+        WriteRefused: type[Any]
 
         @property
         def status(self) -> Status: ...
@@ -818,6 +825,35 @@ class OperationCommands:
                            principal=principal or self.principal,
                            traceparent=traceparent if traceparent is not None else self.traceparent)
 
+    def note_refused_write(self, *, now: datetime, kind: str, error: str, epoch: int | None = None) -> None:
+        """Record that the store refused a write for this operation alone (``WriteRefused``):
+        workers leave it until an operator acts (attention ``write_refused``).
+
+        Allowed in every state: any write may be refused. A lease holder records it under its
+        ``epoch`` (fenced); a worker that holds no lease (a claim, a deadline, a settlement)
+        records it with None.
+
+        Args:
+            now: UTC-aware instant.
+            kind: what the write was for (``ledger.refusals.WriteKind``).
+            error: the database's error text (``ledger.refusals.refusal_text``); bounded here too.
+            epoch: the lease holder's fencing epoch, or None.
+
+        Raises:
+            StaleEpochError: ``epoch`` is not the operation's.
+            InvalidArgumentError: ``kind`` is not a ``WriteKind``.
+
+        Source: issue 35 item 2; docs/adr/0002-executor-services.md ("Refused writes").
+        """
+        if epoch is not None:
+            self._fence(epoch)
+        try:
+            kind = WriteKind(kind).value
+        except ValueError:
+            raise InvalidArgumentError(f"unknown write kind {kind!r}") from None
+        self.trigger_event(self.WriteRefused, timestamp=require_utc(now), kind=kind,
+                           error=storable_fact(error, FactKind.DETAIL), epoch=epoch)
+
     def resolve(self, *, now: datetime, principal: str, resolution: str, evidence: str) -> None:
         """Record an operator's decision with evidence (``Resolved``).
 
@@ -827,7 +863,9 @@ class OperationCommands:
                 accepted work past its deadline (``remote_unknown``) ``succeeded`` or ``failed``;
                 for a blocked settlement ``retry_settlement`` or ``abandon``; for a late
                 observation (``LateObservationRecorded``) ``acknowledge``, which keeps the
-                outcome. Every resolution clears a late observation.
+                outcome; for a write the store refused (``WriteRefused``) ``retry_write``, which
+                changes nothing but lets workers take the operation again. Every resolution
+                clears a late observation and a refused write.
             evidence: what the operator checked (required, shown on the timeline).
 
         Raises:
@@ -837,7 +875,8 @@ class OperationCommands:
             raise InvalidArgumentError("evidence is required: say what was checked")
         check_operator_text("evidence", evidence, MAX_EVIDENCE_CHARS, required=True)
         require_principal(principal)
-        known = RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED + RESOLUTIONS_FOR_LATE_OBSERVATION
+        known = (RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED + RESOLUTIONS_FOR_LATE_OBSERVATION
+                 + RESOLUTIONS_FOR_REFUSED_WRITE)
         if resolution not in known:
             raise InvalidArgumentError(f"unknown resolution {resolution!r}: one of {', '.join(dict.fromkeys(known))}")
         if self.disposition == "abandoned":
@@ -855,6 +894,8 @@ class OperationCommands:
             allowed = ()
         if self.late_observation is not None and self.execution not in lifecycle.RESOLVABLE_EXECUTION:
             allowed += RESOLUTIONS_FOR_LATE_OBSERVATION
+        if self.write_refused is not None:
+            allowed += RESOLUTIONS_FOR_REFUSED_WRITE
         if not allowed:
             raise IllegalTransitionError("resolve", self.status.value, "nothing to resolve")
         if resolution not in allowed:

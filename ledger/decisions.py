@@ -54,6 +54,7 @@ class OperationState(Protocol):
     follow_until: datetime | None
     remote_overdue: bool
     cancel_refused: bool
+    write_refused: str | None
 
 
 # ---------------------------------------------------------------------------- due work
@@ -146,7 +147,11 @@ def time_problem(op: OperationState) -> str | None:
 
 def due_at(op: OperationState) -> datetime | None:
     """The earliest instant (UTC) at which :func:`due_work` is not ``Wait``, or None if only an
-    outside event can make it so. ``Operation.next_due_at`` and the status row read this."""
+    outside event can make it so. ``Operation.next_due_at`` and the status row read this.
+    A write the store refused for the operation (``WriteRefused``) leaves it to an operator
+    (issue 35): nothing is due until one acts."""
+    if op.write_refused is not None:
+        return None
     if op.settlement is SettlementState.PENDING:
         return op.settlement_due_at
     if op.execution not in ACTIVE_STATES:

@@ -309,6 +309,30 @@ class StoreError(LedgerError):
     """
 
 
+class WriteRefusedError(LedgerError):
+    """The database refused a write for one operation (or one command) alone while it accepts
+    others: a trigger, a ``CHECK`` or ``NOT NULL`` constraint, a row-level security policy or an
+    extension rejected its row (issue 35). Nothing of the write was stored; the operation
+    records ``WriteRefused`` when it can (attention ``write_refused``) and workers leave it
+    alone. Fix: find what refuses the row (``error`` names the trigger or constraint), fix it,
+    then ``opledger resolve ID --resolution retry_write --evidence "..."``.
+
+    Attributes:
+        operation_id: the operation whose write was refused, or None (a command's).
+        kind: what the write was for (``ledger.refusals.WriteKind``).
+        error: the database's text (``ledger.refusals.refusal_text``).
+
+    Source: issue 35 item 3.
+    """
+
+    def __init__(self, operation_id: UUID | None, kind: str, error: str) -> None:
+        self.operation_id = operation_id
+        self.kind = kind
+        self.error = error
+        whose = f"operation {operation_id}" if operation_id is not None else "this command"
+        super().__init__(f"the store refused the {kind} write of {whose}: {error}")
+
+
 class ReceiptFencedError(LedgerError):
     """A receipt command came from an owner whose epoch is no longer the receipt's (a successor
     adopted it), or the receipt is no longer pending (completed or expired). Nothing was recorded.

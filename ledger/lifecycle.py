@@ -49,5 +49,9 @@ RESOLVABLE_EXECUTION: frozenset[E] = frozenset({E.AMBIGUOUS})
 RESOLVABLE_SETTLEMENT: frozenset[S] = frozenset({S.BLOCKED})
 """``resolve`` runs when execution is ambiguous or settlement is blocked."""
 
-COMMANDS: tuple[str, ...] = (*BY_EXECUTION, *BY_SETTLEMENT, "resolve")
+IN_EVERY_STATE: tuple[str, ...] = ("note_refused_write",)
+"""Commands allowed in every state, which change neither execution nor settlement state: any
+write may be refused by the store (``WriteRefused``, issue 35)."""
+
+COMMANDS: tuple[str, ...] = (*BY_EXECUTION, *BY_SETTLEMENT, "resolve", *IN_EVERY_STATE)
 """Every command method of the aggregate except the constructor ``intend``."""

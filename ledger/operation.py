@@ -171,6 +171,8 @@ class Operation(OperationCommands, Aggregate):
             op.follow_until = None
             op.remote_overdue = False
             op.cancel_refused = False
+            op.write_refused = None
+            op.write_refused_error = None
 
         # As above: the library's generic signature; a creation event always returns the new one.
         def mutate(self, aggregate: Operation | None) -> Operation:  # type: ignore[override]
@@ -484,6 +486,7 @@ class Operation(OperationCommands, Aggregate):
             op.cancel_requested = True
             op.cancel_reason = self.reason
             op.due_at = self.timestamp
+            op.write_refused = None  # an operator acted: workers take it again (issue 35)
 
     class Cancelled(Event):
         epoch: int | None
@@ -566,12 +569,29 @@ class Operation(OperationCommands, Aggregate):
             if op.disposition is None:
                 op.disposition = "settled"
 
+    class WriteRefused(Event):
+        """The store refused a write for this operation alone, while it accepted others (a
+        trigger, a constraint, a row-level security policy; issue 35). ``kind`` says what the
+        write was for (``ledger.refusals.WriteKind``), ``error`` what the database said
+        (``ledger.refusals.refusal_text``). Workers leave the operation alone (``due_work`` is
+        ``Wait(None)``, attention ``write_refused``) until an operator acts (``Resolved``, or
+        ``CancelRequested``). ``epoch``: the lease holder's that recorded it, or None."""
+
+        kind: str
+        error: str
+        epoch: int | None
+
+        def apply(self, op: Operation) -> None:
+            op.write_refused = self.kind
+            op.write_refused_error = self.error
+
     class Resolved(Event):
         principal: str
         resolution: str
         evidence: str
 
         def apply(self, op: Operation) -> None:
+            op.write_refused = None  # whatever the operator decided, workers may go on
             op.resolution = self.resolution
             op.late_observation = None  # the operator decided with the late observation in view
             if self.resolution == "succeeded":
@@ -669,6 +689,8 @@ class Operation(OperationCommands, Aggregate):
         """Why automated progress stopped and an operator is needed, or None (DESIGN §3)."""
         if self.disposition == "abandoned":
             return None
+        if self.write_refused is not None:
+            return "write_refused"
         if self.execution is E.AMBIGUOUS:
             return "budget_exhausted" if self.ambiguity_reason == "budget_exhausted" else "ambiguous"
         if self.late_observation is not None:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from enum import StrEnum
 from types import SimpleNamespace
 
 import psycopg
 import psycopg_pool
-from eventsourcing.persistence import InterfaceError, OperationalError, PersistenceError
+from eventsourcing.persistence import IntegrityError, InterfaceError, OperationalError, PersistenceError
 from tenacity.wait import wait_exponential
 
 BACKOFF = wait_exponential(multiplier=0.1, min=0.1, max=5.0)
@@ -55,6 +56,58 @@ def is_transient(exc: BaseException) -> bool:
         if isinstance(link, (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout)):
             return True
     return isinstance(exc, (OperationalError, InterfaceError))
+
+
+class SaveFault(StrEnum):
+    """Why a ``save()`` failed (:func:`save_fault`). Source: issue 35 item 1; issue 17."""
+
+    CONFLICT = "conflict"
+    """Another writer recorded the same aggregate version first: reload and decide again."""
+    OUTAGE = "outage"
+    """The store is unreachable for now (:func:`is_transient`): ride it out."""
+    REFUSED = "refused"
+    """The database refused the write for good: a constraint, a trigger, a row-level security
+    policy, a permission, a missing table, a read-only store. Whose problem it is, one
+    operation's or the store's, is ``ledger.refusals.refusal_scope``'s to say."""
+    UNSTORABLE = "unstorable"
+    """Not the database: the code could not turn a value into a record (the codec refused it)."""
+
+
+def save_fault(exc: BaseException) -> SaveFault:
+    """Why a ``save()`` raised ``exc``; the one translation of a failed write (STYLE 9).
+
+    A version conflict is the library's ``IntegrityError`` from a unique violation of the events
+    table's key (or one raised without a driver error, as the in-memory recorder does); any
+    other integrity error (a ``CHECK``, ``NOT NULL`` or foreign key, a SQLite trigger's
+    ``RAISE``) is a refusal, which reloading cannot fix.
+
+    Args:
+        exc: what ``Application.save`` raised.
+
+    Returns:
+        The :class:`SaveFault`.
+
+    Source: issue 35 item 1; issue 17 (outages).
+    """
+    if is_transient(exc):
+        return SaveFault.OUTAGE
+    if not is_store_error(exc):
+        return SaveFault.UNSTORABLE
+    if isinstance(exc, IntegrityError) and _is_key_violation(exc):
+        return SaveFault.CONFLICT
+    return SaveFault.REFUSED
+
+
+def _is_key_violation(exc: BaseException) -> bool:
+    for link in _chain(exc):
+        if isinstance(link, psycopg.errors.UniqueViolation):
+            constraint = getattr(link.diag, "constraint_name", None)
+            return constraint is None or constraint.endswith("_pkey")
+        if isinstance(link, sqlite3.IntegrityError):
+            return "UNIQUE constraint failed" in str(link)
+        if isinstance(link, (psycopg.Error, sqlite3.Error)):
+            return False
+    return True  # raised by a recorder itself (in memory): a version conflict
 
 
 def is_store_error(exc: BaseException) -> bool:

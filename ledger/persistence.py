@@ -147,6 +147,8 @@ class LedgerPostgresApplicationRecorder(PostgresApplicationRecorder):
                  intents=Literal(list(topics_of([Operation.Intended])))))
         self._call_insert = SQL("SELECT id FROM {function}(%b, %b, %b, %b) AS id").format(function=function)
         self._function = function
+        self.insert_function = function
+        """The insert function's qualified name (``projections.probe`` calls it too)."""
         self._id_type = datastore.originator_id_type
         self._small_calls: dict[int, SQL | Composed] = {}
 

@@ -32,6 +32,7 @@ from ledger.errors import (
     CommandIncompleteError,
     ReceiptMismatchError,
     ReceiptPendingError,
+    WriteRefusedError,
 )
 from ledger.inbound import (
     BODY_ERROR_STATUS,
@@ -46,6 +47,7 @@ from ledger.inbound import (
     reply_envelope,
 )
 from ledger.operation import Operation
+from ledger.outages import SaveFault, save_fault
 from ledger.receipt_decisions import (
     Adopt,
     InFlight,
@@ -58,6 +60,7 @@ from ledger.receipt_decisions import (
     refusal_of,
 )
 from ledger.receipts import PENDING, Envelope, Receipt, receipt_id, request_fingerprint
+from ledger.refusals import WriteKind, refusal_text
 
 log = structlog.get_logger("opledger.receipts")
 
@@ -160,8 +163,13 @@ class ReceiptRunner:
             envelope, staged = self._execute(spec, request, None)
             try:
                 self.app.save(*staged)
-            except IntegrityError:
-                continue  # an entity changed under the handler: run it again on fresh state
+            except Exception as exc:
+                fault = save_fault(exc)
+                if fault is SaveFault.REFUSED:  # issue 35: answered as this command's problem
+                    raise WriteRefusedError(None, WriteKind.COMMAND.value, refusal_text(exc)) from None
+                if fault is SaveFault.CONFLICT:
+                    continue  # an entity changed under the handler: run it again on fresh state
+                raise
             return envelope
         raise CommandIncompleteError(RETRY_AFTER_INCOMPLETE_SECONDS, "the command kept conflicting with "
                                                                      "concurrent changes; retry")
@@ -307,10 +315,14 @@ class ReceiptRunner:
                                      now=self.clock.now())
                     try:
                         self.app.save(current, *staged)
-                    except IntegrityError:
-                        receipt = current
-                        continue  # an entity (or the receipt) moved: decide again on fresh state
                     except Exception as exc:
+                        fault = save_fault(exc)
+                        if fault is SaveFault.CONFLICT:
+                            receipt = current
+                            continue  # an entity (or the receipt) moved: decide again on fresh state
+                        if fault is SaveFault.REFUSED:  # issue 35: nothing landed; this command's problem
+                            self._release(rid, epoch, "write_refused")
+                            raise WriteRefusedError(None, WriteKind.COMMAND.value, refusal_text(exc)) from None
                         return self._settle_unknown(rid, epoch, exc)
                 return Answer(envelope, replayed=False)
             self._release(rid, epoch, "conflicts")

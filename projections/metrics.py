@@ -28,6 +28,7 @@ from ledger.budgets import CallWindow, scope_labels, scope_level
 from ledger.errors import CorruptRecordError
 from ledger.operation import Operation
 from ledger.outcomes import FailureCategory
+from ledger.refusals import WriteKind
 from ledger.status import ExecutionState
 from ledger.topics import topics_of
 from projections.loading import record_decoder, select_records
@@ -61,6 +62,8 @@ COUNTERS: dict[str, str] = {
     "opledger_budget_calls": "calls given out by call budgets (sends and lookups), by budget level; the "
                              "global level has no integration label, the integration level no tenant",
     "opledger_budget_waits": "times an operation waited for a call budget (BudgetWaited), by the level that limited it",
+    "opledger_writes_refused": "writes the database refused for one operation alone (WriteRefused: a trigger, a "
+                               "constraint, a row-level security policy), by what the write was for",
 }
 """Counter names (exposed with ``_total``) and their help text."""
 
@@ -75,11 +78,13 @@ HISTOGRAMS: dict[str, str] = {
 DETAIL_LABEL: dict[str, str] = {
     "opledger_outcomes": "outcome", "opledger_retries": "category", "opledger_ambiguous": "reason",
     "opledger_attention_entries": "reason", "opledger_budget_calls": "level", "opledger_budget_waits": "level",
+    "opledger_writes_refused": "kind",
 }
 """The counters with a label of their own, and its name."""
 
 _TERMINAL = {ExecutionState.SUCCEEDED, ExecutionState.FAILED, ExecutionState.AMBIGUOUS, ExecutionState.CANCELLED}
 _CATEGORIES = frozenset(c.value for c in FailureCategory)
+_WRITE_KINDS = frozenset(k.value for k in WriteKind)
 _BOUNDED = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _COUNTED: dict[type, str] = {
     Operation.AttemptStarted: "opledger_attempts", Operation.CancelFailed: "opledger_cancel_failures",
@@ -141,12 +146,10 @@ def metric_deltas(before: Operation | None, event: Any, after: Operation) -> lis
             _observe(out, "opledger_claim_latency_seconds", (at - before.created_on).total_seconds())
         if event.takeover:
             out.append(("opledger_lease_takeovers", "", 1.0))
-    elif isinstance(event, Operation.RetryScheduled):
-        out.append(("opledger_retries", bounded(event.category, _CATEGORIES), 1.0))
     elif isinstance(event, Operation.Settled):
         _observe(out, "opledger_settlement_latency_seconds", (at - before.state_entered_at).total_seconds())
-    elif isinstance(event, Operation.BudgetWaited):
-        out.append(("opledger_budget_waits", scope_level(event.scope).value, 1.0))
+    elif (labelled := _labelled(event)) is not None:
+        out.append((*labelled, 1.0))
     if isinstance(event, _OUTCOME_EVENTS) and before.execution is ExecutionState.DISPATCHING:
         _observe(out, "opledger_dispatch_latency_seconds", (at - before.state_entered_at).total_seconds())
     if after.execution is not before.execution and after.execution in _TERMINAL:
@@ -155,6 +158,17 @@ def metric_deltas(before: Operation | None, event: Any, after: Operation) -> lis
     if reason is not None and reason != before.attention:
         out.append(("opledger_attention_entries", bounded(reason), 1.0))
     return out
+
+
+def _labelled(event: Any) -> tuple[str, str] | None:
+    """The counter with a label of its own that ``event`` adds one to, and the label's value."""
+    if isinstance(event, Operation.RetryScheduled):
+        return "opledger_retries", bounded(event.category, _CATEGORIES)
+    if isinstance(event, Operation.BudgetWaited):
+        return "opledger_budget_waits", scope_level(event.scope).value
+    if isinstance(event, Operation.WriteRefused):
+        return "opledger_writes_refused", bounded(event.kind, _WRITE_KINDS)
+    return None
 
 
 def _outcome(out: list[tuple[str, str, float]], before: Operation, after: Operation, at: Any) -> None:

@@ -162,8 +162,13 @@ def row_from_operation(op: Operation) -> StatusRow:
         source.effect_index,
         op.created_on,
         op.modified_on,
-        None,
+        None if op.write_refused is None else _refusal_detail(op),
     )
+
+
+def _refusal_detail(op: Operation) -> str:
+    """``attention_detail`` of a refused write (issue 35): what it was for and what the store said."""
+    return json.dumps({"kind": op.write_refused, "error": op.write_refused_error})
 
 
 def due_when_written(row: StatusRow) -> bool:

@@ -251,7 +251,8 @@ _CANCEL_NEXT = {
 def resolve(
     operation_id: str,
     resolution: str = typer.Option(
-        ..., help="succeeded | failed | retry | abandon | retry_settlement | acknowledge (a late observation)"),
+        ..., help="succeeded | failed | retry | abandon | retry_settlement | acknowledge (a late observation) | "
+                  "retry_write (a refused write)"),
     evidence: str = typer.Option(..., help="what you checked (shown on the timeline)"),
     principal: str = typer.Option("operator", help="who decides"),
     database_url: str = DatabaseOption,

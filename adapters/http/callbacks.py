@@ -52,14 +52,16 @@ from adapters.http.callback_auth import (
     load_verifier,
 )
 from adapters.http.problems import PROBLEM_RESPONSES, RETRY_AFTER_SECONDS, Problem
+from adapters.refusals import save_refusable
 from adapters.runtime import Store
 from executors.secrets import SecretProvider
 from ledger.application import LedgerApplication
 from ledger.callbacks import CallbackVerdict, classify_callback
 from ledger.declarations import NAME_PATTERN
-from ledger.errors import IllegalTransitionError, OperationNotFoundError, UnknownIntegrationError
+from ledger.errors import IllegalTransitionError, OperationNotFoundError, UnknownIntegrationError, WriteRefusedError
 from ledger.inbound import BodyRefused, parse_json
 from ledger.modes import rules_for
+from ledger.refusals import WriteKind
 from ledger.status import OUTCOME_STATES
 
 log = structlog.get_logger("opledger.callbacks")
@@ -250,9 +252,11 @@ def _record_once(app: LedgerApplication, integration: str, body: CallbackBody, s
                         else "unchanged", None)
     fact = type(op.pending_events[-1]).__name__
     try:
-        app.save(op)
+        save_refusable(app, op, WriteKind.CALLBACK, now)
     except IntegrityError:
         return None  # another writer moved the operation on: decide again on what it recorded
+    except WriteRefusedError as exc:  # issue 35: that operation's problem, on the attention queue
+        raise Problem(422, "Write refused", str(exc), code="write_refused") from None
     log.info("callback recorded", operation_id=str(op.id), callback_id=signed.callback_id, fact=fact,
              outcome=body.outcome)
     return _receipt(op, signed.callback_id, "recorded", fact)

@@ -28,6 +28,7 @@ from ledger.errors import (
     OperationNotFoundError,
     OperatorActionRefusedError,
     StoreLockedError,
+    WriteRefusedError,
 )
 from ledger.outages import is_transient, refresh_connections
 
@@ -105,6 +106,8 @@ def translate(exc: LedgerError) -> Problem:
         return Problem(409, "Conflict", str(exc), code="store_locked")
     if isinstance(exc, InvalidArgumentError):
         return Problem(422, "Invalid input", str(exc), code="invalid_argument")
+    if isinstance(exc, WriteRefusedError):  # issue 35: that operation's problem; the server goes on
+        return Problem(422, "Write refused", str(exc), code="write_refused")
     if isinstance(exc, CorruptRecordError):
         return Problem(409, "Conflict", f"{exc} (the operation is on the attention queue)", code="corrupt_record")
     return Problem(400, "Bad request", str(exc))

@@ -43,6 +43,10 @@ class Fault(StrEnum):
     STORE_DOWN = "store_down"
     """The store refuses a worker's step (a lost connection): the step's commit fails and the
     worker starts its cycle over, with the outcomes it holds kept."""
+    ROW_REFUSED = "row_refused"
+    """The store refuses one operation's events of one type from then on (a trigger, a
+    constraint, a row-level security policy), and accepts every other write: that operation's
+    problem (``WriteRefused``), never the worker's (issue 35)."""
     SETTLEMENT_RAISES = "settlement_raises"
     """The host's settlement method raises (once or a few times)."""
     CALLBACK_LATE = "callback_late"
@@ -80,6 +84,8 @@ PAUSE_CHANCE = 0.002
 """Per worker step: the chance the worker pauses past its lease right before it."""
 STORE_DOWN_CHANCE = 0.01
 """Per worker step: the chance the store refuses that step's writes."""
+ROW_REFUSED_CHANCE = 0.01
+"""Per worker step: the chance the store starts refusing one operation's events of one type."""
 SETTLEMENT_FAULT_CHANCE = 0.1
 """Per operation: the chance its entity's settlement method raises, one to four times."""
 

@@ -17,6 +17,10 @@ reported at the first step that commits it. The checks, each named by the invari
 - ``outcome_matches_truth``: ``Succeeded`` only if the provider applied the effect; ``Failed``
   (or an unambiguous end of budget or deadline) only if it did not.
 - ``everything_ends`` (6): at the end, every operation is settled or on the attention queue.
+- ``refusal_respected`` (issue 35): after ``WriteRefused`` (the store refused a write for the
+  operation alone) nothing claims it or starts an attempt until an operator acts (``Resolved``
+  or ``CancelRequested``): nothing is sent again; a ``WriteRefused`` its lease holder recorded is
+  fenced like any holder's act.
 - ``callback_authenticated`` (7): a recorded callback is one the provider signed
   (``adapters.simulation.callbacks``), with the outcome it sent; ``callback_once`` (4): each
   recorded once; a callback records an outcome only while none is recorded, and a late one is
@@ -74,6 +78,7 @@ class _Seen:
     ended: bool = False  # an outcome is recorded (terminal, or ambiguous)
     callbacks: set[str] = field(default_factory=set)
     settled: int = 0
+    refused: bool = False  # WriteRefused recorded, no operator's act since
     events: list[str] = field(default_factory=list)
 
 
@@ -125,6 +130,9 @@ class Oracle:
         seen = self.ops[event.originator_id]
         seen.events.append(type(event).__name__)
         op_id = event.originator_id
+        violation = self._refusal(event, seen, op_id)
+        if violation is not None:
+            return violation
         if isinstance(event, Operation.Claimed):
             if seen.terminal is not None:
                 return Violation("terminal_is_forever", op_id, f"claimed after {seen.terminal}")
@@ -144,6 +152,19 @@ class Oracle:
             if violation is not None:
                 return violation
         return self._outcome(event, seen, op_id)
+
+    def _refusal(self, event: Any, seen: _Seen, op_id: UUID) -> Violation | None:
+        if isinstance(event, Operation.WriteRefused):
+            if event.epoch not in (None, seen.epoch):
+                return Violation("epoch_fencing", op_id,
+                                 f"WriteRefused under epoch {event.epoch}, current {seen.epoch}")
+            seen.refused = True
+        elif isinstance(event, (Operation.Resolved, Operation.CancelRequested)):
+            seen.refused = False
+        elif seen.refused and isinstance(event, (Operation.Claimed, Operation.AttemptStarted)):
+            return Violation("refusal_respected", op_id, f"{type(event).__name__} after WriteRefused, without an "
+                             "operator's act")
+        return None
 
     def _callback(self, event: Any, seen: _Seen, op_id: UUID) -> Violation | None:
         if (op_id, event.callback_id, event.outcome) not in self.genuine_callbacks:
@@ -290,7 +311,7 @@ def _follow(event: Any, seen: _Seen) -> None:
 
 
 FACTS = ("epoch", "worker_id", "attempt_number", "reason", "category", "status_code", "possibly_applied", "state",
-         "ambiguous", "resolution", "error")
+         "ambiguous", "resolution", "error", "kind")
 
 
 def _facts(event: Any) -> str:

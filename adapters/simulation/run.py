@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import OperationalError
+from eventsourcing.persistence import OperationalError, ProgrammingError, StoredEvent
+from eventsourcing.utils import get_topic
 
 from adapters.simulation.budgets import BudgetWatch
 from adapters.simulation.callbacks import SimCallbacks
@@ -38,6 +39,7 @@ from adapters.simulation.egress import SimulatedEgress
 from adapters.simulation.faults import (
     CRASH_CHANCE,
     PAUSE_CHANCE,
+    ROW_REFUSED_CHANCE,
     SETTLEMENT_FAULT_CHANCE,
     STORE_DOWN_CHANCE,
     Fault,
@@ -50,6 +52,7 @@ from adapters.simulation.provider import SimProvider
 from executors.commit import Counts
 from executors.runtime import Worker, WorkerConfig
 from ledger.clock import FakeClock
+from ledger.operation import Operation
 from projections.memory_view import MemoryStatusStore
 from projections.rows import StatusRow
 from projections.status import StatusProjection
@@ -61,6 +64,13 @@ EGRESS_SLOTS = 8
 DRAIN_LIMIT_SECONDS = 3600.0
 """Simulated time the drain may take at most (longer than every declared deadline)."""
 DRAIN_ROUNDS = 2000
+REFUSABLE = (Operation.Claimed, Operation.AttemptStarted, Operation.LeaseRenewed, Operation.Succeeded,
+             Operation.Failed, Operation.Accepted, Operation.RetryScheduled, Operation.BudgetExhausted,
+             Operation.RemoteStatusObserved, Operation.CallbackReceived, Operation.Cancelled,
+             Operation.DeadlineExceeded, Operation.Settled)
+"""The event types the ``row_refused`` fault refuses for its operation: every write a worker or
+a callback makes for it, but not what a refusal leaves (``Ambiguous``, ``SettlementBlocked``,
+``WriteRefused``), which a store refusing those too would leave nothing to show for it."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +110,8 @@ class RunResult:
         if self.violation is None or self.violation.operation_id is None:
             return self.trace
         short = self.violation.operation_id.hex[:8]
-        marks = (short, "crashes", "pauses", "resumes", " starts", "past the lease", "store is down", "oracle")
+        marks = (short, "crashes", "pauses", "resumes", " starts", "past the lease", "store is down", "oracle",
+                 "store refuses")
         return [line for line in self.trace if any(mark in line for mark in marks)]
 
     @property
@@ -133,6 +144,7 @@ class _World:
     callbacks: SimCallbacks
     lro: SimLroProvider
     cancels: CancelPlan = field(default_factory=CancelPlan)
+    refused_rows: set[tuple[UUID, str]] = field(default_factory=set)  # (operation, topic): row_refused
     workers: list[_SimWorker | None] = field(default_factory=list)
     restarts: dict[int, datetime] = field(default_factory=dict)
     generations: Counter[int] = field(default_factory=Counter)
@@ -188,7 +200,24 @@ def _build(seed: int, config: SimConfig) -> _World:
                    budgets=BudgetWatch(provider, clock, app), callbacks=callbacks,
                    lro=SimLroProvider(truth=provider, faults=faults, clock=clock))
     world.workers = [_start_worker(world, i) for i in range(config.workers)]
+    _refuse_rows_of(world)
     return world
+
+
+def _refuse_rows_of(world: _World) -> None:
+    """Make the store refuse the rows of ``world.refused_rows`` (as a trigger would), whole
+    batches with them, and take everything else (``Fault.ROW_REFUSED``)."""
+    recorder = world.app.recorder
+    insert = recorder.insert_events
+
+    def insert_events(stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        for stored in stored_events:
+            if (stored.originator_id, stored.topic) in world.refused_rows:
+                raise ProgrammingError(f"simulated: a trigger refuses {stored.topic.rsplit('.', 1)[-1]} of "
+                                       f"{str(stored.originator_id).replace('-', '')[:8]}")
+        return insert(stored_events, **kwargs)
+
+    recorder.insert_events = insert_events  # type: ignore[method-assign]
 
 
 def _start_worker(world: _World, index: int) -> _SimWorker:
@@ -292,6 +321,8 @@ def _worker_step(world: _World, step: int, index: int) -> None:
         slot.paused_until = now + timedelta(seconds=LEASE_SECONDS + world.rng.uniform(1.0, 10.0))
         world.log(step, slot.name, f"pauses before {STAGES[slot.stage]}")
         return
+    if not world.quiet and world.faults.chance(Fault.ROW_REFUSED, ROW_REFUSED_CHANCE):
+        _refuse_rows(world, step, slot.name)
     injected = len(world.faults.injected)
     if not world.quiet and world.faults.chance(Fault.STORE_DOWN, STORE_DOWN_CHANCE):
         _store_down_step(world, step, slot, now)
@@ -300,6 +331,16 @@ def _worker_step(world: _World, step: int, index: int) -> None:
     if counts.busy or len(world.faults.injected) != injected:
         world.log(step, slot.name, f"{STAGES[slot.stage]}: {_counts(counts)}")
     slot.stage = (slot.stage + 1) % len(STAGES)
+
+
+def _refuse_rows(world: _World, step: int, actor: str) -> None:
+    """From now on the store refuses one open operation's events of one drawn type."""
+    open_ops = [op_id for op_id, seen in world.oracle.ops.items() if not seen.ended and not seen.settled]
+    if not open_ops:
+        return
+    op_id, event = world.rng.choice(open_ops), world.rng.choice(REFUSABLE)
+    world.refused_rows.add((op_id, get_topic(event)))
+    world.log(step, actor, f"the store refuses {event.__name__} of {_short(op_id)} from now on (a trigger)")
 
 
 def _store_down_step(world: _World, step: int, slot: _SimWorker, now: datetime) -> None:

@@ -289,3 +289,30 @@ def test_a_poll_result_in_hand_outlives_a_refused_commit(lro_app: LroApp, worker
     assert refused, "the refusal never happened"
     assert (op.execution, op.settlement) == (E.SUCCEEDED, S.SETTLED)
     assert len(_requests(partner, op_id, "poll")) == 2  # "running", then done: not asked a third time
+
+
+@pytest.mark.parametrize(("event", "execution", "polls"), [
+    # A poll's ending refused: ambiguous (outcome_unstorable), never polled or sent again.
+    ("Succeeded", E.AMBIGUOUS, 4),
+    # A new remote status refused: no longer followed; it waits for an operator as it was.
+    ("RemoteStatusObserved", E.ACCEPTED, 1),
+])
+def test_a_poll_result_the_store_refuses_for_that_operation_waits_for_an_operator(
+        event: str, execution: E, polls: int, lro_app: LroApp, worker: Worker, partner: PartnerProcess,
+        database: Database) -> None:
+    from tests.refusals import MESSAGE, refuse_event
+
+    other = lro_app.make(f"{partner.url}/lro/provision?polls=3", n=1)
+    op_id = lro_app.make(f"{partner.url}/lro/provision?polls=3")
+    refuse_event(database, lro_app.name, op_id, getattr(Operation, event))
+    op = _run_until(worker, lro_app, op_id, lambda op: op.write_refused is not None)
+    assert (op.execution, op.write_refused) == (execution, "poll") and MESSAGE in (op.write_refused_error or "")
+    assert op.attention == "write_refused" and op.next_due_at is None
+    if execution is E.AMBIGUOUS:
+        assert op.ambiguity_reason == "outcome_unstorable"
+    assert _run_until(worker, lro_app, other, _settled).settlement is S.SETTLED  # the other goes on
+    for _ in range(20):  # and the refused one is left alone
+        worker.run_once()
+        time.sleep(0.02)
+    assert len(_requests(partner, op_id, "poll")) == polls and partner.log.applied_count(op_id) == 1
+    assert "WriteRefused" in _events(lro_app, op_id)[-2:]

@@ -116,10 +116,13 @@ def test_outcomes_in_hand_are_recorded_after_the_outage(app: FakeApp, database: 
         projection.view.close()
 
 
-def test_a_permanent_store_error_is_not_retried(app: FakeApp, database: Database, clock: FakeClock) -> None:
+def test_a_permanent_store_error_is_not_retried(app: FakeApp, database: Database, clock: FakeClock,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     app.make("op")
     worker, projection = _worker(app, database, clock)
     Outage(app, ProgrammingError("relation does not exist")).down = True
+    # A store that refuses every write refuses the probe writes too (issue 35).
+    monkeypatch.setattr(executors.commit, "probe_refused", lambda app: True)
     try:
         projection.run_once()
         with pytest.raises(ProgrammingError):

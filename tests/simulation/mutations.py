@@ -1,4 +1,4 @@
-"""Four bugs planted on purpose, each behind a context manager, to prove the simulator finds
+"""Five bugs planted on purpose, each behind a context manager, to prove the simulator finds
 them (issue 11 "Mutation check"). They patch product code for the duration of a test only; no
 shipped code path knows about them."""
 
@@ -14,7 +14,7 @@ from unittest import mock
 from eventsourcing.domain import Aggregate
 
 from executors import attempts, settlement
-from ledger import modes
+from ledger import decisions, modes
 from ledger.declarations import DeliveryMode
 from ledger.operation import Operation
 from ledger.settlement import SettlementOutcome
@@ -77,9 +77,30 @@ def accept_unsigned_callbacks() -> Iterator[None]:
         yield
 
 
+@contextmanager
+def ignore_refused_writes() -> Iterator[None]:
+    """Bug 5: workers take an operation again after the store refused a write for it (issue 35):
+    what is due is judged as if no ``WriteRefused`` were recorded."""
+    real = decisions.due_at
+
+    def ignoring(op: Any) -> Any:
+        refused = getattr(op, "write_refused", None)
+        if refused is None:
+            return real(op)
+        op.write_refused = None  # the simulator runs one thread: put back before anyone else reads it
+        try:
+            return real(op)
+        finally:
+            op.write_refused = refused
+
+    with mock.patch.object(decisions, "due_at", ignoring):
+        yield
+
+
 MUTATIONS = {
     "retry_ambiguous_non_idempotent": retry_ambiguous_non_idempotent,
     "forget_crashed_attempt": forget_crashed_attempt,
     "settle_twice_on_duplicate": settle_twice_on_duplicate,
     "accept_unsigned_callbacks": accept_unsigned_callbacks,
+    "ignore_refused_writes": ignore_refused_writes,
 }

@@ -199,6 +199,8 @@ OPERATION_EVENTS: dict[type, list[dict[str, Any]]] = {
                                  "detail": "internal error"}],
     Operation.SettlementFailed: [{"error": "entity locked", "retry_at": later(5)}],
     Operation.SettlementBlocked: [{"reason": "entity deleted"}],
+    Operation.WriteRefused: [{"kind": "outcome", "error": "P0001: refused by trigger", "epoch": 2},
+                             {"kind": "claim", "error": "CHECK constraint failed: no", "epoch": None}],
     Operation.Settled: [{"entity_version": 8, "principal": "system", "traceparent": None},
                         {"entity_version": 8, "principal": "system",
                          "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}],

@@ -75,6 +75,7 @@ class State:
     follow_until: datetime | None = None
     remote_overdue: bool = False
     cancel_refused: bool = False
+    write_refused: str | None = None
 
 
 def state(execution: ExecutionState, **kw: object) -> State:
@@ -90,6 +91,13 @@ TERMINAL = (E.SUCCEEDED, E.FAILED, E.CANCELLED)
 
 # (name, state, [(seconds after T0, expected work), ...]): before, at and after each instant.
 TABLE = [
+    # A write the store refused (issue 35): nothing is due, not even a deadline, until an operator acts.
+    ("pending, a claim refused", state(E.PENDING, write_refused="claim"),
+     [(0, NEVER), (DUE, NEVER), (DEADLINE + 1, NEVER)]),
+    ("dispatching, a renewal refused, lease expired", state(E.DISPATCHING, write_refused="renewal"),
+     [(LEASE + 1, NEVER), (DEADLINE + 1, NEVER)]),
+    ("succeeded, a settlement refused", state(E.SUCCEEDED, settlement=S.PENDING, write_refused="settlement"),
+     [(SETTLEMENT_DUE, NEVER)]),
     ("pending, approved", state(E.PENDING),
      [(0, Wait(at(DUE))), (DUE, CLAIM), (50, CLAIM), (DEADLINE, ExceedDeadline(at(DEADLINE)))]),
     ("pending, awaiting approval", state(E.PENDING, approval=APPROVAL_REQUIRED),
@@ -179,6 +187,7 @@ states = st.builds(
     budget_wait_until=st.none() | st.integers(0, 200).map(at), settlement_due_at=st.none() | st.integers(0, 200).map(at),
     follow=st.sampled_from([None, "poll", "callback", "wait"]), follow_until=st.none() | st.integers(100, 400).map(at),
     remote_overdue=st.booleans(), cancel_refused=st.booleans(),
+    write_refused=st.sampled_from([None, "claim", "outcome"]),
 )
 
 

@@ -169,7 +169,10 @@ class OperationMachine(RuleBasedStateMachine):
         else:
             assert op.deadline_at is None
         if op.execution is E.AMBIGUOUS and op.disposition != "abandoned":
-            assert op.attention in ("ambiguous", "budget_exhausted")
+            assert op.attention in ("ambiguous", "budget_exhausted", "write_refused")
+        if op.write_refused is not None:  # issue 35: waits for an operator, on the attention queue
+            assert op.next_due_at is None
+            assert op.attention == "write_refused" or op.disposition == "abandoned"
 
     def teardown(self) -> None:
         if getattr(self, "events", None):
@@ -313,6 +316,12 @@ class OperationMachine(RuleBasedStateMachine):
     def resolve(self, step: int, resolution: str) -> None:
         self._run(lambda: self.op.resolve(now=self._time(step), principal="operator", resolution=resolution,
                                           evidence="checked the partner's records"))
+
+    @command(step=STEP, kind=st.sampled_from(["claim", "outcome", "renewal"]), offset=st.none() | EPOCH_OFFSETS)
+    def note_refused_write(self, step: int, kind: str, offset: int | None) -> None:
+        epoch = None if offset is None else self._epoch(offset)
+        self._run(lambda: self.op.note_refused_write(now=self._time(step), kind=kind, error="P0001: refused",
+                                                     epoch=epoch))
 
     # ------------------------------------------------------------------ guided steps
     # Each rule above is called from any state, so most calls are refused. These rules take the

@@ -224,6 +224,10 @@ SPECS: dict[str, Spec] = {
         Operation.Settled,
         lambda b, epoch: b.op.settle(now=b.tick(), entity_version=3),
     ),
+    "note_refused_write": Spec(
+        Operation.WriteRefused,
+        lambda b, epoch: b.op.note_refused_write(now=b.tick(), kind="outcome", error="P0001: refused", epoch=epoch),
+    ),
     "resolve": Spec(
         Operation.Resolved,
         _resolve,
@@ -259,6 +263,8 @@ def _legal(command: str, op: Operation) -> bool:
         return op.execution in lifecycle.BY_EXECUTION[command]
     if command in lifecycle.BY_SETTLEMENT:
         return op.settlement in lifecycle.BY_SETTLEMENT[command]
+    if command in lifecycle.IN_EVERY_STATE:
+        return True
     assert command == "resolve"
     return op.execution in lifecycle.RESOLVABLE_EXECUTION or op.settlement in lifecycle.RESOLVABLE_SETTLEMENT
 
@@ -636,6 +642,8 @@ def _legal_build(command: str) -> Built:
         b = build_settlement(S.PENDING, **spec.overrides)
     elif command == "resolve":
         b = build(E.AMBIGUOUS, **spec.overrides)
+    elif command in lifecycle.IN_EVERY_STATE:
+        b = build(E.PENDING, **spec.overrides)
     else:
         state = next(s for s in E if s in lifecycle.BY_EXECUTION[command]
                      and (command, s) not in UNREACHABLE_PRECONDITION)
@@ -969,6 +977,7 @@ def test_adr_renders_the_transition_table() -> None:
     expected: dict[str, set[Any]] = {c: set(s) for c, s in lifecycle.BY_EXECUTION.items()}
     expected.update({c: set(s) for c, s in lifecycle.BY_SETTLEMENT.items()})
     expected["resolve"] = set(lifecycle.RESOLVABLE_EXECUTION) | set(lifecycle.RESOLVABLE_SETTLEMENT)
+    expected.update({c: set(E) for c in lifecycle.IN_EVERY_STATE})
     assert rows == expected
     assert list(rows) == list(lifecycle.COMMANDS)
 
