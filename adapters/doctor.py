@@ -33,6 +33,7 @@ from uuid import UUID
 from ledger.codec import LEDGER_TOPIC_PREFIX
 from ledger.config import Settings
 from ledger.errors import CorruptRecordError, LedgerError
+from ledger.redaction import mask_url
 from ledger.store_files import (
     Finding,
     companion,
@@ -99,7 +100,7 @@ def run_doctor(settings: Settings, *, quick: bool = False) -> DoctorReport:
 
     database = settings.database
     app_class = load_app_class(settings.app)
-    report = DoctorReport(store=str(database.path) if database.path else database.url().split("@")[-1])
+    report = DoctorReport(store=str(database.path) if database.path else mask_url(database.url()).split("@")[-1])
     if database.backend == "sqlite" and not _files_sound(report, database.path, quick=quick):
         return report
     try:

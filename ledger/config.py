@@ -9,16 +9,18 @@ item 8; issue 10 item 3.
 
 from __future__ import annotations
 
+import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ledger.clock import DEFAULT_MAX_SKEW_SECONDS
+from ledger.connection_options import SECRET_PARAMETERS, connection_options, one_line
 from ledger.errors import ConfigurationError
 from ledger.redaction import mask_url
 from ledger.time_limits import MAX_GRACE_SECONDS, MAX_LEASE_SECONDS, MAX_POLL_INTERVAL_SECONDS
@@ -45,6 +47,10 @@ POLL_FRACTION_OF_LEASE = 1 / 3
 waits, once less than a third is left (DESIGN §7, ``executors.worker.RENEW_WHEN_REMAINING``), so
 a longer wait lets a slow call's lease expire while the worker sleeps."""
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_OUR_URL_PARAMETERS = frozenset({"schema", "pool_size"})
+CONNECTION_OPTIONS_ENV = "POSTGRES_CONNECTION_OPTIONS"
+"""The library environment key carrying a URL's libpq parameters (JSON) to the library's pool
+(``ledger.persistence.LedgerPostgresFactory``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +66,10 @@ class Database:
             ``MAX_POOL_SIZE``). A worker's store users are its loop and its projection thread,
             one or two connections each at a time (egress threads hold none), so 3 never waits;
             fewer waits for a connection (ridden out with backoff, never a crash).
+        options: libpq connection parameters from the URL's query (``?sslmode=verify-full&
+            sslrootcert=/etc/ssl/db-ca.pem``), sorted by name, checked by
+            ``ledger.connection_options``; every connection of the process gets them
+            (:meth:`conninfo`, :meth:`library_env`, :meth:`url`). Source: issue 34 item 1.
     """
 
     backend: str
@@ -67,21 +77,38 @@ class Database:
     host: str = "127.0.0.1"
     port: int = 5432
     user: str = ""
-    password: str = ""
+    password: str = field(default="", repr=False)  # never in a repr that a log or traceback could show
     dbname: str = ""
     schema: str | None = None
     pool_size: int = DEFAULT_POOL_SIZE
+    options: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, url: str) -> Database:
-        """Parse ``sqlite:///relative/or//absolute/path`` or ``postgresql://user[:pw]@host[:port]/db[?schema=S]``.
+        """Parse ``sqlite:///relative/or//absolute/path`` or
+        ``postgresql://user[:pw]@host[:port]/db[?schema=S&pool_size=N&<libpq parameter>=V...]``.
+
+        Args:
+            url: the database URL (``OPLEDGER_DATABASE_URL`` or ``--database-url``).
+
+        Returns:
+            The parsed database.
 
         Raises:
-            ConfigurationError: an unsupported scheme or a URL missing its parts.
+            ConfigurationError: an unsupported scheme, a URL missing its parts, or a query
+                parameter that is neither opledger's nor one of libpq's
+                (``ledger.connection_options.LIBPQ_PARAMETERS``); one line, the password masked.
+
+        Source: DESIGN §8; issue 34 item 1 (libpq parameters).
         """
         parts = urlsplit(url)
         if parts.scheme == "sqlite":
             raw = unquote(url[len("sqlite://"):])
+            if parts.query:
+                # Before issue 34 a query became part of the file's name; connection options
+                # are PostgreSQL's, so a query here is a mistake worth naming.
+                raise ConfigurationError(f"an SQLite URL takes no query parameters (got {parts.query.split('=')[0]!r}"
+                                         f" in {mask_url(url)!r}); they are PostgreSQL connection options")
             if not raw.startswith("/") or raw == "/":
                 raise ConfigurationError(f"SQLite URL must look like sqlite:///path/to/file.db, got {mask_url(url)!r}")
             # sqlite:///rel/file.db is relative to the working directory; sqlite:////abs/file.db absolute.
@@ -93,11 +120,11 @@ class Database:
             if not dbname:
                 raise ConfigurationError(f"PostgreSQL URL must name a database, got {mask_url(url)!r}")
             query = parse_qs(parts.query, keep_blank_values=True)
-            unknown = sorted(set(query) - {"schema", "pool_size"})
-            if unknown:
-                raise ConfigurationError(
-                    f"unknown PostgreSQL URL parameter(s) {unknown} in {mask_url(url)!r}; "
-                    "only 'schema' and 'pool_size' are read")
+            try:
+                options = connection_options(query, ours=_OUR_URL_PARAMETERS)
+                port = parts.port or 5432
+            except ValueError as exc:
+                raise ConfigurationError(f"invalid PostgreSQL URL {mask_url(url)!r}: {exc}") from None
             pool_size = query.get("pool_size", [str(DEFAULT_POOL_SIZE)])[0]
             if not pool_size.isdigit() or not 1 <= int(pool_size) <= MAX_POOL_SIZE:
                 raise ConfigurationError(
@@ -113,39 +140,93 @@ class Database:
             return cls(
                 backend="postgres",
                 host=parts.hostname or "127.0.0.1",
-                port=parts.port or 5432,
+                port=port,
                 user=unquote(parts.username or ""),
                 password=unquote(parts.password or ""),
                 dbname=dbname,
                 schema=schema,
                 pool_size=int(pool_size),
+                options=options,
             )
         raise ConfigurationError(
             f"unsupported database URL {mask_url(url)!r}: use sqlite:///path or postgresql://user@host/db"
         )
 
     def url(self, *, driver: str = "") -> str:
-        """Render this database as a URL again (``driver`` e.g. ``psycopg`` gives
-        ``postgresql+psycopg://``, the form yoyo-migrations expects)."""
+        """Render this database as a URL again, which :meth:`parse` reads back as equal.
+
+        Args:
+            driver: e.g. ``psycopg`` gives ``postgresql+psycopg://``, the form yoyo-migrations
+                expects; its query then holds the libpq parameters and ``schema`` (which yoyo
+                reads), not ``pool_size``.
+
+        Returns:
+            The URL, its password included: mask it (``ledger.redaction.mask_url``) to print it.
+        """
         if self.backend == "sqlite":
             return f"sqlite:///{self.path}"
-        auth = self.user + (f":{self.password}" if self.password else "")
+        auth = quote(self.user, safe="") + (f":{quote(self.password, safe='')}" if self.password else "")
         scheme = f"postgresql+{driver}" if driver else "postgresql"
         url = f"{scheme}://{auth}@{self.host}:{self.port}/{self.dbname}"
-        query = [f"schema={self.schema}"] if self.schema else []
+        query = [("schema", self.schema)] if self.schema else []
         if self.pool_size != DEFAULT_POOL_SIZE and not driver:  # ours, not a driver parameter (yoyo)
-            query.append(f"pool_size={self.pool_size}")
-        return url + (f"?{'&'.join(query)}" if query else "")
+            query.append(("pool_size", str(self.pool_size)))
+        query.extend(self.options)
+        return url + (f"?{urlencode(query, quote_via=quote)}" if query else "")
 
-    def conninfo(self) -> str:
-        """Return a libpq connection string (postgres only)."""
+    def conninfo(self, *, connect_timeout: int | None = None) -> str:
+        """Return a libpq connection string (postgres only), the URL's libpq parameters included.
+
+        Args:
+            connect_timeout: seconds libpq waits for each connection, unless the URL sets
+                ``connect_timeout`` itself (the URL wins).
+
+        Returns:
+            ``host=... port=... dbname=... [user=...] [password=...] [sslmode=...] ...``,
+            quoted as libpq reads it.
+
+        Raises:
+            ConfigurationError: the installed libpq does not know one of the URL's parameters
+                (one line naming it; libpq added some in later versions).
+        """
         assert self.backend == "postgres"
-        parts = [f"host={self.host}", f"port={self.port}", f"dbname={self.dbname}"]
+        import psycopg
+        from psycopg.conninfo import make_conninfo
+
+        params: dict[str, str | int] = {"host": self.host, "port": self.port, "dbname": self.dbname}
         if self.user:
-            parts.append(f"user={self.user}")
+            params["user"] = self.user
         if self.password:
-            parts.append(f"password={self.password}")
-        return " ".join(parts)
+            params["password"] = self.password
+        params.update(self.options)
+        if connect_timeout is not None:
+            params.setdefault("connect_timeout", connect_timeout)
+        try:
+            return make_conninfo("", **params)
+        except psycopg.ProgrammingError as exc:
+            raise ConfigurationError(
+                f"PostgreSQL connection options refused by this libpq "
+                f"({psycopg.pq.version()}): {one_line(str(exc), hide=self._secrets())}") from None
+
+    def unreachable(self, exc: BaseException) -> ConfigurationError:
+        """The one-line error for a connection that failed (refused, TLS, authentication).
+
+        Args:
+            exc: the driver's error (``psycopg.OperationalError``), whose libpq message may span
+                lines.
+
+        Returns:
+            ``cannot reach PostgreSQL at host:port (sslmode=verify-full): <libpq's reason>``, with
+            the password and any ``sslpassword`` masked.
+
+        Source: issue 34 item 1.
+        """
+        mode = dict(self.options).get("sslmode")
+        shown = f"{self.host}:{self.port}" + (f" (sslmode={mode})" if mode else "")
+        return ConfigurationError(f"cannot reach PostgreSQL at {shown}: {one_line(str(exc), hide=self._secrets())}")
+
+    def _secrets(self) -> tuple[str, ...]:
+        return (self.password, *(value for name, value in self.options if name in SECRET_PARAMETERS))
 
     def library_env(self, *, create_table: bool, read_only: bool = False) -> dict[str, str]:
         """Render the ``eventsourcing`` environment for this database.
@@ -157,7 +238,9 @@ class Database:
         Returns:
             Keys for ``Application(env=...)``. The database-function insert path stays off: it
             drops the table lock that keeps notification ids in commit order (DESIGN §8); our own
-            recorder (``APPLICATION_RECORDER_TOPIC``) calls a function that keeps it.
+            recorder (``APPLICATION_RECORDER_TOPIC``) calls a function that keeps it. The URL's
+            libpq parameters travel as JSON under ``CONNECTION_OPTIONS_ENV`` to our factory
+            (``ledger.persistence.LedgerPostgresFactory``), which gives them to the library's pool.
         """
         env = {"CREATE_TABLE": "y" if create_table else "n"}
         if self.backend == "sqlite":
@@ -170,7 +253,8 @@ class Database:
             })
         else:
             env.update({
-                "PERSISTENCE_MODULE": "eventsourcing.postgres",
+                # The library's factory, handing the URL's libpq parameters to its pool.
+                "PERSISTENCE_MODULE": "ledger.persistence:LedgerPostgresFactory",
                 "APPLICATION_RECORDER_TOPIC": "ledger.persistence:LedgerPostgresApplicationRecorder",
                 "POSTGRES_DBNAME": self.dbname,
                 "POSTGRES_HOST": self.host,
@@ -184,6 +268,8 @@ class Database:
             })
             if self.schema:
                 env["POSTGRES_SCHEMA"] = self.schema
+            if self.options:
+                env[CONNECTION_OPTIONS_ENV] = json.dumps(dict(self.options))
         return env
 
 

@@ -11,6 +11,7 @@ permission and damage checks in ``ledger.store_files``.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import threading
 from collections.abc import Sequence
@@ -18,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
-from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore, PostgresFactory
 from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool, SQLiteFactory
 from eventsourcing.utils import retry
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
+from ledger.config import CONNECTION_OPTIONS_ENV
 from ledger.errors import ConfigurationError, StoreLockedError
 from ledger.operation import Operation
 from ledger.store_files import STORE_FILE_MODE, check_store_path, prepare_store_directory, tighten_modes
@@ -36,7 +38,8 @@ from ledger.store_identity import (  # re-exported: their home before issue 16
 from ledger.topics import topics_of
 
 __all__ = [
-    "SCHEMA_VERSION", "STORE_TABLE", "LedgerPostgresApplicationRecorder", "LedgerSQLiteFactory", "StoreLock",
+    "SCHEMA_VERSION", "STORE_TABLE", "LedgerPostgresApplicationRecorder", "LedgerPostgresFactory",
+    "LedgerSQLiteFactory", "StoreLock",
     "check_newer_schema", "check_store_identity", "read_store_identity",
 ]
 
@@ -95,6 +98,31 @@ class LedgerSQLiteFactory(SQLiteFactory):
         super().close()
         if self.lock is not None:
             self.lock.release()
+
+
+class LedgerPostgresFactory(PostgresFactory):
+    """The library's PostgreSQL factory, its pool given the database URL's libpq parameters
+    (selected by ``ledger.config``).
+
+    The library builds its pool from ``POSTGRES_HOST``, ``_PORT``, ``_DBNAME``, ``_USER`` and
+    ``_PASSWORD`` only; ``sslmode``, ``sslrootcert``, ``application_name`` and the rest of a URL's
+    connection options (``ledger.connection_options``) reach it here, as keyword arguments of
+    every connection its pool opens, the same ones every other connection of the process gets
+    (``Database.conninfo``). The pool is not open yet when they are added.
+
+    Args:
+        env: the library's environment; ``CONNECTION_OPTIONS_ENV`` holds the options as JSON.
+
+    Source: issue 34 item 1.
+    """
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        options = self.env.get(CONNECTION_OPTIONS_ENV)
+        if options:
+            kwargs = self.datastore.pool.kwargs
+            assert isinstance(kwargs, dict)  # the library always passes a dict (host, port, ...)
+            kwargs.update(json.loads(options))
 
 
 class LedgerPostgresApplicationRecorder(PostgresApplicationRecorder):

@@ -171,9 +171,14 @@ def url_has_credentials(url: str) -> bool:
     return "@" in parts.netloc
 
 
+_SECRET_QUERY = re.compile(r"([?&;](?:ssl)?password=)[^&;#]*", re.IGNORECASE)
+"""Query parameters holding a secret: libpq's ``password`` and ``sslpassword`` (issue 34 item 1)."""
+
+
 def mask_url(url: str) -> str:
     """Return ``url`` with its password (and any user info of an unparsable URL) replaced by
-    ``***``, for error messages and logs. Pure; never raises.
+    ``***``, for error messages and logs; so are the values of ``password`` and ``sslpassword``
+    query parameters (libpq's). Pure; never raises.
 
     Args:
         url: any URL text, e.g. a database URL.
@@ -183,11 +188,11 @@ def mask_url(url: str) -> str:
     """
     try:
         parts = urlsplit(url)
-        if "@" not in parts.netloc:
-            return url
-        userinfo, host = parts.netloc.rsplit("@", 1)
-        user = userinfo.split(":", 1)[0]
-        masked = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
-        return urlunsplit(parts._replace(netloc=masked))
+        if "@" in parts.netloc:
+            userinfo, host = parts.netloc.rsplit("@", 1)
+            user = userinfo.split(":", 1)[0]
+            masked = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
+            url = urlunsplit(parts._replace(netloc=masked))
     except ValueError:
-        return re.sub(r"//[^/]*@", "//***@", url)
+        url = re.sub(r"//[^/]*@", "//***@", url)
+    return _SECRET_QUERY.sub(r"\1***", url)

@@ -70,14 +70,14 @@ def read_store_identity(database: Database, *, missing_ok: bool = False) -> dict
 
         table = f'"{database.schema}".{STORE_TABLE}' if database.schema else STORE_TABLE
         try:
-            with psycopg.connect(database.conninfo(), connect_timeout=10) as pg:
+            with psycopg.connect(database.conninfo(connect_timeout=10)) as pg:
                 rows = pg.execute(f"SELECT key, value FROM {table}").fetchall()
         except psycopg.errors.UndefinedTable:
             if missing_ok:
                 return {}
             raise ConfigurationError(f"the PostgreSQL store is not migrated; {hint}") from None
         except psycopg.OperationalError as exc:
-            raise ConfigurationError(f"cannot reach PostgreSQL at {database.host}:{database.port}: {exc}") from None
+            raise database.unreachable(exc) from None
     return {str(k): str(v) for k, v in rows}
 
 

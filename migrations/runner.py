@@ -66,7 +66,7 @@ def _ensure_container(database: Database) -> None:
         import psycopg
 
         try:
-            with psycopg.connect(database.conninfo(), autocommit=True, connect_timeout=10) as pg:
+            with psycopg.connect(database.conninfo(connect_timeout=10), autocommit=True) as pg:
                 if database.schema:
                     # The library names types and tables in this schema without quoting some of
                     # them, so a name PostgreSQL reserves breaks it halfway: refuse it up front.
@@ -77,7 +77,7 @@ def _ensure_container(database: Database) -> None:
                                                  f"({found[0]}); choose another")
                     pg.execute(f'CREATE SCHEMA IF NOT EXISTS "{database.schema}"')
         except psycopg.OperationalError as exc:
-            raise ConfigurationError(f"cannot reach PostgreSQL at {database.host}:{database.port}: {exc}") from None
+            raise database.unreachable(exc) from None
 
 
 def _create_library_tables(app_class: type, database: Database,
