@@ -203,8 +203,9 @@ def heading_anchors(markdown: str) -> set[str]:
 
 
 def promtool() -> str:
-    """The promtool binary (Debian's ``prometheus`` package); skips the test on a developer
-    machine without it, and fails it when ``CI`` is set (``.ci/run`` installs it)."""
+    """The promtool binary (Debian's ``prometheus`` package; ``OPLEDGER_PROMTOOL`` names another);
+    skips the test on a developer machine without it, and fails it when ``CI`` is set (``.ci/run``
+    installs it)."""
     path = shutil.which(os.environ.get("OPLEDGER_PROMTOOL", "promtool"))
     if path is None:
         problem = "no promtool on PATH; apt-get install -y --no-install-recommends prometheus"
