@@ -104,6 +104,22 @@ def _clean(value: Any, values: tuple[str, ...]) -> Any:
     return redact(str(value), values)
 
 
+class CurrentStderr:
+    """Whatever ``sys.stderr`` is when a line is written, not when logging was configured: a
+    stream swapped for a while (a test runner's capture, a CLI runner) and closed afterwards
+    must not take every later log line, and the request or operation logging it, down with
+    ``ValueError: I/O operation on closed file``."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
 def configure_logging(fmt: str = "auto", level: int = logging.INFO, *, file: TextIO | None = None,
                       cache_loggers: bool = True) -> None:
     """Configure structlog for this process. Every chain ends with :func:`redact_secrets`
@@ -117,7 +133,7 @@ def configure_logging(fmt: str = "auto", level: int = logging.INFO, *, file: Tex
         cache_loggers: cache each logger on first use (fast; tests that configure logging
             temporarily pass False so ``structlog.reset_defaults()`` undoes it).
     """
-    out = file or sys.stderr
+    out: Any = file or CurrentStderr()
     if fmt == "auto":
         fmt = "console" if out.isatty() else "json"
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
