@@ -23,6 +23,7 @@ from eventsourcing.utils import resolve_topic
 from adapters.followers import follow_metrics
 from adapters.logs import OPERATION_CONTEXT
 from executors.runtime import Worker, WorkerConfig
+from ledger.adapter_names import BUILT_IN_ADAPTERS
 from ledger.application import LedgerApplication
 from ledger.clock import Clock, SystemClock
 from ledger.config import Database, Settings
@@ -190,6 +191,10 @@ class _StopOnDamage(StatusProjection):
 def build_adapters(settings: Settings, app: LedgerApplication, clock: Clock) -> dict[str, Adapter]:
     """Build the adapters the application's integrations name.
 
+    Every name of ``ledger.adapter_names.BUILT_IN_ADAPTERS`` is built here (a test holds the
+    two together); declarations naming any other adapter are refused when parsed unless the host
+    registered it, and then need the host's own worker.
+
     Raises:
         ConfigurationError: an integration names an adapter this process cannot build (e.g. the
             webhook adapter without ``OPLEDGER_WEBHOOK_SECRET``). Refusing to start beats failing
@@ -224,8 +229,11 @@ def build_adapters(settings: Settings, app: LedgerApplication, clock: Clock) -> 
             from adapters.fake import FakeAdapter
 
             adapters[name] = FakeAdapter()
-        else:
-            raise ConfigurationError(f"no adapter named {name!r} is available")
+        else:  # registered by the host (ledger.register_adapter), built only by its own worker
+            raise ConfigurationError(
+                f"integrations use adapter {name!r}, which `opledger worker` does not build (it builds "
+                f"{', '.join(BUILT_IN_ADAPTERS)}): run the worker in your process with "
+                f"executors.Worker(adapters={{{name!r}: ...}})")
     return adapters
 
 

@@ -3,6 +3,7 @@
 Imports nothing from ``projections``, ``executors`` or ``adapters`` (DESIGN §2).
 """
 
+from ledger.adapter_names import register_adapter
 from ledger.application import LedgerApplication
 from ledger.clock import Clock, FakeClock, SystemClock
 from ledger.config import Settings
@@ -48,6 +49,7 @@ __all__ = [
     "LedgerApplication",
     "Integration",
     "Registry",
+    "register_adapter",
     "DeliveryMode",
     "Source",
     "Settings",

@@ -25,12 +25,27 @@ from ledger import failpoints
 from ledger.clock import Clock, SystemClock
 from ledger.config import Database, Settings
 from ledger.declarations import CallBudget, Integration, Registry, validation_problems
-from ledger.errors import ConfigurationError, IntentConflictError, InvalidArgumentError, OperationNotFoundError
+from ledger.errors import (
+    ConfigurationError,
+    DeclarationError,
+    IntentConflictError,
+    InvalidArgumentError,
+    OperationNotFoundError,
+)
 from ledger.identity import Source, fingerprint, operation_id
 from ledger.operation import Operation
 from ledger.persistence import StoreLock
+from ledger.settlement import settlement_target_problems
 from ledger.store_files import check_store_files
 from ledger.store_identity import check_store_identity
+
+
+def _check_settlement_targets(registry: Registry) -> None:
+    # Here, not in Integration.parse: the entity class is usually defined below its declaration.
+    for integration in registry:
+        problems = settlement_target_problems(integration)
+        if problems:
+            raise DeclarationError(integration.name, problems)
 
 
 class LedgerApplication(Application):
@@ -49,7 +64,10 @@ class LedgerApplication(Application):
                 return op.id
 
     Class attributes:
-        integrations: the declarations this application intends (validated at construction).
+        integrations: the declarations this application intends (validated at construction;
+            there each settlement action's ``entity_type`` is imported and its ``method``
+            looked up, and a ``DeclarationError`` names the field that does not resolve:
+            issue 34 item 3).
         tenant: the default tenant for intents.
 
     Construction takes the library's ``env`` plus an optional injected ``clock`` (UTC). Without
@@ -69,6 +87,7 @@ class LedgerApplication(Application):
         self.registry = Registry()
         for declaration in type(self).integrations:
             self.registry.declare(declaration)
+        _check_settlement_targets(self.registry)
         self.global_budget: CallBudget | None = _global_budget(type(self).global_call_budget)
         self.clock: Clock = clock or SystemClock()
         if env is None and "PERSISTENCE_MODULE" not in os.environ and "PERSISTENCE_MODULE" not in type(self).env:

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from ledger.adapter_names import adapter_problem
 from ledger.errors import DeclarationError, UnknownIntegrationError
 from ledger.redaction import url_has_credentials
 from ledger.time_limits import (
@@ -157,7 +158,11 @@ class Polling(_Strict):
 class SettlementAction(_Strict):
     """The entity action that applies the outcome to the source entity (DESIGN §1.5).
 
-    ``method`` is called as ``entity.<method>(outcome)`` with a ``SettlementOutcome``.
+    ``method`` is called as ``entity.<method>(outcome)`` with a ``SettlementOutcome``; it must be
+    public (no leading ``_``: a private helper or a dunder such as ``__init__`` is not an action).
+    That ``entity_type`` imports and has ``method`` is checked when the application is built
+    (``ledger.settlement.settlement_target_problems``): the class is often defined after the
+    declaration, in the same module.
     """
 
     entity_type: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", description="topic 'module:Class'")
@@ -165,6 +170,16 @@ class SettlementAction(_Strict):
     max_attempts: int = Field(default=5, ge=1, le=100)
     # validate_default: the bound depends on max_attempts too, so it is checked with the default.
     backoff_seconds: float = Field(default=1.0, gt=0, le=MAX_SETTLEMENT_BACKOFF_SECONDS, validate_default=True)
+
+    @field_validator("method")
+    @classmethod
+    def _public(cls, value: str) -> str:
+        # Source: issue 34 item 3: __init__ failed every settlement try with a TypeError.
+        if value.startswith("_"):
+            kind = "a dunder method" if value.startswith("__") and value.endswith("__") else "a private method"
+            raise ValueError(f"{value!r} is {kind}: the settlement action must be a public method of the entity "
+                             "(one the entity offers for this, which records the outcome)")
+        return value
 
     @field_validator("backoff_seconds")
     @classmethod
@@ -271,6 +286,15 @@ class Integration(_Strict):
 
     # Field validators, not a model validator: pydantic skips model validators when any field
     # fails, which would hide these problems, and reports them without a field path.
+    @field_validator("adapter")
+    @classmethod
+    def _known_adapter(cls, value: str) -> str:
+        # Against the adapters this process knows (ledger.adapter_names; issue 34 item 3).
+        problem = adapter_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @field_validator("endpoint")
     @classmethod
     def _endpoint_is_url(cls, value: str | None) -> str | None:

@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from uuid import UUID
 
+from eventsourcing.utils import TopicError, resolve_topic
+
+from ledger.declarations import Integration
 from ledger.operation import Operation
 
 
@@ -55,3 +58,34 @@ class SettlementOutcome:
             traceparent=op.traceparent,
             resolved_by_operator=op.resolution in ("succeeded", "failed"),
         )
+
+
+def settlement_target_problems(integration: Integration) -> list[tuple[str, str]]:
+    """What stops ``integration``'s settlement action from ever being called, as declaration problems.
+
+    Imports the ``entity_type`` module (the executor would, at the first settlement) and looks
+    for ``method`` on the class. Called when the application is built
+    (``LedgerApplication.__init__``), not when the declaration is parsed: a declaration usually
+    sits above the entity class in the same module, which is not defined yet at that point.
+
+    Args:
+        integration: a parsed declaration.
+
+    Returns:
+        ``(path, message)`` pairs (``settlement.entity_type``, ``settlement.method``); empty when
+        it declares no settlement or the action resolves.
+
+    Source: DESIGN §1.5 (settlement); issue 34 item 3.
+    """
+    action = integration.settlement
+    if action is None:
+        return []
+    try:
+        entity_class = resolve_topic(action.entity_type)
+    except TopicError as exc:
+        return [("settlement.entity_type", f"{action.entity_type!r} does not import: {exc}")]
+    if not isinstance(entity_class, type):
+        return [("settlement.entity_type", f"{action.entity_type!r} is not a class")]
+    if getattr(entity_class, action.method, None) is None:
+        return [("settlement.method", f"{entity_class.__name__} has no method {action.method!r}")]
+    return []

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from adapters.cli import ops, secret, simulate
-from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, console, settings
+from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, console, log_unknown_settings, settings
 
 app = typer.Typer(name="opledger", help="An event-sourced ledger of durable external operations.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -116,8 +116,9 @@ def worker(
     from executors.secrets import check_environment_secrets
 
     config = settings(database_url, lease_seconds=lease_seconds, worker_threads=threads,
-                      allow_unreadable_events=allow_unreadable_events)
+                      allow_unreadable_events=allow_unreadable_events, warn=False)
     configure_logging(config.log_format)
+    log_unknown_settings()
     with UserErrors():
         check_environment_secrets(os.environ)  # before the store is opened (issue 27 item 3)
         beside = None
@@ -155,8 +156,9 @@ def serve(
     from adapters.http.serve import http_listener, run_serve
     from adapters.logs import configure_logging
 
-    config = settings(database_url)
+    config = settings(database_url, warn=False)
     configure_logging(config.log_format)
+    log_unknown_settings()
     with UserErrors():
         run_serve(config, http_listener(host=host, port=port, public=public), write=write)
 

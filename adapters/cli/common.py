@@ -31,15 +31,50 @@ WIDE_WIDTH = 100_000
 """Characters a table may take when shortening is off: wider than any row."""
 
 
-def settings(database_url: str | None = None, **overrides: Any) -> Settings:
-    """Settings from ``OPLEDGER_*`` with CLI flags taking precedence."""
+def settings(database_url: str | None = None, *, warn: bool = True, **overrides: Any) -> Settings:
+    """Settings from ``OPLEDGER_*`` with CLI flags taking precedence.
+
+    Args:
+        database_url: ``--database-url``, if given.
+        warn: print a warning on standard error for each set ``OPLEDGER_*`` variable that
+            nothing reads (``adapters.cli.environment``); commands that log (``worker``,
+            ``serve``) pass False and call :func:`log_unknown_settings` once logging is set up.
+        overrides: other settings given as flags (None: not given).
+
+    Returns:
+        The settings.
+
+    Raises:
+        typer.Exit: a setting is invalid (code 2, one line naming each).
+    """
     values = {k: v for k, v in overrides.items() if v is not None}
     if database_url is not None:
         values["database_url"] = database_url
     try:
-        return Settings(**values)
+        config = Settings(**values)
     except ValidationError as exc:
         fail(f"invalid settings: {settings_problems(exc, flags=set(values))}")
+    if warn:
+        from adapters.cli.environment import unknown_environment
+
+        for unknown in unknown_environment():
+            errors.print(f"warning: {unknown}", markup=False, highlight=False, soft_wrap=True)
+    return config
+
+
+def log_unknown_settings() -> None:
+    """Log a warning for each set ``OPLEDGER_*`` variable that nothing reads, with the nearest
+    known name (``worker`` and ``serve``, after ``configure_logging``: JSON logs stay JSON).
+
+    Source: issue 34 item 3.
+    """
+    import structlog
+
+    from adapters.cli.environment import unknown_environment
+
+    log = structlog.get_logger("opledger.settings")
+    for unknown in unknown_environment():
+        log.warning(str(unknown), variable=unknown.name, did_you_mean=unknown.nearest)
 
 
 def settings_problems(exc: ValidationError, *, flags: Collection[str] = ()) -> str:

@@ -17,12 +17,13 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate, event
 
 from adapters.simulation.budgets import GLOBAL_BUDGET, budgets_of, tenant_of
+from ledger.adapter_names import register_adapter
 from ledger.application import LedgerApplication
 from ledger.declarations import DeliveryMode, Integration
 from ledger.settlement import SettlementOutcome
 
-ADAPTER = "sim"
-"""The adapter name the simulated integrations declare."""
+ADAPTER = register_adapter("sim")
+"""The adapter name the simulated integrations declare (registered: not one ``opledger worker`` builds)."""
 TARGET = "https://provider.sim/effects"
 MAX_ATTEMPTS = 3
 LEASE_SECONDS = 10.0
@@ -38,7 +39,7 @@ def integration_name(mode: DeliveryMode) -> str:
 
 LRO_INTEGRATION = "sim.lro"
 """The simulated long-running-operation integration (``adapters.simulation.lro``)."""
-LRO_ADAPTER = "sim_lro"
+LRO_ADAPTER = register_adapter("sim_lro")
 
 
 def _declaration(mode: DeliveryMode, name: str | None = None, adapter: str = ADAPTER) -> Integration:

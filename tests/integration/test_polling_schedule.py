@@ -16,6 +16,7 @@ import pytest
 
 from adapters.fake import FakeRemoteOperations
 from executors.runtime import Worker, WorkerConfig
+from ledger.adapter_names import register_adapter
 from ledger.application import LedgerApplication
 from ledger.clock import FakeClock
 from ledger.declarations import DeliveryMode
@@ -34,7 +35,7 @@ STEP_SECONDS = 0.1
 class FollowApp(LedgerApplication):
     name = "follow"
     integrations = [declaration(
-        DeliveryMode.IDEMPOTENT, name="test.follow", adapter="fake_lro",
+        DeliveryMode.IDEMPOTENT, name="test.follow", adapter=register_adapter("fake_lro"),
         deadlines={"pending": 300, "claimed": 60, "dispatching": 60, "accepted": 40},
         polling={"initial_delay_seconds": 1, "max_interval_seconds": 8, "overdue_interval_seconds": 20,
                  "limit_seconds": 600})]

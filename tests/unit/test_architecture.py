@@ -57,7 +57,7 @@ def test_no_wall_clock_in_domain_code() -> None:
 
 PUBLIC_API = {
     "ledger": [
-        "LedgerApplication", "Operation", "Integration", "Registry", "DeliveryMode", "Source",
+        "LedgerApplication", "Operation", "Integration", "Registry", "register_adapter", "DeliveryMode", "Source",
         "SettlementOutcome", "Settings", "Clock", "SystemClock", "FakeClock", "ExecutionState",
         "SettlementState", "Status", "TERMINAL_STATUSES", "Succeeded", "Accepted", "Failed", "Ambiguous",
         "FailureCategory", "EgressRequest", "Adapter", "RemoteOperations", "StillRunning", "CancelConfirmed",

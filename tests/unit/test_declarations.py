@@ -52,10 +52,10 @@ def test_base_declaration_is_valid() -> None:
     assert integration.key == ("payments.charge", 1)
 
 
-def test_fixture_has_ten_distinct_cases() -> None:
+def test_fixture_has_thirteen_distinct_cases() -> None:
     cases = _cases()
-    assert len(cases) == 10
-    assert len({c["id"] for c in cases}) == 10
+    assert len(cases) == 13
+    assert len({c["id"] for c in cases}) == 13
 
 
 @pytest.mark.parametrize("case", _cases(), ids=lambda c: c["id"])
