@@ -303,7 +303,8 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
                                 batch_size=settings.batch_size, egress_slots=settings.worker_threads,
                                 egress_per_host=settings.egress_per_host,
                                 poll_interval_seconds=settings.poll_interval_seconds,
-                                poll_lease_seconds=settings.poll_lease_seconds),
+                                poll_lease_seconds=settings.poll_lease_seconds,
+                                summary_interval_seconds=settings.log_summary_seconds),
             projection=projection if leader is None else None,
             on_committed=_remembering(projection.offer),
         )

@@ -22,11 +22,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 import structlog
 from eventsourcing.domain import Aggregate
 
+from executors.activity import log_activity
 from ledger.application import LedgerApplication
 from ledger.errors import LedgerError
 from ledger.facts import describe
@@ -70,7 +72,8 @@ class CommitResult:
         refused: operation id to the database's error text (``ledger.refusals.refusal_text``)
             for each write the database refused for that operation alone while it accepts
             others (issue 35). These are also in ``failed``.
-        events: names of the ledger events committed, in order, for counting.
+        events: the ledger events committed, in order (counted, and logged by
+            ``executors.activity``).
         conflicts: how many batch saves hit a version conflict (another writer got there first).
     """
 
@@ -78,7 +81,7 @@ class CommitResult:
     rejected: dict[UUID, str] = field(default_factory=dict)
     failed: dict[UUID, str] = field(default_factory=dict)
     refused: dict[UUID, str] = field(default_factory=dict)
-    events: list[str] = field(default_factory=list)
+    events: list[Any] = field(default_factory=list)
     conflicts: int = 0
 
     def _fail(self, op_id: UUID, exc: BaseException) -> None:
@@ -166,7 +169,7 @@ def commit_changes(app: LedgerApplication, changes: Sequence[tuple[Operation, Ch
                 applied.append((op, change))
         if not applied:
             return result
-        names = [type(e).__name__ for op, _ in applied for e in op.pending_events]
+        recorded = [e for op, _ in applied for e in op.pending_events]
         try:
             app.save(*batch)
         except Exception as exc:
@@ -185,7 +188,7 @@ def commit_changes(app: LedgerApplication, changes: Sequence[tuple[Operation, Ch
             break
         for op, _ in applied:
             result.committed[op.id] = op
-        result.events.extend(names)
+        result.events.extend(recorded)
         return result
     _commit_parts(app, pending, result, refusals)
     return _judged(app, result, refusals, probe)
@@ -258,7 +261,7 @@ def _commit_part(app: LedgerApplication, part: list[tuple[Operation, Change]], r
             applied.append((fresh[op_id], change))
     if not applied:
         return
-    names = [type(e).__name__ for op, _ in applied for e in op.pending_events]
+    recorded = [e for op, _ in applied for e in op.pending_events]
     try:
         app.save(*batch)
     except Exception as exc:
@@ -268,7 +271,7 @@ def _commit_part(app: LedgerApplication, part: list[tuple[Operation, Change]], r
         return
     for op, _ in applied:
         result.committed[op.id] = op
-    result.events.extend(names)
+    result.events.extend(recorded)
 
 
 def _commit_alone(app: LedgerApplication, op_id: UUID, change: Change, result: CommitResult,
@@ -283,7 +286,7 @@ def _commit_alone(app: LedgerApplication, op_id: UUID, change: Change, result: C
     saved = _apply(fresh, change, result)
     if saved is None:
         return
-    names = [type(e).__name__ for e in fresh.pending_events]
+    recorded = list(fresh.pending_events)
     try:
         app.save(*saved)
     except Exception as exc:
@@ -296,7 +299,7 @@ def _commit_alone(app: LedgerApplication, op_id: UUID, change: Change, result: C
         _failed_alone(op_id, exc, fault, result, refusals)  # this operation's events (or its entity's)
         return
     result.committed[op_id] = fresh
-    result.events.extend(names)
+    result.events.extend(recorded)
 
 
 @dataclass
@@ -368,8 +371,8 @@ class Committer:
         counts.rejected += len(result.rejected)
         counts.failed += len(result.failed)
         counts.refused += len(result.refused)
-        for name in result.events:
-            attr = _COUNTED.get(name)
+        for event in result.events:
+            attr = _COUNTED.get(type(event).__name__)
             if attr:
                 setattr(counts, attr, getattr(counts, attr) + 1)
         with self._lock:
@@ -385,6 +388,7 @@ class Committer:
             self.report(op_id, "change_failed" if refused is None else "write_refused", refused or error)
         if self.on_committed is not None and result.committed:
             self.on_committed(result.committed.values())
+        log_activity(result.events, result.committed)  # after on_committed: the log context knows them
         return result
 
     def record_refusals(self, notes: Mapping[UUID, RefusalNote], now: datetime, counts: Counts) -> CommitResult:

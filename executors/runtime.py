@@ -21,6 +21,7 @@ from datetime import datetime
 
 import structlog
 
+from executors.activity import DEFAULT_SUMMARY_INTERVAL_SECONDS, ActivitySummary, store_gauges
 from executors.claim import DEFAULT_BATCH_SIZE, ClaimConfig, ClaimService
 from executors.commit import Committer, Counts
 from executors.egress import DEFAULT_EGRESS_SLOTS, DEFAULT_PER_HOST_SLOTS, EgressConfig, EgressService
@@ -67,6 +68,8 @@ class WorkerConfig:
         inline_egress: make calls inside ``run_once`` instead of on threads (simulator, tests).
         poll_lease_seconds: how long a poll lease holds accepted work, seconds
             (``executors.polling``; ADR 0004).
+        summary_interval_seconds: how often the worker logs its summary line, seconds
+            (``executors.activity``); 0 never.
     """
 
     worker_id: str
@@ -77,6 +80,7 @@ class WorkerConfig:
     poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS
     inline_egress: bool = False
     poll_lease_seconds: float = DEFAULT_POLL_LEASE_SECONDS
+    summary_interval_seconds: float = DEFAULT_SUMMARY_INTERVAL_SECONDS
 
 
 class Worker:
@@ -114,6 +118,8 @@ class Worker:
         self._idling = False  # waiting in ``_idle``: the last cycle found nothing to do
         rng = rng or random.Random()
         self.committer = Committer(app, on_committed=on_committed)
+        self.summary = ActivitySummary(interval_seconds=config.summary_interval_seconds,
+                                       gauges=lambda: store_gauges(view, clock.now()))
         self.egress = egress or EgressService(clock=clock, config=EgressConfig(
             slots=config.egress_slots, per_host=config.egress_per_host, inline=config.inline_egress))
         self.settlement = SettlementService(committer=self.committer)
@@ -180,6 +186,8 @@ class Worker:
         while not stop.is_set():
             self._cycle_began = time.monotonic()
             counts = self._cycle(stop)
+            if counts is not None:
+                self.summary.add(counts)
             if counts is not None and not counts.busy:
                 self._idle(stop)
         self.stopping.set()

@@ -303,6 +303,8 @@ class Settings(BaseSettings):
             None sends no callback URL (the provider must know it otherwise).
         log_format: ``json`` (production), ``console``, or ``auto`` (JSON unless standard error
             is a terminal).
+        log_summary_seconds: how often a worker logs its ``worker summary`` line, seconds
+            (``executors.activity``); 0 never; at most a day.
         allow_unreadable_events: start ``migrate`` and workers even when the store holds ledger
             event topics this code cannot resolve (their operations wait on the attention queue
             as ``unreadable_event``); off by default, so a version mismatch stops the start.
@@ -331,6 +333,7 @@ class Settings(BaseSettings):
     webhook_secret: SecretStr | None = None
     callback_base_url: str | None = Field(default=None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
     log_format: str = Field(default="auto", pattern=r"^(json|console|auto)$")
+    log_summary_seconds: float = Field(default=60.0, ge=0, le=86400)
     allow_unreadable_events: bool = False
     store_id: str | None = None
     open_check: str = Field(default="quick", pattern=r"^(quick|header)$")

@@ -1,5 +1,6 @@
 """The worker with the real webhook adapter against the real partner, on both backends:
-timeouts after send per delivery mode, hostile responses, a stale recovery pass.
+timeouts after send per delivery mode, hostile responses, a stale recovery pass, and the log
+line each outcome and settlement makes (issue 34 item 4).
 """
 
 from __future__ import annotations
@@ -7,10 +8,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 from uuid import UUID
 
 import httpx
 import pytest
+from structlog.testing import capture_logs
 
 from adapters.partner import PartnerProcess
 from adapters.webhook import WebhookAdapter
@@ -19,6 +22,7 @@ from executors.runtime import Worker, WorkerConfig
 from executors.secrets import EnvironmentSecrets
 from ledger.clock import SystemClock
 from ledger.config import Database
+from ledger.declarations import DeliveryMode
 from ledger.status import ExecutionState as E
 from projections.status import StatusProjection
 from projections.view import open_view
@@ -148,3 +152,31 @@ def test_a_stale_recovery_pass_that_loses_the_race_changes_nothing(modes_app: Mo
     assert op_id in result.rejected and not result.committed
     after = modes_app.get_operation(op_id)
     assert after.version == version and after.execution is E.SUCCEEDED and after.epoch == epoch
+
+
+def lines(logs: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
+    return [line for line in logs if line["event"] == event]
+
+
+def test_each_outcome_and_settlement_is_one_line(worker: Worker, modes_app: ModesApp, partner: PartnerProcess) -> None:
+    httpx.post(f"{partner.url}/_control/faults",
+               json={"path": "/flaky", "fault": {"status": 500, "times": 1}}).raise_for_status()
+    httpx.post(f"{partner.url}/_control/faults", json={"path": "/refuse", "fault": {"status": 422}}).raise_for_status()
+    retried = modes_app.make(DeliveryMode.IDEMPOTENT, partner.url + "/flaky", n=1)
+    refused = modes_app.make(DeliveryMode.NON_IDEMPOTENT, partner.url + "/refuse", n=2)
+    with capture_logs() as logs:
+        _settle(worker, modes_app, [retried, refused])
+    outcomes = lines(logs, "operation outcome")
+    by_op = {(line["operation_id"], line["outcome"]): line for line in outcomes}
+    assert set(by_op) == {(str(retried), "retry_scheduled"), (str(retried), "succeeded"), (str(refused), "failed")}
+    retry = by_op[(str(retried), "retry_scheduled")]
+    assert retry["status_code"] == 500 and retry["reason"] == "server_error" and retry["integration"] == "test.idempotent"
+    done = by_op[(str(retried), "succeeded")]
+    assert done["status_code"] == 200 and done["attempt_id"] and done["epoch"] == 2 and done["seconds_since_intent"] > 0
+    assert by_op[(str(refused), "failed")]["status_code"] == 422
+    settled = lines(logs, "operation settlement")
+    assert sorted((line["operation_id"], line["outcome"]) for line in settled) == sorted(
+        [(str(retried), "settled"), (str(refused), "settled")])
+    assert all(line["log_level"] == "info" for line in outcomes + settled)
+    text = repr(outcomes + settled)
+    assert "internal note" not in text and "tok_secret_value_123" not in text  # no payload, no secret
