@@ -47,6 +47,13 @@ LEASE_TAKEOVERS_FOR_ATTENTION = 3
 """After this many reclaims of an expired lease the operation is shown on the attention queue."""
 
 
+def _without_status_or_detail(state: dict[str, Any]) -> None:
+    # Version 1 of RetryScheduled and BudgetExhausted kept neither the attempt's HTTP status
+    # nor its detail (issue 34 item 5).
+    state["status_code"] = None
+    state["detail"] = ""
+
+
 class Operation(OperationCommands, Aggregate):
     """One authorized external effect (DESIGN §3 'operation').
 
@@ -462,10 +469,7 @@ class Operation(OperationCommands, Aggregate):
         status_code: int | None
         detail: str
 
-        @staticmethod
-        def upcast_v1_v2(state: dict[str, Any]) -> None:
-            state["status_code"] = None
-            state["detail"] = ""
+        upcast_v1_v2 = staticmethod(_without_status_or_detail)
 
         def apply(self, op: Operation) -> None:
             op.execution = E.PENDING
@@ -526,10 +530,7 @@ class Operation(OperationCommands, Aggregate):
         status_code: int | None
         detail: str
 
-        @staticmethod
-        def upcast_v1_v2(state: dict[str, Any]) -> None:
-            state["status_code"] = None
-            state["detail"] = ""
+        upcast_v1_v2 = staticmethod(_without_status_or_detail)
 
         def apply(self, op: Operation) -> None:
             if self.ambiguous:

@@ -6,8 +6,8 @@ on a fake clock, its egress inline, keeping the status projection itself."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC
 from uuid import UUID
 
 import pytest
@@ -18,7 +18,6 @@ from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.egress import EgressRequest
 from ledger.outcomes import Outcome, Succeeded
-from migrations import migrate
 from projections.status import StatusProjection
 from projections.view import open_view
 from tests.apps import FakeApp
@@ -26,24 +25,6 @@ from tests.apps import FakeApp
 OTHERS = 50
 BAD = "https://partner.test/bad"
 UTC = UTC
-
-
-@pytest.fixture
-def fake_db(database: Database) -> Database:
-    migrate(database, FakeApp)
-    return database
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
-
-
-@pytest.fixture
-def app(fake_db: Database, clock: FakeClock) -> Iterator[FakeApp]:
-    app = FakeApp(env=fake_db.library_env(create_table=False), clock=clock)
-    yield app
-    app.close()
 
 
 def _run(app: FakeApp, database: Database, clock: FakeClock, script: Callable[[EgressRequest], Outcome],

@@ -8,8 +8,6 @@ keeping the status projection itself (as ``test_isolation``)."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from datetime import UTC, datetime
 from uuid import UUID
 
 import pytest
@@ -19,7 +17,6 @@ from executors.runtime import Worker, WorkerConfig
 from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.operation import Operation
-from migrations import migrate
 from projections.metrics import MetricsProjection
 from projections.metrics_store import MetricsStore
 from projections.status import StatusProjection
@@ -29,24 +26,6 @@ from tests.refusals import MESSAGE, drop_trigger, refuse_event
 
 OTHERS = 30
 BAD = "https://partner.test/bad"
-
-
-@pytest.fixture
-def fake_db(database: Database) -> Database:
-    migrate(database, FakeApp)
-    return database
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
-
-
-@pytest.fixture
-def app(fake_db: Database, clock: FakeClock) -> Iterator[FakeApp]:
-    app = FakeApp(env=fake_db.library_env(create_table=False), clock=clock)
-    yield app
-    app.close()
 
 
 def _drain(app: FakeApp, database: Database, clock: FakeClock, adapter: FakeAdapter, others: list[UUID],

@@ -1,0 +1,32 @@
+"""Fixtures shared by integration tests: a store migrated for the fake-adapter test application,
+a fake clock, and the application on them (``test_isolation``, ``test_refused_writes``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+
+from ledger.clock import FakeClock
+from ledger.config import Database
+from migrations import migrate
+from tests.apps import FakeApp
+
+
+@pytest.fixture
+def fake_db(database: Database) -> Database:
+    migrate(database, FakeApp)
+    return database
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+
+
+@pytest.fixture
+def app(fake_db: Database, clock: FakeClock) -> Iterator[FakeApp]:
+    app = FakeApp(env=fake_db.library_env(create_table=False), clock=clock)
+    yield app
+    app.close()
