@@ -86,3 +86,13 @@ def test_public_api_is_pinned(package: str) -> None:
     assert sorted(module.__all__) == sorted(PUBLIC_API[package])
     for name in module.__all__:
         assert getattr(module, name) is not None
+
+
+def test_no_two_test_modules_share_a_name() -> None:
+    # The test folders are not packages: pytest imports each module by its basename, and two of
+    # the same name stop the collection of the whole suite ("import file mismatch").
+    from collections import Counter
+    from pathlib import Path
+
+    names = Counter(path.name for path in (Path(__file__).resolve().parents[1]).rglob("test_*.py"))
+    assert [name for name, count in names.items() if count > 1] == []
