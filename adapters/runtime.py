@@ -33,6 +33,7 @@ from ledger.errors import ConfigurationError, LedgerError, StoreDamagedError, St
 from ledger.facts import describe
 from ledger.operation import Operation
 from ledger.persistence import StoreLock
+from ledger.settlement import load_settlement_policy
 from ledger.store_files import check_store_files, check_store_path, damaged, is_damage
 from ledger.store_identity import check_store_identity
 from projections.drift import report_declaration_drift
@@ -304,7 +305,8 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
                                 egress_per_host=settings.egress_per_host,
                                 poll_interval_seconds=settings.poll_interval_seconds,
                                 poll_lease_seconds=settings.poll_lease_seconds,
-                                summary_interval_seconds=settings.log_summary_seconds),
+                                summary_interval_seconds=settings.log_summary_seconds,
+                                settlement_policy=load_settlement_policy(settings.settlement_policy)),
             projection=projection if leader is None else None,
             on_committed=_remembering(projection.offer),
         )

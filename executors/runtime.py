@@ -29,7 +29,7 @@ from executors.leases import LeaseConfig, LeaseService
 from executors.outcomes import OutcomeService
 from executors.polling import DEFAULT_POLL_LEASE_SECONDS, PollingConfig, PollingService
 from executors.secrets import EnvironmentSecrets, SecretResolver
-from executors.settlement import SettlementService
+from executors.settlement import SettlementConfig, SettlementService
 from ledger.application import LedgerApplication
 from ledger.clock import Clock
 from ledger.config import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_INTERVAL_SECONDS
@@ -38,6 +38,7 @@ from ledger.facts import describe
 from ledger.operation import Operation
 from ledger.outages import backoff_seconds, is_transient, refresh_connections
 from ledger.persistence import APPENDED_PAYLOAD
+from ledger.settlement import SettlementPolicy, default_settlement_policy
 from projections.status import StatusProjection
 from projections.view import StatusView
 
@@ -70,6 +71,8 @@ class WorkerConfig:
             (``executors.polling``; ADR 0004).
         summary_interval_seconds: how often the worker logs its summary line, seconds
             (``executors.activity``); 0 never.
+        settlement_policy: asked before every settlement (``ledger.settlement``;
+            ``OPLEDGER_SETTLEMENT_POLICY``); None: the default, exactly the declared method.
     """
 
     worker_id: str
@@ -81,6 +84,7 @@ class WorkerConfig:
     inline_egress: bool = False
     poll_lease_seconds: float = DEFAULT_POLL_LEASE_SECONDS
     summary_interval_seconds: float = DEFAULT_SUMMARY_INTERVAL_SECONDS
+    settlement_policy: SettlementPolicy | None = None
 
 
 class Worker:
@@ -122,7 +126,8 @@ class Worker:
                                        gauges=lambda: store_gauges(view, clock.now()))
         self.egress = egress or EgressService(clock=clock, config=EgressConfig(
             slots=config.egress_slots, per_host=config.egress_per_host, inline=config.inline_egress))
-        self.settlement = SettlementService(committer=self.committer)
+        self.settlement = SettlementService(committer=self.committer, config=SettlementConfig(
+            policy=config.settlement_policy or default_settlement_policy))
         self.polling = PollingService(committer=self.committer, egress=self.egress, settlement=self.settlement,
                                       adapters=adapters, rng=rng,
                                       config=PollingConfig(worker_id=config.worker_id,

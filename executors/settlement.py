@@ -16,7 +16,7 @@ batch, and only when no other settlement of that entity waits, so the per-entity
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -24,15 +24,30 @@ from uuid import UUID
 import structlog
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.domain import Aggregate
+from eventsourcing.utils import get_topic
 
 from executors.commit import Change, CommitResult, Committer, Counts, RefusalNote
 from ledger.application import LedgerApplication
-from ledger.decisions import RetrySettlement, Settle, after_settlement_failure, due_work, settlement_order
-from ledger.errors import LedgerError, UnknownIntegrationError
+from ledger.decisions import (
+    OutcomeRef,
+    RetrySettlement,
+    Settle,
+    after_settlement_failure,
+    due_work,
+    settlement_fence_problem,
+    settlement_order,
+)
+from ledger.errors import LedgerError, StaleSettlementError, UnknownIntegrationError
 from ledger.facts import describe
 from ledger.operation import Operation
 from ledger.refusals import WriteKind
-from ledger.settlement import SettlementOutcome
+from ledger.settlement import (
+    SettlementOutcome,
+    SettlementPolicy,
+    SettlementRequest,
+    default_settlement_policy,
+    entity_type_problem,
+)
 from projections.loading import load_aggregates
 
 log = structlog.get_logger("opledger.settlement")
@@ -40,42 +55,95 @@ log = structlog.get_logger("opledger.settlement")
 
 @dataclass(frozen=True)
 class SettlementConfig:
-    """Settlement has no settings of its own yet (the backoff and tries are declared per
-    integration); the frozen record keeps the services' shape."""
+    """Settlement's settings (the backoff and tries are declared per integration).
+
+    Attributes:
+        policy: asked before every settlement whether it may change the entity
+            (``ledger.settlement.SettlementPolicy``; ``OPLEDGER_SETTLEMENT_POLICY``); the
+            default allows exactly the declared method.
+    """
+
+    policy: SettlementPolicy = default_settlement_policy
 
 
-def settle_change(app: LedgerApplication, now: datetime, entities: dict[UUID, Aggregate] | None = None) -> Change:
+def recorded_outcomes(ops: Sequence[Operation]) -> dict[UUID, OutcomeRef]:
+    """The outcome each of ``ops`` holds as read now: what its settlement must still find
+    recorded when it commits (``settle_change``'s ``expected``)."""
+    return {op.id: OutcomeRef(op.outcome_attempt_id, op.outcome_epoch) for op in ops}
+
+
+def settle_change(app: LedgerApplication, now: datetime, entities: dict[UUID, Aggregate] | None = None, *,
+                  expected: Mapping[UUID, OutcomeRef] | None = None,
+                  policy: SettlementPolicy = default_settlement_policy) -> Change:
     """Return the change that settles an operation (re-runnable against a fresh load).
+
+    Before the entity's action runs, the outcome is fenced (``ledger.decisions
+    .settlement_fence_problem``): an operation whose recorded outcome is not the one the settler
+    read (``expected``) is refused with ``StaleSettlementError`` and logged, and its entity is
+    not touched; and the entity's type is checked against the declaration's
+    ``settlement.entity_type`` again (it may have changed since the intent): a mismatch blocks
+    the settlement (``settlement_entity_mismatch``) without calling the action. Then
+    ``policy`` is asked (a policy that raises denies): a denial blocks it
+    (``settlement_denied``, with the policy's reason), without calling the action.
 
     Args:
         app: the host application.
         now: UTC-aware instant.
         entities: source entities already loaded in one query, by id. Each is used once: a
             re-run after a conflicting batch loads the entity afresh.
+        expected: by operation id, the outcome the settler read (:func:`recorded_outcomes`);
+            an operation not in it is fenced against its own recorded outcome (an outcome
+            recorded in the same change: its command is fenced by the lease's epoch).
+        policy: the settlement policy (``SettlementConfig.policy``).
+
+    Source: issue 32 items 1, 2 and 3.
     """
     preloaded = entities if entities is not None else {}
+    read = expected if expected is not None else {}
 
     def change(op: Operation) -> Sequence[Aggregate]:
+        settles = read.get(op.id) or OutcomeRef(op.outcome_attempt_id, op.outcome_epoch)
+        problem = settlement_fence_problem(op, settles)
+        if problem is not None:
+            log.warning("settlement refused (fenced)", operation_id=str(op.id), problem=problem)
+            raise StaleSettlementError(op.id, problem)
         try:
             declaration = app.registry.get(op.integration_name, op.integration_version)
         except UnknownIntegrationError as exc:
-            op.block_settlement(now=now, reason=f"{exc}; declare it in the worker's application")
+            op.block_settlement(now=now, reason=f"{exc}; declare it in the worker's application", settles=settles)
             return []
         action = declaration.settlement
         if action is None:  # declared without settlement after the fact: nothing can apply it
-            op.block_settlement(now=now, reason="the declaration names no settlement action")
+            op.block_settlement(now=now, reason="the declaration names no settlement action", settles=settles)
             return []
         try:
             entity = preloaded.pop(op.source.entity_id, None) or app.repository.get(op.source.entity_id)
         except AggregateNotFoundError:
-            op.block_settlement(now=now, reason=f"source entity {op.source.entity_id} not found")
+            op.block_settlement(now=now, reason=f"source entity {op.source.entity_id} not found", settles=settles)
+            return []
+        mismatch = entity_type_problem(action.entity_type, type(entity))
+        if mismatch is not None:
+            log.warning("settlement blocked: entity type mismatch", operation_id=str(op.id), problem=mismatch)
+            op.block_settlement(now=now, code="settlement_entity_mismatch", settles=settles,
+                                reason=f"{mismatch} (declared {action.entity_type}, "
+                                       f"entity {get_topic(type(entity))}); the action was not called")
             return []
         method = getattr(entity, action.method, None)
         if method is None:
-            op.block_settlement(now=now, reason=f"{type(entity).__name__} has no method {action.method!r}")
+            op.block_settlement(now=now, reason=f"{type(entity).__name__} has no method {action.method!r}",
+                                settles=settles)
+            return []
+        outcome = SettlementOutcome.of(op)
+        denied = _ask(policy, SettlementRequest(operation=op, outcome=outcome, entity=entity,
+                                                entity_type=action.entity_type, method=action.method,
+                                                declared_method=action.method))
+        if denied is not None:
+            log.warning("settlement denied by the policy", operation_id=str(op.id), reason=denied)
+            op.block_settlement(now=now, code="settlement_denied", settles=settles,
+                                reason=f"denied by the settlement policy: {denied}")
             return []
         try:
-            method(SettlementOutcome.of(op))
+            method(outcome)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # the host's action failed (even by SystemExit): a fact to record
@@ -84,14 +152,27 @@ def settle_change(app: LedgerApplication, now: datetime, entities: dict[UUID, Ag
             decision = after_settlement_failure(tries_used=op.settlement_attempts, max_tries=op.settlement_max_attempts,
                                                 backoff_seconds=action.backoff_seconds, now=now)
             if isinstance(decision, RetrySettlement):
-                op.fail_settlement(now=now, error=error, retry_at=decision.at)
+                op.fail_settlement(now=now, error=error, retry_at=decision.at, settles=settles)
             else:
-                op.block_settlement(now=now, reason=error)
+                op.block_settlement(now=now, reason=error, settles=settles)
             return []
-        op.settle(now=now, entity_version=entity.version)
+        op.settle(now=now, entity_version=entity.version, settles=settles)
         return [entity]
 
     return change
+
+
+def _ask(policy: SettlementPolicy, request: SettlementRequest) -> str | None:
+    """The policy's answer; a policy that raises denies (fails closed), with its error."""
+    try:
+        answer = policy(request)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # the host's policy failed: nothing it did not allow may happen
+        return f"the policy raised {describe(exc)}"
+    if answer is not None and not isinstance(answer, str):
+        return f"the policy answered {type(answer).__name__}, not None or a reason"
+    return answer
 
 
 def load_entities(app: LedgerApplication, ops: Sequence[Operation]) -> dict[UUID, Aggregate]:
@@ -178,7 +259,8 @@ class SettlementService:
         waiting = {op.source.entity_id for op in self._offered.values()}
         chosen = first_per_entity([op for op in ops if op.source.entity_id not in waiting])
         app = self.committer.app
-        return CoSettlement({op.id for op in chosen}, settle_change(app, now, load_entities(app, chosen)), now)
+        change = settle_change(app, now, load_entities(app, chosen), policy=self.config.policy)
+        return CoSettlement({op.id for op in chosen}, change, now)
 
     def run_once(self, now: datetime) -> Counts:
         """Settle the offered operations due at ``now``, one per source entity per batch (two
@@ -208,7 +290,8 @@ class SettlementService:
             The first batch's :class:`CommitResult`.
         """
         app = self.committer.app
-        change = settle_change(app, now, load_entities(app, ops))
+        change = settle_change(app, now, load_entities(app, ops), expected=recorded_outcomes(ops),
+                               policy=self.config.policy)
         result = self.committer.commit([*(changes or []), *((op, change) for op in ops)], counts)
         settled = {op.id for op in ops}
         blocked = [op_id for op_id in result.failed if op_id in settled]

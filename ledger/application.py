@@ -21,7 +21,7 @@ from eventsourcing.persistence import Mapper, Recording
 from eventsourcing.utils import get_topic
 from pydantic import ValidationError
 
-from ledger import failpoints
+from ledger import failpoints, tracing
 from ledger.clock import Clock, SystemClock
 from ledger.config import Database, Settings
 from ledger.declarations import CallBudget, Integration, Registry, validation_problems
@@ -31,11 +31,13 @@ from ledger.errors import (
     IntentConflictError,
     InvalidArgumentError,
     OperationNotFoundError,
+    SettlementEntityMismatchError,
 )
 from ledger.identity import Source, fingerprint, operation_id
+from ledger.intents import Delegation
 from ledger.operation import Operation
 from ledger.persistence import StoreLock
-from ledger.settlement import settlement_target_problems
+from ledger.settlement import entity_type_problem, settlement_target_problems
 from ledger.store_files import check_store_files
 from ledger.store_identity import check_store_identity
 
@@ -145,7 +147,12 @@ class LedgerApplication(Application):
             boundaries = failpoints.commit_boundaries(type(e).__name__ for e in processing_event.events)
             for boundary in boundaries:
                 failpoints.reached(f"{boundary}:before")
-        recordings = self._record(processing_event)
+        try:
+            recordings = self._record(processing_event)
+        except BaseException as exc:
+            tracing.INTENT_SPANS.saved(processing_event.aggregates, error=exc)
+            raise
+        tracing.INTENT_SPANS.saved(processing_event.aggregates)  # the intents' producer spans end
         for boundary in boundaries:
             failpoints.reached(f"{boundary}:after")
         self._take_snapshots(processing_event)
@@ -172,6 +179,8 @@ class LedgerApplication(Application):
         tenant: str | None = None,
         now: datetime | None = None,
         code_digest: str = "",
+        source_action: str | None = None,
+        on_behalf_of: Sequence[Delegation] = (),
     ) -> Operation:
         """Create the operation an entity transition authorizes, to be saved with the entity.
 
@@ -188,7 +197,11 @@ class LedgerApplication(Application):
             traceparent: W3C trace context of the authorizing request.
             tenant: defaults to the class attribute ``tenant`` when None; an empty tenant is refused.
             now: UTC-aware instant; defaults to the application's clock.
-            code_digest: digest of the code that issued the intent.
+            code_digest: digest of the code that issued the intent (the host module's).
+            source_action: the command or event that authorized it; defaults to the name of
+                the entity's last pending event (``Order.Placed`` -> ``"Placed"``).
+            on_behalf_of: the delegation chain (``ledger.Delegation(principal, role)``, the
+                principal acted for first), when ``principal`` acts for another.
 
         Returns:
             A new ``Operation`` with a pending ``Intended``, or, for an exact retry (same derived
@@ -198,12 +211,21 @@ class LedgerApplication(Application):
             IntentConflictError: the derived id exists with another fingerprint.
             UnknownIntegrationError: the integration is not declared.
             PayloadError: the payload breaks the declaration.
+            SettlementEntityMismatchError: the entity is not of the type the declaration
+                settles into (``settlement.entity_type``).
         """
         if not entity.pending_events:
             raise InvalidArgumentError(
                 "intend needs the entity's authorizing transition: call it after the entity's command "
                 "method and before save(), while the entity's new event is still pending")
         declaration = self.registry.get(integration)
+        if declaration.settlement is not None:
+            problem = entity_type_problem(declaration.settlement.entity_type, type(entity))
+            if problem is not None:
+                raise SettlementEntityMismatchError(declaration.name, declaration.settlement.entity_type,
+                                                    get_topic(type(entity)))
+        if source_action is None:
+            source_action = type(entity.pending_events[-1]).__name__
         source = Source(
             tenant=tenant if tenant is not None else type(self).tenant,
             entity_type=get_topic(type(entity)),
@@ -221,16 +243,29 @@ class LedgerApplication(Application):
             if existing.fingerprint != given:
                 raise IntentConflictError(existing.id, existing.fingerprint, given)
             return existing
-        return Operation.intend(
-            now=now or self.clock.now(),
-            integration=declaration,
-            source=source,
-            payload=payload,
-            target=resolved_target,
-            principal=principal,
-            traceparent=traceparent,
-            code_digest=code_digest,
-        )
+        # The producer span of the intent (DESIGN §9): its context is what the intent stores.
+        span, stored_traceparent = tracing.start_intent(declaration.name, traceparent)
+        try:
+            op = Operation.intend(
+                now=now or self.clock.now(),
+                integration=declaration,
+                source=source,
+                payload=payload,
+                target=resolved_target,
+                principal=principal,
+                traceparent=stored_traceparent,
+                code_digest=code_digest,
+                source_action=source_action,
+                on_behalf_of=on_behalf_of,
+            )
+        except BaseException as exc:
+            span.set_attribute(tracing.ERROR_TYPE, type(exc).__name__)
+            span.end()
+            raise
+        if span.is_recording():
+            span.set_attribute(tracing.MESSAGE_ID, str(op.id))
+            tracing.INTENT_SPANS.add(op.id, span)
+        return op
 
     def get_operation(self, op_id: UUID) -> Operation:
         """Load an operation by id.

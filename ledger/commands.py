@@ -12,7 +12,7 @@ Source: docs/adr/0001-operation-lifecycle.md; DESIGN §4.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -21,6 +21,7 @@ from ledger import decisions, lifecycle
 from ledger.approvals import ApprovalPolicy, ApprovalRequest, default_policy, purpose_of, roles_of, void_reason
 from ledger.callbacks import ProgressReport, repeats_progress
 from ledger.clock import require_utc
+from ledger.decisions import OutcomeRef
 from ledger.declarations import DEFAULT_APPROVAL_VALID_SECONDS, DeliveryMode, Integration
 from ledger.errors import (
     ApprovalRefusedError,
@@ -29,6 +30,7 @@ from ledger.errors import (
     InvalidArgumentError,
     LeaseExpiredError,
     StaleEpochError,
+    StaleSettlementError,
 )
 from ledger.facts import FactKind, storable_fact, storable_fact_or_none
 from ledger.identity import Source, fingerprint, operation_id
@@ -36,6 +38,8 @@ from ledger.intents import (
     MAX_EVIDENCE_CHARS,
     MAX_PURPOSE_CHARS,
     MAX_REASON_CHARS,
+    Delegation,
+    check_delegation,
     check_intent,
     check_operator_text,
     check_payload,
@@ -59,6 +63,10 @@ if TYPE_CHECKING:
 
 E = ExecutionState
 
+SETTLEMENT_BLOCK_CODES = ("", "settlement_entity_mismatch", "settlement_denied")
+"""``SettlementBlocked.code``: the rule that blocked a settlement, which is its attention
+reason; ``""`` for a settlement that kept failing or could not run (attention
+``settlement_blocked``). Source: issue 32 items 1 and 2."""
 RESOLUTIONS_FOR_AMBIGUOUS = ("succeeded", "failed", "retry", "abandon")
 RESOLUTIONS_FOR_BLOCKED = ("retry_settlement", "abandon")
 RESOLUTIONS_FOR_LATE_OBSERVATION = ("acknowledge",)
@@ -123,6 +131,11 @@ class OperationCommands:
     settlement_due_at: datetime | None
     settlement_error: str | None
     settled_entity_version: int | None
+    settlement_block_code: str | None
+    outcome_attempt_id: UUID | None
+    outcome_epoch: int | None
+    source_action: str
+    on_behalf_of: list[dict[str, str]]
     disposition: str | None
     lease_takeovers: int
     resolution: str | None
@@ -199,6 +212,8 @@ class OperationCommands:
         principal: str = "system",
         traceparent: str | None = None,
         code_digest: str = "",
+        source_action: str = "",
+        on_behalf_of: Sequence[Delegation] = (),
     ) -> Operation:
         """Record the intent of an external effect (event ``Intended``).
 
@@ -212,6 +227,9 @@ class OperationCommands:
             principal: who authorized it (user or service id).
             traceparent: the W3C trace context header of the authorizing request, if any.
             code_digest: a digest of the module or code that issued the intent.
+            source_action: the name of the entity's command or event that authorized it.
+            on_behalf_of: the delegation chain: ``principal`` acts on behalf of the first
+                link's principal, which acts for the next, and so on (issue 32 item 4).
 
         Returns:
             The new operation, with one pending ``Intended`` event. Its id is derived
@@ -226,6 +244,7 @@ class OperationCommands:
         check_payload(integration, payload)
         target = target if target is not None else integration.endpoint
         check_intent(integration, source, target, principal, traceparent)
+        chain = check_delegation(on_behalf_of, source_action)
         require_intent_times(integration, now)
         return cls._create(
             cls.Intended,
@@ -250,6 +269,8 @@ class OperationCommands:
             source_entity_id=source.entity_id,
             source_entity_version=source.entity_version,
             effect_index=source.effect_index,
+            source_action=source_action,
+            on_behalf_of=chain,
         )
 
     # ------------------------------------------------------------------ guards
@@ -265,6 +286,11 @@ class OperationCommands:
     def _fence(self, epoch: int) -> None:
         if epoch != self.epoch:
             raise StaleEpochError(self.id, epoch, self.epoch)
+
+    def _fence_settlement(self, settles: OutcomeRef | None) -> None:
+        problem = None if settles is None else decisions.settlement_fence_problem(self, settles)
+        if problem is not None:
+            raise StaleSettlementError(self.id, problem)
 
     def _attempt(self, attempt_id: UUID | None, command: str) -> None:
         if attempt_id is not None and attempt_id != self.last_attempt_id:
@@ -797,33 +823,66 @@ class OperationCommands:
                            attempts=self.attempts, ambiguous=ambiguous, status_code=status_code,
                            detail=storable_fact(detail, FactKind.DETAIL))
 
-    def fail_settlement(self, *, now: datetime, error: str, retry_at: datetime) -> None:
+    def fail_settlement(self, *, now: datetime, error: str, retry_at: datetime,
+                        settles: OutcomeRef | None = None) -> None:
         """Record a failed settlement action, to retry at ``retry_at`` without new egress.
+
+        Args:
+            settles: the outcome the settler read (``SettlementOutcome.ref``); None: the
+                recorded one. Either way the event names the recorded outcome's attempt and epoch.
 
         Raises:
             IllegalTransitionError: settlement not pending, or the last try is used (record
                 ``block_settlement`` instead).
+            StaleSettlementError: ``settles`` is not the recorded outcome
+                (``ledger.decisions.settlement_fence_problem``).
         """
         self._allow_settlement("fail_settlement")
+        self._fence_settlement(settles)
         if self.settlement_attempts + 1 >= self.settlement_max_attempts:
             raise IllegalTransitionError("fail_settlement", "settlement pending",
                                          "settlement tries are used up; block it instead")
         self.trigger_event(self.SettlementFailed, timestamp=require_utc(now), error=error,
-                           retry_at=require_utc(retry_at, "retry_at"))
+                           retry_at=require_utc(retry_at, "retry_at"), attempt_id=self.outcome_attempt_id,
+                           epoch=self.outcome_epoch)
 
-    def block_settlement(self, *, now: datetime, reason: str) -> None:
-        """Stop settling and ask an operator (``SettlementBlocked``)."""
+    def block_settlement(self, *, now: datetime, reason: str, code: str = "",
+                         settles: OutcomeRef | None = None) -> None:
+        """Stop settling and ask an operator (``SettlementBlocked``).
+
+        Args:
+            reason: what stopped it, in words (bounded when stored).
+            code: the rule that stopped it, which becomes the attention reason
+                (``settlement_entity_mismatch``, ``settlement_denied``), or ``""``.
+            settles: as for :meth:`fail_settlement`.
+
+        Raises:
+            InvalidArgumentError: an unknown ``code``.
+            StaleSettlementError: as for :meth:`fail_settlement`.
+        """
         self._allow_settlement("block_settlement")
-        self.trigger_event(self.SettlementBlocked, timestamp=require_utc(now), reason=reason)
+        self._fence_settlement(settles)
+        if code not in SETTLEMENT_BLOCK_CODES:
+            raise InvalidArgumentError(f"unknown settlement block code {code!r}")
+        self.trigger_event(self.SettlementBlocked, timestamp=require_utc(now),
+                           reason=storable_fact(reason, FactKind.DETAIL), code=code,
+                           attempt_id=self.outcome_attempt_id, epoch=self.outcome_epoch)
 
     def settle(self, *, now: datetime, entity_version: int, principal: str | None = None,
-               traceparent: str | None = None) -> None:
-        """Record that the entity action ran (``Settled``); save it with the entity in one
-        ``save()``. A second settlement raises (invariant 4)."""
+               traceparent: str | None = None, settles: OutcomeRef | None = None) -> None:
+        """Record that the entity action ran (``Settled``), naming the attempt whose outcome it
+        settled and its epoch; save it with the entity in one ``save()``. A second settlement
+        raises (invariant 4).
+
+        Raises:
+            StaleSettlementError: as for :meth:`fail_settlement`.
+        """
         self._allow_settlement("settle")
+        self._fence_settlement(settles)
         self.trigger_event(self.Settled, timestamp=require_utc(now), entity_version=entity_version,
                            principal=principal or self.principal,
-                           traceparent=traceparent if traceparent is not None else self.traceparent)
+                           traceparent=traceparent if traceparent is not None else self.traceparent,
+                           attempt_id=self.outcome_attempt_id, epoch=self.outcome_epoch)
 
     def note_refused_write(self, *, now: datetime, kind: str, error: str, epoch: int | None = None) -> None:
         """Record that the store refused a write for this operation alone (``WriteRefused``):

@@ -338,6 +338,7 @@ class Settings(BaseSettings):
     store_id: str | None = None
     open_check: str = Field(default="quick", pattern=r"^(quick|header)$")
     approval_policy: str | None = Field(default=None, pattern=r"^[\w.]+:[\w.]+$")
+    settlement_policy: str | None = Field(default=None, pattern=r"^[\w.]+:[\w.]+$")
     poll_lease_seconds: float = Field(default=DEFAULT_POLL_LEASE_SECONDS, gt=0, le=MAX_LEASE_SECONDS)
 
     @field_validator("database_url")

@@ -475,3 +475,47 @@ def after_settlement_failure(*, tries_used: int, max_tries: int, backoff_seconds
         return BlockSettlement()
     at = later(now, backoff_seconds * (2 ** tries_used))
     return BlockSettlement() if at is None else RetrySettlement(at)
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeRef:
+    """The outcome a settler settles: the attempt whose outcome it read (None when the
+    operation ended without an attempt: cancelled, denied or past its deadline while pending)
+    and the fencing epoch under which that outcome was recorded."""
+
+    attempt_id: UUID | None
+    epoch: int | None
+
+
+class RecordedOutcome(Protocol):
+    """The fields of an operation that :func:`settlement_fence_problem` reads."""
+
+    outcome_attempt_id: UUID | None
+    outcome_epoch: int | None
+
+
+def settlement_fence_problem(op: RecordedOutcome, settles: OutcomeRef) -> str | None:
+    """Why a settler may not settle ``settles`` on ``op``, or None when it may. Pure.
+
+    A settlement applies one recorded outcome: the one of the attempt the ledger recorded it
+    for, under the epoch it was recorded in. A settler that read another (a zombie worker
+    holding a copy from before a takeover, a retried change on a fresh load that now holds a
+    different outcome) is refused before the entity's action runs, so its entity is never
+    changed.
+
+    Args:
+        op: the operation as stored now.
+        settles: the outcome the settler read.
+
+    Returns:
+        None, or the reason (its epoch is stale; its attempt is not the recorded outcome's).
+
+    Source: issue 32 item 3 ("fenced settlement"); DESIGN §4 invariants 4 and 5.
+    """
+    if settles.epoch != op.outcome_epoch:
+        return (f"it settles the outcome read under epoch {settles.epoch}, but the recorded outcome is of "
+                f"epoch {op.outcome_epoch} (stale)")
+    if settles.attempt_id != op.outcome_attempt_id:
+        return (f"it settles the outcome of attempt {settles.attempt_id}, but the recorded outcome is of "
+                f"attempt {op.outcome_attempt_id}")
+    return None

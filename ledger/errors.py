@@ -273,6 +273,38 @@ class SettlementError(LedgerError):
     """
 
 
+class SettlementEntityMismatchError(SettlementError):
+    """An intent's source entity is not of the type its declaration settles into
+    (``settlement.entity_type``): the result would be settled into the wrong entity, or into
+    none. Nothing was recorded.
+
+    Source: issue 32 item 1. Fix: intend the integration from the entity type it declares, or
+    declare one for this entity type.
+    """
+
+    def __init__(self, integration: str, declared: str, actual: str) -> None:
+        self.integration = integration
+        self.declared = declared
+        self.actual = actual
+        super().__init__(f"integration {integration!r} settles into {declared}, but the source entity is a "
+                         f"{actual}: intend it from a {declared}, or declare an integration for {actual}")
+
+
+class StaleSettlementError(SettlementError):
+    """A settler tried to settle an outcome that is not the operation's recorded outcome: read
+    under a stale epoch, or of another attempt (``ledger.decisions.settlement_fence_problem``).
+    Nothing was recorded and the entity's action did not run.
+
+    Source: issue 32 item 3. Fix: none; the settler read an old copy of the operation, and the
+    recorded outcome is settled by whoever reads it now.
+    """
+
+    def __init__(self, operation_id: UUID, problem: str) -> None:
+        self.operation_id = operation_id
+        self.problem = problem
+        super().__init__(f"operation {operation_id}: settlement refused (fenced): {problem}")
+
+
 class ApprovalRefusedError(LedgerError):
     """The approval policy refuses this approver for this operation (no approver role, a
     self-approval, ...), or the approval names another fingerprint. Fix: as the message says;

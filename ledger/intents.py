@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ledger.declarations import SECRET_REF_PREFIX, Classification, Integration, canonical_json
@@ -39,7 +40,53 @@ MAX_PURPOSE_CHARS = 200
 """An approval purpose's length limit, characters (as the declaration's ``approval_purpose``)."""
 MAX_EVIDENCE_CHARS = 4000
 """An operator's evidence (resolve) length limit, characters."""
+MAX_DELEGATION_LINKS = 16
+"""Links an intent's delegation chain (``on_behalf_of``) may have."""
+MAX_ROLE_CHARS = 200
+"""A delegation link's role length limit, characters."""
+MAX_ACTION_CHARS = 200
+"""A source action's (the authorizing command or event name) length limit, characters."""
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+@dataclass(frozen=True, slots=True)
+class Delegation:
+    """One link of an intent's delegation chain: ``principal`` is the one acted for, in
+    ``role`` (``"customer"``, ``"tenant-admin"``...). The intent's ``principal`` acts on behalf
+    of the first link's principal, which acts for the next, and so on.
+
+    Source: issue 32 item 4 ("a principal acting on behalf of another").
+    """
+
+    principal: str
+    role: str = ""
+
+    def as_fact(self) -> dict[str, str]:
+        """The link as stored on ``Intended.on_behalf_of``."""
+        return {"principal": self.principal, "role": self.role}
+
+
+def check_delegation(on_behalf_of: Sequence[Delegation], source_action: str) -> list[dict[str, str]]:
+    """Check an intent's delegation chain and source action; return the chain as stored.
+
+    Raises:
+        InvalidArgumentError: a link that is not a :class:`Delegation`, a blank or too long
+            principal, a too long role, more than ``MAX_DELEGATION_LINKS`` links, or a source
+            action over ``MAX_ACTION_CHARS`` characters.
+
+    Source: issue 32 item 4.
+    """
+    check_operator_text("source_action", source_action, MAX_ACTION_CHARS)
+    if len(on_behalf_of) > MAX_DELEGATION_LINKS:
+        raise InvalidArgumentError(f"on_behalf_of has {len(on_behalf_of)} links; the limit is {MAX_DELEGATION_LINKS}")
+    chain = []
+    for index, link in enumerate(on_behalf_of):
+        if not isinstance(link, Delegation):
+            raise InvalidArgumentError(f"on_behalf_of[{index}] must be a ledger.Delegation, got {type(link).__name__}")
+        check_operator_text(f"on_behalf_of[{index}].principal", link.principal, MAX_PRINCIPAL_CHARS, required=True)
+        check_operator_text(f"on_behalf_of[{index}].role", link.role, MAX_ROLE_CHARS)
+        chain.append(link.as_fact())
+    return chain
 
 
 def require_principal(principal: str) -> None:

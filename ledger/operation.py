@@ -54,6 +54,13 @@ def _without_status_or_detail(state: dict[str, Any]) -> None:
     state["detail"] = ""
 
 
+def _without_settled_outcome(state: dict[str, Any]) -> None:
+    # Version 1 of Settled, SettlementFailed and SettlementBlocked did not name the outcome
+    # they settled (issue 32 item 3).
+    state["attempt_id"] = None
+    state["epoch"] = None
+
+
 class Operation(OperationCommands, Aggregate):
     """One authorized external effect (DESIGN §3 'operation').
 
@@ -91,8 +98,14 @@ class Operation(OperationCommands, Aggregate):
             return aggregate
 
     class Intended(Event, Aggregate.Created):
-        """The operation was authorized, co-committed with the source entity's event."""
+        """The operation was authorized, co-committed with the source entity's event.
 
+        Class version 2 added the chain of authority (issue 32 item 4): ``source_action``, the
+        name of the entity's event that authorized the intent, and ``on_behalf_of``, the
+        delegation chain (each link ``{"principal": ..., "role": ...}``, the principal first
+        acted for first); version 1 records upcast with ``""`` and no delegation."""
+
+        class_version = 2
         tenant: str
         principal: str
         traceparent: str | None
@@ -112,10 +125,19 @@ class Operation(OperationCommands, Aggregate):
         source_entity_id: UUID
         source_entity_version: int
         effect_index: int
+        source_action: str
+        on_behalf_of: list[dict[str, str]]
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["source_action"] = ""  # not recorded before issue 32
+            state["on_behalf_of"] = []
 
         def apply(self, op: Operation) -> None:
             op.tenant = self.tenant
             op.principal = self.principal
+            op.source_action = self.source_action
+            op.on_behalf_of = [dict(link) for link in self.on_behalf_of]
             op.traceparent = self.traceparent
             op.integration_name = self.integration_name
             op.integration_version = self.integration_version
@@ -163,6 +185,9 @@ class Operation(OperationCommands, Aggregate):
             op.settlement_due_at = None
             op.settlement_error = None
             op.settled_entity_version = None
+            op.settlement_block_code = None
+            op.outcome_attempt_id = None
+            op.outcome_epoch = None
             op.disposition = None
             op.lease_takeovers = 0
             op.resolution = None
@@ -541,8 +566,17 @@ class Operation(OperationCommands, Aggregate):
                                f"{self.attempts} attempts used{last}", status_code=self.status_code)
 
     class SettlementFailed(Event):
+        """The entity's settlement action raised; tried again at ``retry_at`` without egress.
+        Class version 2 added the outcome it tried to settle (``attempt_id``, ``epoch``; issue 32
+        item 3); version 1 records upcast with None for both."""
+
+        class_version = 2
         error: str
         retry_at: datetime
+        attempt_id: UUID | None
+        epoch: int | None
+
+        upcast_v1_v2 = staticmethod(_without_settled_outcome)
 
         def apply(self, op: Operation) -> None:
             op.settlement_attempts += 1
@@ -550,18 +584,45 @@ class Operation(OperationCommands, Aggregate):
             op.settlement_due_at = self.retry_at
 
     class SettlementBlocked(Event):
+        """Settlement stopped; an operator must look. ``code`` names the rule that stopped it
+        when one did (``settlement_entity_mismatch``, ``settlement_denied``: the attention
+        reason), else ``""`` (the action kept failing, the entity is gone...: attention
+        ``settlement_blocked``). Class version 2 added ``code`` and the outcome it was to settle
+        (``attempt_id``, ``epoch``; issue 32 items 1-3); version 1 records upcast with ``""`` and
+        None."""
+
+        class_version = 2
         reason: str
+        code: str
+        attempt_id: UUID | None
+        epoch: int | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["code"] = ""
+            _without_settled_outcome(state)
 
         def apply(self, op: Operation) -> None:
             op.settlement_attempts += 1
             op.settlement = S.BLOCKED
+            op.settlement_block_code = self.code or None
             op.settlement_error = self.reason
             op.settlement_due_at = None
 
     class Settled(Event):
+        """The entity's action ran, saved with the entity in one ``save()``. Class version 2
+        added the outcome it settled (``attempt_id``: the attempt whose outcome the ledger
+        recorded, None when it ended without one; ``epoch``: the epoch it was recorded under;
+        issue 32 item 3); version 1 records upcast with None for both."""
+
+        class_version = 2
         entity_version: int
         principal: str
         traceparent: str | None
+        attempt_id: UUID | None
+        epoch: int | None
+
+        upcast_v1_v2 = staticmethod(_without_settled_outcome)
 
         def apply(self, op: Operation) -> None:
             op.settlement = S.SETTLED
@@ -612,6 +673,7 @@ class Operation(OperationCommands, Aggregate):
                 op.ambiguity_reason = None
             elif self.resolution == "retry_settlement":
                 op.settlement = S.PENDING
+                op.settlement_block_code = None
                 op.settlement_attempts = 0
                 op.settlement_due_at = self.timestamp
             elif self.resolution == "abandon":
@@ -641,8 +703,12 @@ class Operation(OperationCommands, Aggregate):
         self._reach_outcome(E.AMBIGUOUS, at)
 
     def _reach_outcome(self, state: ExecutionState, at: datetime) -> None:
-        # Called only from ``apply`` bodies: assigns the outcome and opens settlement.
+        # Called only from ``apply`` bodies: assigns the outcome and opens settlement. The
+        # outcome is the latest attempt's (every outcome command checks that), recorded under
+        # the current epoch: what a settlement names (issue 32 item 3).
         self.execution = state
+        self.outcome_attempt_id = self.last_attempt_id
+        self.outcome_epoch = self.epoch
         self.state_entered_at = at
         self.open_attempt_id = None
         self.worker_id = None
@@ -697,7 +763,7 @@ class Operation(OperationCommands, Aggregate):
         if self.late_observation is not None:
             return "late_observation"
         if self.settlement is S.BLOCKED:
-            return "settlement_blocked"
+            return self.settlement_block_code or "settlement_blocked"
         if self.execution is E.FAILED and self.settlement is S.NOT_REQUIRED:
             return "dead_letter"
         if self.execution in lifecycle.ACTIVE and self.declaration_mismatch is not None:

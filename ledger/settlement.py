@@ -9,12 +9,17 @@ retried with backoff, never with new egress.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
-from eventsourcing.utils import TopicError, resolve_topic
+from eventsourcing.utils import TopicError, get_topic, resolve_topic
 
+from ledger.decisions import OutcomeRef
 from ledger.declarations import Integration
+from ledger.errors import ConfigurationError
+from ledger.intents import Delegation
 from ledger.operation import Operation
 
 
@@ -32,6 +37,14 @@ class SettlementOutcome:
         principal: the principal that authorized the operation.
         traceparent: the W3C trace context of the authorizing request.
         resolved_by_operator: True when an operator's ``Resolved`` decided the result.
+        attempt_id: the attempt whose outcome the ledger recorded (None when the operation
+            ended without one: cancelled, denied, or past its deadline before any attempt).
+        epoch: the fencing epoch that outcome was recorded under.
+        integration_digest: the digest of the declaration the operation ran under.
+        code_digest: the digest of the host module that intended it (as given to ``intend``).
+        source_action: the entity's command or event that authorized the intent.
+        on_behalf_of: the delegation chain: ``principal`` acted on behalf of the first link.
+        tenant: the operation's tenant.
     """
 
     operation_id: UUID
@@ -43,6 +56,23 @@ class SettlementOutcome:
     principal: str
     traceparent: str | None
     resolved_by_operator: bool
+    attempt_id: UUID | None = None
+    epoch: int | None = None
+    integration_digest: str = ""
+    code_digest: str = ""
+    source_action: str = ""
+    on_behalf_of: tuple[Delegation, ...] = ()
+    tenant: str = ""
+
+    @property
+    def principal_chain(self) -> tuple[str, ...]:
+        """Who authorized it, the acting principal first, then each principal it acted for."""
+        return (self.principal, *(link.principal for link in self.on_behalf_of))
+
+    @property
+    def ref(self) -> OutcomeRef:
+        """The outcome this settles, as the settlement commands fence it."""
+        return OutcomeRef(self.attempt_id, self.epoch)
 
     @classmethod
     def of(cls, op: Operation) -> SettlementOutcome:
@@ -57,7 +87,40 @@ class SettlementOutcome:
             principal=op.principal,
             traceparent=op.traceparent,
             resolved_by_operator=op.resolution in ("succeeded", "failed"),
+            attempt_id=op.outcome_attempt_id,
+            epoch=op.outcome_epoch,
+            integration_digest=op.integration_digest,
+            code_digest=op.code_digest,
+            source_action=op.source_action,
+            on_behalf_of=tuple(Delegation(link["principal"], link.get("role", "")) for link in op.on_behalf_of),
+            tenant=op.tenant,
         )
+
+
+def entity_type_problem(declared: str, entity_type: type) -> str | None:
+    """Why an entity of ``entity_type`` is not the one a declaration settles into, or None. Pure
+    (but for importing ``declared``, which the library caches).
+
+    The declaration's ``settlement.entity_type`` is a topic (``module:Class``); it names the
+    entity's class when it resolves to that very class, or, when it does not resolve here, when
+    it spells the class's own topic. Asked by ``LedgerApplication.intend`` (which refuses) and
+    by the settlement executor (which blocks, ``settlement_entity_mismatch``): a declaration
+    may change between the intent and its settlement.
+
+    Returns:
+        None, or ``"<declared> is not <actual>"``.
+
+    Source: issue 32 item 1.
+    """
+    actual = get_topic(entity_type)
+    if actual == declared:
+        return None
+    try:
+        if resolve_topic(declared) is entity_type:
+            return None
+    except TopicError:
+        pass
+    return f"the declaration settles into {declared}, but the entity is a {actual}"
 
 
 def settlement_target_problems(integration: Integration) -> list[tuple[str, str]]:
@@ -89,3 +152,67 @@ def settlement_target_problems(integration: Integration) -> list[tuple[str, str]
     if getattr(entity_class, action.method, None) is None:
         return [("settlement.method", f"{entity_class.__name__} has no method {action.method!r}")]
     return []
+
+
+@dataclass(frozen=True, slots=True)
+class SettlementRequest:
+    """What a settlement policy decides on, asked before every settlement (issue 32 item 2).
+
+    Attributes:
+        operation: the operation being settled (read it; never change it).
+        outcome: what the entity's action would receive: the result, the attempt and epoch it
+            settles, the principal chain, the trace, the declaration and module digests.
+        entity: the source entity, as loaded (read it; never change it).
+        entity_type: the declaration's ``settlement.entity_type``.
+        method: the entity method the executor is about to call.
+        declared_method: the declaration's ``settlement.method``.
+    """
+
+    operation: Operation
+    outcome: SettlementOutcome
+    entity: Any
+    entity_type: str
+    method: str
+    declared_method: str
+
+    @property
+    def principal_chain(self) -> tuple[str, ...]:
+        """The acting principal, then each principal it acted for (``SettlementOutcome``)."""
+        return self.outcome.principal_chain
+
+
+SettlementPolicy = Callable[[SettlementRequest], "str | None"]
+"""Decides whether a settlement may change the entity: returns None, or the reason it may not
+(the operation then ends ``SettlementBlocked``, attention ``settlement_denied``)."""
+
+
+def default_settlement_policy(request: SettlementRequest) -> str | None:
+    """The default settlement policy: exactly the declared method may be called. Pure.
+
+    Returns:
+        None when ``request.method`` is the declared one, else the reason.
+
+    Source: issue 32 item 2.
+    """
+    if request.method != request.declared_method:
+        return f"only the declared settlement method {request.declared_method!r} may be called, not {request.method!r}"
+    return None
+
+
+def load_settlement_policy(topic: str | None) -> SettlementPolicy:
+    """Return the policy named ``module:function`` (``OPLEDGER_SETTLEMENT_POLICY``), or the
+    default.
+
+    Raises:
+        ConfigurationError: the name does not resolve to a callable.
+    """
+    if not topic:
+        return default_settlement_policy
+    try:
+        policy = resolve_topic(topic)
+    except Exception as exc:  # the library raises TopicError, or the module's own import error
+        raise ConfigurationError(f"settlement policy {topic!r} does not resolve: {exc}") from None
+    if not callable(policy):
+        raise ConfigurationError(f"settlement policy {topic!r} is not callable")
+    checked: SettlementPolicy = policy
+    return checked

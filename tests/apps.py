@@ -154,15 +154,24 @@ RUNS_FILE_ENV = "OPLEDGER_TEST_RUNS_FILE"
 
 
 class Ticket(Aggregate):
-    """A source entity created and renamed by commands."""
+    """A source entity created and renamed by commands; its settlement action records the
+    result."""
 
     @event("Opened")
     def __init__(self, label: str) -> None:
         self.label = label
+        self.results: list[str] = []
 
     @event("Renamed")
     def rename(self, label: str) -> None:
         self.label = label
+
+    def on_result(self, outcome: SettlementOutcome) -> None:
+        self._settled(outcome.result)
+
+    @event("Settled")
+    def _settled(self, result: str) -> None:
+        self.results.append(result)
 
 
 class MakeTicket(BaseModel):
@@ -190,7 +199,10 @@ class CommandsApp(LedgerApplication):
     required; an unknown ticket is a 404 refusal)."""
 
     name = "commands"
-    integrations = [declaration(DeliveryMode.IDEMPOTENT)]
+    # Tickets intend it, so it settles into tickets (issue 32: intend checks the entity's type).
+    integrations = [declaration(DeliveryMode.IDEMPOTENT,
+                                settlement={"entity_type": "tests.apps:Ticket", "method": "on_result",
+                                            "max_attempts": 3, "backoff_seconds": 0.05})]
 
     @command("make_ticket", request=MakeTicket, summary="Open a ticket and intend its webhook")
     def make_ticket(self, ctx: CommandContext, request: MakeTicket) -> Reply:

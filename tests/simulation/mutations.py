@@ -47,8 +47,8 @@ def settle_twice_on_duplicate() -> Iterator[None]:
     """Bug 3: the outcome is applied to the entity again, as a duplicate delivery of it would."""
     real = settlement.settle_change
 
-    def doubled(app: Any, now: datetime, entities: Any = None) -> Any:
-        change = real(app, now, entities)
+    def doubled(app: Any, now: datetime, entities: Any = None, **kwargs: Any) -> Any:
+        change = real(app, now, entities, **kwargs)
 
         def twice(op: Operation) -> Sequence[Aggregate]:
             saved = change(op)
