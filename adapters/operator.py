@@ -106,9 +106,35 @@ def describe(app: Any, op: Operation, row: StatusRow | None) -> dict[str, Any]:
                    "entity_version": op.source.entity_version, "effect_index": op.source.effect_index,
                    "action": settlement_action(app, op)},
         "principal": op.principal, "traceparent": op.traceparent, "trace_id": trace_id(op.traceparent),
+        "authority": authority(op), "settles": settles(op),
         "excerpt": op.excerpt, "created_at": op.created_on.isoformat(), "updated_at": op.modified_on.isoformat(),
         "version": op.version, "projection_lag": row is None or row.version != op.version,
     }
+
+
+def authority(op: Operation) -> dict[str, Any]:
+    """The chain of authority recorded with the intent and handed to the settlement action
+    (``ledger.SettlementOutcome``): the source action, the principal and whom it acted for,
+    the trace, the declaration's and the host module's digests (issue 32 item 4)."""
+    return {
+        "source_action": op.source_action or None,
+        "principal": op.principal,
+        "on_behalf_of": [{"principal": link["principal"], "role": link.get("role", "")} for link in op.on_behalf_of],
+        "principal_chain": [op.principal, *(link["principal"] for link in op.on_behalf_of)],
+        "traceparent": op.traceparent, "trace_id": trace_id(op.traceparent),
+        "integration_digest": op.integration_digest, "code_digest": op.code_digest or None,
+    }
+
+
+def settles(op: Operation) -> dict[str, Any] | None:
+    """The recorded outcome a settlement settles: its attempt and epoch (what ``Settled``,
+    ``SettlementFailed`` and ``SettlementBlocked`` name; issue 32 item 3), and the rule that
+    blocked it, if one did; None before an outcome."""
+    if op.settlement.value == "none":
+        return None
+    attempt = op.outcome_attempt_id
+    return {"attempt_id": str(attempt) if attempt is not None else None, "epoch": op.outcome_epoch,
+            "blocked_by": op.settlement_block_code}
 
 
 def approval_detail(app: Any, op: Operation) -> dict[str, Any] | None:

@@ -20,7 +20,9 @@ from ledger.errors import (
     LedgerError,
     OperationNotFoundError,
     PayloadError,
+    SettlementEntityMismatchError,
     StaleEpochError,
+    StaleSettlementError,
     StoreDamagedError,
     StoreIdentityError,
     StoreLockedError,
@@ -30,6 +32,7 @@ from ledger.errors import (
     UnreadableHistoryError,
 )
 from ledger.identity import Source
+from ledger.intents import Delegation
 from ledger.operation import Operation
 from ledger.outcomes import (
     Accepted,
@@ -41,7 +44,7 @@ from ledger.outcomes import (
     StillRunning,
     Succeeded,
 )
-from ledger.settlement import SettlementOutcome
+from ledger.settlement import SettlementOutcome, SettlementPolicy, SettlementRequest, default_settlement_policy
 from ledger.status import TERMINAL_STATUSES, ExecutionState, SettlementState, Status
 
 __all__ = [
@@ -60,6 +63,10 @@ __all__ = [
     "Status",
     "TERMINAL_STATUSES",
     "SettlementOutcome",
+    "Delegation",
+    "SettlementRequest",
+    "SettlementPolicy",
+    "default_settlement_policy",
     # the adapter seam
     "Adapter",
     "EgressRequest",
@@ -80,6 +87,8 @@ __all__ = [
     "LedgerError",
     "IllegalTransitionError",
     "StaleEpochError",
+    "SettlementEntityMismatchError",
+    "StaleSettlementError",
     "LeaseExpiredError",
     "AttemptBudgetExceededError",
     "IntentConflictError",

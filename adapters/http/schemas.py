@@ -80,6 +80,36 @@ class BudgetLevelOut(BaseModel):
         description="set on the level the operation waits for (its last BudgetWaited), until that window ends")
 
 
+class DelegationOut(BaseModel):
+    """One link of the delegation chain: the principal acted for, in its role."""
+
+    principal: str
+    role: str
+
+
+class AuthorityOut(BaseModel):
+    """The chain of authority recorded with the intent and handed to the settlement action
+    (issue 32 item 4)."""
+
+    source_action: str | None = Field(description="the entity's command or event that authorized the intent")
+    principal: str = Field(description="who authorized it")
+    on_behalf_of: list[DelegationOut] = Field(description="whom the principal acted for, first link first")
+    principal_chain: list[str] = Field(description="the principal, then each principal it acted for")
+    traceparent: str | None
+    trace_id: str | None
+    integration_digest: str = Field(description="the declaration the operation runs under")
+    code_digest: str | None = Field(description="the host module that intended it, as the host gave it")
+
+
+class SettlesOut(BaseModel):
+    """The recorded outcome a settlement settles (issue 32 item 3)."""
+
+    attempt_id: str | None = Field(description="the attempt whose outcome was recorded; null: it ended without one")
+    epoch: int | None = Field(description="the fencing epoch the outcome was recorded under")
+    blocked_by: str | None = Field(description="the rule that blocked the settlement: settlement_entity_mismatch "
+                                               "or settlement_denied")
+
+
 class OperationDetail(BaseModel):
     """One operation: execution and settlement separately, the outcome (kept after settlement),
     approval, attempts, epoch, remote id, source with action, trace id; payload redacted by
@@ -109,6 +139,8 @@ class OperationDetail(BaseModel):
     source: SourceOut | None = None
     trace_id: str | None = None
     traceparent: str | None = None
+    authority: AuthorityOut | None = None
+    settles: SettlesOut | None = Field(default=None, description="null until an outcome is recorded")
     budgets: list[BudgetLevelOut] | None = Field(
         default=None, description="the call budgets a call of it counts against; empty when none applies")
     budget_wait: str | None = Field(default=None, description="the scope of the budget level it last waited for")

@@ -12,6 +12,8 @@ import pytest
 from eventsourcing.persistence import OperationalError
 
 from adapters.fake import FakeAdapter
+from adapters.http.schemas import OperationDetail
+from adapters.operator import describe
 from executors.commit import Committer, Counts
 from executors.runtime import Worker, WorkerConfig
 from executors.settlement import SettlementService
@@ -215,3 +217,18 @@ def test_the_settlement_method_receives_the_chain_of_authority(app: GovernedApp,
     assert outcome.principal_chain == ("clerk:7", "customer:42")
     assert outcome.on_behalf_of == (Delegation("customer:42", "customer"),)
     assert (outcome.traceparent, outcome.source_action) == (TRACE, "Opened")
+
+
+def test_operators_see_the_chain_of_authority_and_the_settled_outcome(app: GovernedApp, clock: FakeClock) -> None:
+    op_id, _ = app.witness()
+    attempt = succeed(app, op_id, clock)
+    settle(app, [app.get_operation(op_id)], clock)
+    shown = describe(app, app.get_operation(op_id), None)  # ops show, the observe API, the evidence document
+    authority = shown["authority"]
+    assert authority["principal_chain"] == ["clerk:7", "customer:42"]
+    assert authority["on_behalf_of"] == [{"principal": "customer:42", "role": "customer"}]
+    assert (authority["source_action"], authority["traceparent"], authority["code_digest"]) == (
+        "Opened", TRACE, "sha256:host-module")
+    assert authority["integration_digest"].startswith("sha256:")
+    assert shown["settles"] == {"attempt_id": str(attempt), "epoch": 1, "blocked_by": None}
+    OperationDetail.model_validate(shown)

@@ -58,7 +58,8 @@ def test_no_wall_clock_in_domain_code() -> None:
 PUBLIC_API = {
     "ledger": [
         "LedgerApplication", "Operation", "Integration", "Registry", "register_adapter", "DeliveryMode", "Source",
-        "SettlementOutcome", "Settings", "Clock", "SystemClock", "FakeClock", "ExecutionState",
+        "SettlementOutcome", "Delegation", "SettlementRequest", "SettlementPolicy", "default_settlement_policy",
+        "SettlementEntityMismatchError", "StaleSettlementError", "Settings", "Clock", "SystemClock", "FakeClock", "ExecutionState",
         "SettlementState", "Status", "TERMINAL_STATUSES", "Succeeded", "Accepted", "Failed", "Ambiguous",
         "FailureCategory", "EgressRequest", "Adapter", "RemoteOperations", "StillRunning", "CancelConfirmed",
         "CancelRefused", "LedgerError", "IllegalTransitionError",

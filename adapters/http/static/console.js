@@ -158,7 +158,7 @@ async function showOperation(id) {
   fields.replaceChildren();
   for (const key of ["status", "execution", "settlement", "outcome", "integration", "tenant", "delivery_mode",
     "approval", "attempts", "max_attempts", "epoch", "attention", "disposition", "remote_id", "trace_id",
-    "failure", "ambiguity_reason", "payload", "source"]) {
+    "failure", "ambiguity_reason", "payload", "source", "authority", "settles"]) {
     if (!(key in op)) continue;
     const dt = document.createElement("dt");
     const dd = document.createElement("dd");
