@@ -20,7 +20,7 @@ from adapters.simulation.budgets import GLOBAL_BUDGET, budgets_of, tenant_of
 from ledger.adapter_names import register_adapter
 from ledger.application import LedgerApplication
 from ledger.declarations import DeliveryMode, Integration
-from ledger.settlement import SettlementOutcome
+from ledger.settlement import SettlementOutcome, SettlementRequest, default_settlement_policy
 
 ADAPTER = register_adapter("sim")
 """The adapter name the simulated integrations declare (registered: not one ``opledger worker`` builds)."""
@@ -77,6 +77,26 @@ class SettlementFaults:
     def reset(cls) -> None:
         """Forget every fault (a new run starts)."""
         cls.remaining = {}
+
+
+DENY_ONE_IN = 8
+"""The simulated host's authorization denies settling one account in this many (by its id)."""
+
+
+def settlement_denied(entity_id: UUID) -> bool:
+    """Whether the simulated host's authorization denies settling into account ``entity_id``:
+    the ground truth the oracle checks settlements against (``settlement_governed``). Derived
+    from the id (itself from the run's seed), so no random draw of the run changes."""
+    return entity_id.int % DENY_ONE_IN == 0
+
+
+def sim_settlement_policy(request: SettlementRequest) -> str | None:
+    """The simulated host's settlement policy: the default rule, then its authorization
+    (:func:`settlement_denied`)."""
+    refused = default_settlement_policy(request)
+    if refused is None and settlement_denied(request.operation.source.entity_id):
+        refused = f"simulated: the host's authorization denies settling account {request.entity.name}"
+    return refused
 
 
 class SettlementFaultError(RuntimeError):

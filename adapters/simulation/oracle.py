@@ -21,6 +21,12 @@ reported at the first step that commits it. The checks, each named by the invari
   operation alone) nothing claims it or starts an attempt until an operator acts (``Resolved``
   or ``CancelRequested``): nothing is sent again; a ``WriteRefused`` its lease holder recorded is
   fenced like any holder's act.
+- ``settlement_governed`` (issue 32): every ``Settled``, ``SettlementFailed`` and
+  ``SettlementBlocked`` names the attempt whose outcome the ledger recorded (the latest attempt
+  when the outcome was recorded) and the epoch it was recorded under; no entity is changed by a
+  settlement the host's policy denies (``adapters.simulation.model.settlement_denied``, the
+  ground truth) or one blocked for its entity type: such an operation is never ``Settled`` and
+  its entity holds no result.
 - ``callback_authenticated`` (7): a recorded callback is one the provider signed
   (``adapters.simulation.callbacks``), with the outcome it sent; ``callback_once`` (4): each
   recorded once; a callback records an outcome only while none is recorded, and a late one is
@@ -36,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from adapters.simulation.model import Account, SimApp
+from adapters.simulation.model import Account, SimApp, settlement_denied
 from adapters.simulation.provider import SimProvider
 from ledger.decisions import due_at
 from ledger.declarations import DeliveryMode
@@ -46,6 +52,10 @@ REPEAT_FORBIDDEN = frozenset({DeliveryMode.NON_IDEMPOTENT, DeliveryMode.RECOVERA
 """Modes whose provider applies every delivery, so an attempt that may have applied must not be
 followed by another without an operator (DESIGN §5). Stated here, not read from ``ledger.modes``:
 the oracle must not share a bug with the code it checks."""
+OUTCOME_EVENTS = (Operation.Succeeded, Operation.Failed, Operation.Ambiguous, Operation.Cancelled,
+                  Operation.DeadlineExceeded, Operation.BudgetExhausted, Operation.ApprovalDenied)
+"""Events that record an outcome (a callback or a resolution does too, when it says how it ended)."""
+SETTLEMENT_EVENTS = (Operation.Settled, Operation.SettlementFailed, Operation.SettlementBlocked)
 LEASE_HOLDER_EVENTS = (Operation.LeaseRenewed, Operation.AttemptStarted, Operation.Succeeded, Operation.Failed,
                        Operation.Ambiguous, Operation.RetryScheduled, Operation.BudgetExhausted,
                        Operation.Accepted)
@@ -79,6 +89,8 @@ class _Seen:
     callbacks: set[str] = field(default_factory=set)
     settled: int = 0
     refused: bool = False  # WriteRefused recorded, no operator's act since
+    last_attempt: UUID | None = None  # the latest AttemptStarted's
+    outcome: tuple[UUID | None, int] | None = None  # (attempt, epoch) of the latest outcome recorded
     events: list[str] = field(default_factory=list)
 
 
@@ -146,7 +158,11 @@ class Oracle:
             # A wait its holder recorded (and gave up its lease with) is fenced like any holder's act.
             return Violation("epoch_fencing", op_id, f"BudgetWaited under epoch {event.epoch}, current {seen.epoch}")
         if isinstance(event, Operation.AttemptStarted):
+            seen.last_attempt = event.attempt_id
             return self._attempt(seen, op_id)
+        violation = self._governed(event, seen, op_id)
+        if violation is not None:
+            return violation
         if isinstance(event, (Operation.CallbackReceived, Operation.LateObservationRecorded)):
             violation = self._callback(event, seen, op_id)
             if violation is not None:
@@ -213,6 +229,28 @@ class Oracle:
                 isinstance(event, (Operation.BudgetExhausted, Operation.DeadlineExceeded)) and not event.ambiguous)):
             return Violation("outcome_matches_truth", op_id,
                              f"{type(event).__name__} says nothing applied, but the provider applied it")
+        return None
+
+    def _governed(self, event: Any, seen: _Seen, op_id: UUID) -> Violation | None:
+        if isinstance(event, OUTCOME_EVENTS) or (
+                isinstance(event, Operation.CallbackReceived) and event.outcome in ("succeeded", "failed")) or (
+                isinstance(event, Operation.Resolved) and event.resolution in ("succeeded", "failed")):
+            seen.outcome = (seen.last_attempt, seen.epoch)
+        if not isinstance(event, SETTLEMENT_EVENTS):
+            return None
+        name = type(event).__name__
+        if seen.outcome is None or (event.attempt_id, event.epoch) != seen.outcome:
+            return Violation("settlement_governed", op_id, f"{name} names attempt {event.attempt_id} epoch "
+                             f"{event.epoch}; the recorded outcome is {seen.outcome}")
+        denied = settlement_denied(seen.entity_id)
+        if isinstance(event, Operation.Settled) and denied:
+            return Violation("settlement_governed", op_id, "Settled, but the host's policy denies settling its "
+                             "entity")
+        if isinstance(event, Operation.SettlementBlocked) and event.code:  # denied or mismatched
+            account: Account = self.app.repository.get(seen.entity_id)
+            if account.results:
+                return Violation("settlement_governed", op_id, f"SettlementBlocked ({event.code}), but the entity "
+                                 f"holds {account.results}")
         return None
 
     def _settled(self, seen: _Seen, op_id: UUID) -> Violation | None:

@@ -46,7 +46,17 @@ from adapters.simulation.faults import (
     FaultPlan,
 )
 from adapters.simulation.lro import CancelPlan, SimLroProvider
-from adapters.simulation.model import ADAPTER, LEASE_SECONDS, LRO_ADAPTER, MODES, POPO, SettlementFaults, SimApp
+from adapters.simulation.model import (
+    ADAPTER,
+    LEASE_SECONDS,
+    LRO_ADAPTER,
+    MODES,
+    POPO,
+    SettlementFaults,
+    SimApp,
+    settlement_denied,
+    sim_settlement_policy,
+)
 from adapters.simulation.oracle import Oracle, Violation
 from adapters.simulation.provider import SimProvider
 from executors.commit import Counts
@@ -229,7 +239,7 @@ def _start_worker(world: _World, index: int) -> _SimWorker:
                                                                           LRO_ADAPTER: world.lro},
                     clock=world.clock, rng=random.Random(world.rng.getrandbits(64)), egress=egress,
                     config=WorkerConfig(worker_id=name, lease_seconds=LEASE_SECONDS, egress_slots=EGRESS_SLOTS,
-                                        inline_egress=True),
+                                        inline_egress=True, settlement_policy=sim_settlement_policy),
                     on_committed=world.projection.offer)
     return _SimWorker(worker=worker, name=name)
 
@@ -300,6 +310,8 @@ def _create(world: _World, step: int) -> None:
         times = world.rng.randint(1, 4)
         SettlementFaults.remaining[account.id] = times
         note = f"; its settlement raises {times}x"
+    if settlement_denied(account.id):
+        note += "; the host denies its settlement"
     world.log(step, "host", f"intent {_short(op_id)} {mode.value if mode else 'lro'}{note}")
 
 

@@ -1,4 +1,4 @@
-"""Five bugs planted on purpose, each behind a context manager, to prove the simulator finds
+"""Six bugs planted on purpose, each behind a context manager, to prove the simulator finds
 them (issue 11 "Mutation check"). They patch product code for the duration of a test only; no
 shipped code path knows about them."""
 
@@ -97,10 +97,19 @@ def ignore_refused_writes() -> Iterator[None]:
         yield
 
 
+@contextmanager
+def settle_ignoring_the_policy() -> Iterator[None]:
+    """Bug 6: settlement never asks the settlement policy (issue 32): what the host's
+    authorization denies is settled into the entity all the same."""
+    with mock.patch.object(settlement, "_ask", lambda policy, request: None):
+        yield
+
+
 MUTATIONS = {
     "retry_ambiguous_non_idempotent": retry_ambiguous_non_idempotent,
     "forget_crashed_attempt": forget_crashed_attempt,
     "settle_twice_on_duplicate": settle_twice_on_duplicate,
     "accept_unsigned_callbacks": accept_unsigned_callbacks,
     "ignore_refused_writes": ignore_refused_writes,
+    "settle_ignoring_the_policy": settle_ignoring_the_policy,
 }
