@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import structlog
 
 from executors.flights import FOLLOW_KINDS, Finished, InFlight
+from ledger import tracing
 from ledger.approvals import void_reason
 from ledger.clock import Clock
 from ledger.facts import FactKind, storable_fact
@@ -43,8 +44,22 @@ CANCEL_TYPES = (CancelConfirmed, CancelRefused)
 
 
 def make_call(flight: InFlight, clock: Clock) -> Finished:
-    """Make ``flight``'s call now, in this thread; never raises (an adapter's error is an
-    ``Ambiguous(adapter_error)`` outcome)."""
+    """Make ``flight``'s call now, in this thread, inside its span (``ledger.tracing.call_span``:
+    an attempt's, a lookup's, a poll's or a cancel's), whose ``traceparent`` the request carries;
+    never raises (an adapter's error is an ``Ambiguous(adapter_error)`` outcome)."""
+    request, op = flight.request, flight.op
+    with tracing.call_span(flight.kind, integration=request.integration, operation_id=request.operation_id,
+                           traceparent=op.traceparent, attempt_id=request.attempt_id,
+                           attempt_number=request.attempt_number, epoch=flight.epoch,
+                           delivery_mode=request.delivery_mode.value) as span:
+        if span.is_recording():
+            flight.request = replace(request, traceparent=tracing.traceparent_of(span.get_span_context()))
+        finished = _call(flight, clock)
+        tracing.set_outcome(span, finished.outcome)
+    return finished
+
+
+def _call(flight: InFlight, clock: Clock) -> Finished:
     request, not_after = flight.request, flight.op.lease_expires_at
     if flight.kind in FOLLOW_KINDS:
         return _follow(flight, clock)

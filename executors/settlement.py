@@ -27,6 +27,7 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.utils import get_topic
 
 from executors.commit import Change, CommitResult, Committer, Counts, RefusalNote
+from ledger import tracing
 from ledger.application import LedgerApplication
 from ledger.decisions import (
     OutcomeRef,
@@ -159,7 +160,7 @@ def settle_change(app: LedgerApplication, now: datetime, entities: dict[UUID, Ag
         op.settle(now=now, entity_version=entity.version, settles=settles)
         return [entity]
 
-    return change
+    return tracing.traced_settlement(change)  # each settlement in its span (DESIGN §9)
 
 
 def _ask(policy: SettlementPolicy, request: SettlementRequest) -> str | None:

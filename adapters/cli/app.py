@@ -113,6 +113,7 @@ def worker(
     8 characters; with --serve also on what `serve` refuses."""
     from adapters.logs import configure_logging
     from adapters.runtime import run_worker, tune_gc_for_worker
+    from adapters.trace_export import configure_tracing
     from executors.secrets import check_environment_secrets
 
     config = settings(database_url, lease_seconds=lease_seconds, worker_threads=threads,
@@ -129,7 +130,11 @@ def worker(
         elif (host, port, public) != (None, None, False):
             raise typer.BadParameter("--host, --port and --public need --serve")
         tune_gc_for_worker()
-        run_worker(config, beside=beside)
+        flush_spans = configure_tracing("opledger-worker")
+        try:
+            run_worker(config, beside=beside)
+        finally:
+            flush_spans()
 
 
 @app.command()
@@ -155,12 +160,17 @@ def serve(
     (docs/operations.md, "Settings refused at start")."""
     from adapters.http.serve import http_listener, run_serve
     from adapters.logs import configure_logging
+    from adapters.trace_export import configure_tracing
 
     config = settings(database_url, warn=False)
     configure_logging(config.log_format)
     log_unknown_settings()
-    with UserErrors():
-        run_serve(config, http_listener(host=host, port=port, public=public), write=write)
+    flush_spans = configure_tracing("opledger-serve")
+    try:
+        with UserErrors():
+            run_serve(config, http_listener(host=host, port=port, public=public), write=write)
+    finally:
+        flush_spans()
 
 
 @app.command()

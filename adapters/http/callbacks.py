@@ -55,6 +55,7 @@ from adapters.http.problems import PROBLEM_RESPONSES, RETRY_AFTER_SECONDS, Probl
 from adapters.refusals import save_refusable
 from adapters.runtime import Store
 from executors.secrets import SecretProvider
+from ledger import tracing
 from ledger.application import LedgerApplication
 from ledger.callbacks import CallbackVerdict, classify_callback
 from ledger.declarations import NAME_PATTERN
@@ -229,6 +230,18 @@ def _record_once(app: LedgerApplication, integration: str, body: CallbackBody, s
         op = None
     if op is None or op.integration_name != integration:
         raise Problem(404, "Not found", f"no operation {body.operation_id} of integration {integration!r}")
+    # Each authenticated callback for an operation, in a span of the operation's trace (DESIGN §9).
+    with tracing.callback_span(integration=integration, operation_id=op.id, traceparent=op.traceparent,
+                               callback_id=signed.callback_id, attempt_id=body.attempt_id) as span:
+        receipt = _decide(app, op, body, signed, now)
+        if span.is_recording():
+            span.set_attribute(tracing.OUTCOME, receipt.result if receipt is not None else "conflict")
+        return receipt
+
+
+def _decide(app: LedgerApplication, op: Any, body: CallbackBody, signed: SignedMessage,
+            now: datetime) -> CallbackReceipt | None:
+    """Steps 5-7 on the operation as loaded; None when another writer won the version."""
     verdict = classify_callback(op, callback_id=signed.callback_id, attempt_id=body.attempt_id,
                                 signed_at=signed.signed_at)
     if verdict is CallbackVerdict.REPLAYED:

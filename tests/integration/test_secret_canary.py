@@ -1,6 +1,7 @@
 """The secret canary (issue 14): a provider echoes a secret in every encoding and an ``internal``
 value back; none of them may reach the store, the CLI (evidence included), the logs or the HTTP
-API's responses. On both backends.
+API's responses, nor any span's name, attributes, events or links (issue 31: the canary extended to
+spans, exported in memory). On both backends.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from projections.status import StatusProjection
 from projections.view import open_view
 from tests.apps import ModesApp
 from tests.conftest import PG_URL, SECRET
+from tests.tracing import Spans, spans, texts_of  # noqa: F401 (spans: the fixture)
 
 CANARY = 'tok/ü"canary+secret 42'
 """A secret whose JSON, URL and base64 forms all differ from its raw text."""
@@ -117,7 +119,8 @@ def _http_bodies(database: Database, op_id: str) -> str:
 
 
 def test_a_secret_echoed_in_every_encoding_reaches_no_sink(modes_db: Database, echo_url: str,
-                                                          capsys: pytest.CaptureFixture[str], json_logs: Callable[[], None]) -> None:
+                                                          capsys: pytest.CaptureFixture[str], json_logs: Callable[[], None],
+                                                          spans: Spans) -> None:  # noqa: F811
     json_logs()
     app = ModesApp(env=modes_db.library_env(create_table=False))
     clock = SystemClock()
@@ -158,6 +161,8 @@ def test_a_secret_echoed_in_every_encoding_reaches_no_sink(modes_db: Database, e
         cli_out += result.output
     http_out = _http_bodies(modes_db, str(op.id))
     logs = capsys.readouterr()
-    for sink, text in (("CLI", cli_out), ("HTTP", http_out), ("logs", logs.out + logs.err)):
+    span_out = "\n".join(text for span in spans.finished() for text in texts_of(span))
+    assert {"intend", "attempt", "settle"} <= {span.name.split()[0] for span in spans.finished()}
+    for sink, text in (("CLI", cli_out), ("HTTP", http_out), ("logs", logs.out + logs.err), ("spans", span_out)):
         for needle in [*_needles(), INTERNAL.encode()]:
             assert needle not in text.encode(), f"{needle!r} found in the {sink} output"
