@@ -79,3 +79,31 @@ def test_the_delegation_chain_is_checked() -> None:
         check_delegation([{"principal": "x"}], "")  # type: ignore[list-item]
     with pytest.raises(InvalidArgumentError, match="limit"):
         check_delegation([Delegation(f"p{i}") for i in range(17)], "")
+
+
+def _guide_policy() -> Any:
+    import re
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guide.md").read_text()
+    block = re.search(r"<!-- settlement-policy-example -->\n```python\n(.*?)```", guide, flags=re.S)
+    assert block is not None
+    namespace: dict[str, Any] = {}
+    exec(compile(block.group(1), "docs/guide.md", "exec"), namespace)
+    return namespace["orders_policy"]
+
+
+def test_the_guides_example_policy_runs_as_written() -> None:
+    policy = _guide_policy()
+
+    def request(principal: str, links: tuple[Delegation, ...], entity_type: str, method: str = "on_payment") -> Any:
+        outcome = SimpleNamespace(principal=principal, on_behalf_of=links,
+                                  principal_chain=(principal, *(link.principal for link in links)))
+        return SettlementRequest(operation=SimpleNamespace(), outcome=outcome, entity=object(),  # type: ignore[arg-type]
+                                 entity_type=entity_type, method=method, declared_method="on_payment")
+
+    assert policy(request("system", (Delegation("customer:42", "customer"),), "shop.orders:Order")) is None
+    assert "customer:42 (customer) may not settle" in policy(
+        request("system", (Delegation("customer:42", "customer"),), "shop.stock:Item"))
+    assert "clerk:7 (no role)" in policy(request("clerk:7", (), "shop.orders:Order"))
+    assert "declared settlement method" in policy(request("system", (), "shop.orders:Order", "delete"))
