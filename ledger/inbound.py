@@ -94,12 +94,19 @@ class CommandContext:
         now: the injected instant (UTC) of this execution.
         transaction_id: the receipt id (None on the keyless path).
         staged: aggregates to save with the receipt (see :meth:`stage`).
+        traceparent: the W3C trace context the handler runs in: the request's ``traceparent``
+            (or, with an OpenTelemetry SDK, the HTTP server span made from it); None without
+            one, and when recovery runs an adopted command. The handler runs with it current,
+            so an intent made there is in that trace without passing it (``ledger.tracing``).
+        tracestate: the W3C ``tracestate`` that goes with it, if any.
     """
 
     principal: str
     now: datetime
     transaction_id: UUID | None
     staged: list[Aggregate] = field(default_factory=list)
+    traceparent: str | None = None
+    tracestate: str | None = None
 
     def stage(self, *aggregates: Aggregate) -> None:
         """Save ``aggregates`` with the command's receipt, in one transaction, after the handler

@@ -26,6 +26,7 @@ from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError
 from pydantic import ValidationError
 
+from ledger import tracing
 from ledger.application import LedgerApplication
 from ledger.clock import Clock
 from ledger.errors import (
@@ -344,7 +345,11 @@ class ReceiptRunner:
                       for e in exc.errors()]
             detail = "; ".join(f"{e['location'] or 'body'}: {e['message']}" for e in errors)
             return refusal_envelope(422, "invalid_request", detail, transaction_id=rid, errors=errors), []
-        ctx = CommandContext(principal=request["principal"], now=self.clock.now(), transaction_id=rid)
+        # The trace the route made current (``ledger.tracing.attached``), never part of the
+        # receipt's request: a retry from another trace is the same command.
+        traceparent, tracestate = tracing.current_trace()
+        ctx = CommandContext(principal=request["principal"], now=self.clock.now(), transaction_id=rid,
+                             traceparent=traceparent, tracestate=tracestate)
         try:
             reply = spec.handler(self.app, ctx, model)
         except CommandRefused as refused:

@@ -125,6 +125,14 @@ def current_traceparent() -> str | None:
     return traceparent_of(trace.get_current_span().get_span_context())
 
 
+def current_trace() -> tuple[str | None, str | None]:
+    """The W3C ``traceparent`` and ``tracestate`` of the current span (None for each absent)."""
+    context = trace.get_current_span().get_span_context()
+    parent = traceparent_of(context)
+    state = context.trace_state.to_header() if parent is not None and context.trace_state else ""
+    return parent, state or None
+
+
 def _parent(traceparent: str | None) -> tuple[Context | None, list[Link]]:
     """The context to start a consumer-side span in, and its link: both the stored creation
     context (``traceparent``); the current context and no link without one."""

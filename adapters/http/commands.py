@@ -40,9 +40,10 @@ from executors.receipt_retention import (
     ReceiptRetentionConfig,
     ReceiptRetentionService,
 )
+from ledger import tracing
 from ledger.clock import SystemClock
 from ledger.errors import CommandIncompleteError, ConfigurationError, ReceiptMismatchError, ReceiptPendingError
-from ledger.inbound import UnknownCommandError, problem_body
+from ledger.inbound import CommandSpec, UnknownCommandError, problem_body
 from ledger.receipt_runner import DEFAULT_RECEIPT_LEASE_SECONDS, ReceiptRunner
 from ledger.receipts import Envelope
 
@@ -287,6 +288,15 @@ async def run_command(
         return problem(400, "Bad request", "idempotency_key_missing",
                        f"command {name!r} requires an Idempotency-Key header (an sf-string)")
     body = await request.body()  # bounded by adapters.http.guard: 413 before anything is stored
+    # The caller's trace, current while the handler runs (its intents join it; CommandContext
+    # shows it); unless an OpenTelemetry SDK already made the server span from these headers.
+    with tracing.attached(tracing.context_of(request.headers.get("traceparent"), request.headers.get("tracestate"))):
+        return await _run(request, runner, spec, grant, key, body)
+
+
+async def _run(request: Request, runner: ReceiptRunner, spec: CommandSpec, grant: TokenGrant, key: str | None,
+               body: bytes) -> Response:
+    """Run (or replay) the command and answer it."""
     try:
         if not request.app.state.writable:  # a completed request is still replayed (issue 34 item 7)
             stored = await run_in_threadpool(runner.stored_answer, spec, grant.principal, key, body) if key else None

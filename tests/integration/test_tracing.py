@@ -5,10 +5,13 @@ the authorizing request's, as before. On both backends."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from unittest.mock import patch
+from uuid import UUID
 
 import pytest
 from opentelemetry import trace
@@ -21,10 +24,13 @@ from ledger import tracing
 from ledger.clock import SystemClock
 from ledger.config import Database
 from ledger.declarations import DeliveryMode
+from ledger.inbound import CommandContext
 from projections.status import StatusProjection
 from projections.view import open_view
 from tests.apps import ModesApp, Thing
 from tests.conftest import SECRET
+from tests.desk import auth
+from tests.receipt_desk import ReceiptDesk, receipt_desk
 from tests.tracing import Spans, spans, texts_of  # noqa: F401 (spans: the fixture)
 
 HOST_TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -157,3 +163,38 @@ def test_without_an_sdk_the_intent_keeps_the_authorizing_traceparent(modes_db: D
         app.close()
     assert op.traceparent == HOST_TRACEPARENT and untraced.traceparent is None
     assert not tracing.INTENT_SPANS._spans
+
+
+def _post_ticket(desk: ReceiptDesk, label: str, headers: dict[str, str]) -> UUID:
+    response = desk.client.post("/v1/commands/make_ticket", content=json.dumps({"label": label}).encode(),
+                                headers={**auth("viewer"), "Content-Type": "application/json", **headers})
+    assert response.status_code == 201, response.text
+    return UUID(response.json()["operation_id"])
+
+
+def test_a_command_sent_with_a_traceparent_intends_in_that_trace(database_url: str) -> None:
+    seen: list[CommandContext] = []
+
+    class Recorded(CommandContext):
+        def __init__(self, **fields: object) -> None:
+            super().__init__(**fields)  # type: ignore[arg-type]
+            seen.append(self)
+
+    with patch("ledger.receipt_runner.CommandContext", Recorded), receipt_desk(database_url) as desk:
+        traced = _post_ticket(desk, "traced", {"traceparent": HOST_TRACEPARENT, "tracestate": "vendor=1"})
+        untraced = _post_ticket(desk, "untraced", {})
+        garbled = _post_ticket(desk, "garbled", {"traceparent": "not-a-traceparent"})
+        ops = {op_id: desk.store.app.get_operation(op_id) for op_id in (traced, untraced, garbled)}
+    assert ops[traced].traceparent == HOST_TRACEPARENT
+    assert ops[untraced].traceparent is None and ops[garbled].traceparent is None
+    assert [(ctx.traceparent, ctx.tracestate) for ctx in seen] == [(HOST_TRACEPARENT, "vendor=1"), (None, None),
+                                                                   (None, None)]
+
+
+def test_a_commands_intent_span_is_a_child_of_the_callers_span(database_url: str, spans: Spans) -> None:  # noqa: F811
+    with receipt_desk(database_url) as desk:
+        op_id = _post_ticket(desk, "traced", {"traceparent": HOST_TRACEPARENT})
+        op = desk.store.app.get_operation(op_id)
+    (intent,) = spans.named("intend ")
+    assert intent.parent is not None and tracing.traceparent_of(intent.parent) == HOST_TRACEPARENT
+    assert op.traceparent == tracing.traceparent_of(intent.context)
