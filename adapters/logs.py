@@ -3,8 +3,10 @@
 
 A worker remembers the operations it commits (``OPERATION_CONTEXT.remember``, fed by the
 worker's commit hook), so any line a service writes with ``operation_id=`` also gets that
-operation's ``integration``, ``tenant``, ``epoch``, ``attempt_id`` and ``trace_id`` (from the
-intent's W3C ``traceparent``), without each service binding them. Keys that could hold a secret
+operation's ``integration``, ``tenant``, ``epoch``, ``attempt_id``, ``trace_id`` and ``span_id``
+(from the intent's W3C ``traceparent``), without each service binding them; a line written
+inside one of opledger's spans (an attempt, a poll, a callback, a settlement) carries that span's
+``trace_id`` and ``span_id`` instead. Keys that could hold a secret
 (``payload``, ``authorization``, ``token``, ``secret``, ...) are replaced by ``[redacted]``, and
 every secret value this process resolved is redacted from every text, in all its encoded forms
 (``ledger.redaction``).
@@ -24,6 +26,7 @@ from typing import Any, TextIO
 import structlog
 
 from adapters.operator import trace_id
+from ledger import tracing
 from ledger.operation import Operation
 from ledger.redaction import KNOWN_SECRETS, redact
 
@@ -47,7 +50,7 @@ class OperationContext:
         for op in ops:
             context = {"integration": op.integration_name, "tenant": op.tenant, "epoch": op.epoch,
                        "attempt_id": str(op.last_attempt_id) if op.last_attempt_id else None,
-                       "trace_id": trace_id(op.traceparent)}
+                       "trace_id": trace_id(op.traceparent), "span_id": span_id(op.traceparent)}
             with self._lock:
                 self._known[str(op.id)] = context
                 self._known.move_to_end(str(op.id))
@@ -67,6 +70,21 @@ class OperationContext:
 
 OPERATION_CONTEXT = OperationContext()
 """This process's operation context (``configure_logging`` installs it)."""
+
+
+def span_id(traceparent: str | None) -> str | None:
+    """The parent id of a W3C ``traceparent`` (the intent's producer span), or None."""
+    context = tracing.span_context_of(traceparent)
+    return f"{context.span_id:016x}" if context is not None else None
+
+
+def current_span_ids(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """A structlog processor: ``trace_id`` and ``span_id`` of the current span (an attempt's, a
+    poll's, a callback's, a settlement's: ``ledger.tracing``) when there is one; before
+    :data:`OPERATION_CONTEXT`, which adds the intent's own for lines written outside a span."""
+    for key, value in tracing.log_ids().items():
+        event.setdefault(key, value)
+    return event
 
 
 def redact_keys(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -140,6 +158,7 @@ def configure_logging(fmt: str = "auto", level: int = logging.INFO, *, file: Tex
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            current_span_ids,
             OPERATION_CONTEXT,
             redact_keys,
             structlog.processors.add_log_level,

@@ -24,6 +24,7 @@ from uuid import UUID
 
 import structlog
 
+from ledger import tracing
 from ledger.operation import Operation
 from projections.metrics_store import MetricsStore
 from projections.sql_view import SqlStatusView
@@ -58,7 +59,8 @@ def activity_of(event: Any, op: Operation | None) -> dict[str, Any] | None:
         ``{"event": "operation outcome" | "operation settlement", "operation_id", "outcome", ...}``
         with the event's own ``attempt_id``, ``epoch``, ``status_code``, ``category``,
         ``reason``, ``detail`` (cut to :data:`MAX_TEXT_CHARS`), ``entity_version`` where it has
-        them, and ``integration`` and ``seconds_since_intent`` from ``op``.
+        them, and ``integration``, ``seconds_since_intent``, ``trace_id`` and ``span_id`` (the
+        intent's producer span, ``ledger.tracing.log_ids``) from ``op``.
     """
     name = type(event).__name__
     outcome = _OUTCOMES.get(name) or _SETTLEMENTS.get(name)
@@ -77,6 +79,7 @@ def activity_of(event: Any, op: Operation | None) -> dict[str, Any] | None:
         line["reason"] = "budget_exhausted"
     if op is not None:
         line["integration"] = op.integration_name
+        line.update(tracing.log_ids(op.traceparent))  # the intent's trace (DESIGN §9)
         created: datetime | None = getattr(op, "created_on", None)
         if created is not None:
             line["seconds_since_intent"] = round((event.timestamp - created).total_seconds(), 3)

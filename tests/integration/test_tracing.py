@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from unittest.mock import patch
 from uuid import UUID
@@ -87,8 +87,10 @@ def _run_until_settled(modes_db: Database, app: ModesApp, op_id: object) -> None
         view.close()
 
 
-def test_one_trace_from_the_host_span_through_a_retry_to_settlement(modes_db: Database, provider_url: str,
-                                                                    spans: Spans) -> None:  # noqa: F811
+def test_one_trace_from_the_host_span_through_a_retry_to_settlement(
+        modes_db: Database, provider_url: str, spans: Spans,  # noqa: F811
+        capsys: pytest.CaptureFixture[str], json_logs: Callable[[], None]) -> None:
+    json_logs()
     app = ModesApp(env=modes_db.library_env(create_table=False))
     try:
         with spans.provider.get_tracer("host").start_as_current_span("host command") as host:
@@ -130,6 +132,13 @@ def test_one_trace_from_the_host_span_through_a_retry_to_settlement(modes_db: Da
     assert settle.parent is not None and settle.parent.span_id == intent.context.span_id
     assert settle.attributes is not None and settle.attributes[tracing.SETTLEMENT_RESULT] == "settled"
     assert settle.attributes[tracing.ENTITY_VERSION] == done.settled_entity_version
+    # Log lines about the operation carry the trace: the current span's ids inside a span,
+    # the intent's producer span's outside one.
+    span_ids = {f"{span.context.span_id:016x}" for span in spans.finished()}
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    about = [line for line in lines if line.get("operation_id") == str(op.id)]
+    assert about and all(line.get("trace_id") == f"{host_context.trace_id:032x}" for line in about), about
+    assert all(line["span_id"] in span_ids for line in about), about
     for span in spans.finished():
         for text in texts_of(span):
             assert TOKEN not in text and "internal note" not in text and provider_url not in text, (span.name, text)
