@@ -138,6 +138,11 @@ class CurrentStderr:
         return sys.stderr.isatty()
 
 
+SERVER_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+"""The standard-library loggers of the HTTP server that :func:`configure_logging` renders as its
+own lines (at WARNING and above: uvicorn's access log stays off)."""
+
+
 def configure_logging(fmt: str = "auto", level: int = logging.INFO, *, file: TextIO | None = None,
                       cache_loggers: bool = True) -> None:
     """Configure structlog for this process. Every chain ends with :func:`redact_secrets`
@@ -171,3 +176,15 @@ def configure_logging(fmt: str = "auto", level: int = logging.INFO, *, file: Tex
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=cache_loggers,
     )
+    # The HTTP server's own lines (uvicorn: a connection over the cap, a malformed request) in
+    # the same format, redacted alike, instead of uvicorn's plain text beside the JSON lines.
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
+                           redact_secrets],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer]))
+    for name in SERVER_LOGGERS:
+        server_log = logging.getLogger(name)
+        server_log.handlers = [handler]
+        server_log.propagate = False
+        server_log.setLevel(max(level, logging.WARNING))

@@ -26,7 +26,7 @@ from adapters.http import actions, callbacks, commands, console, observe, proble
 from adapters.http.auth import TokenGrant
 from adapters.http.callback_auth import DEFAULT_TOLERANCE_SECONDS, MAX_TOLERANCE_SECONDS
 from adapters.http.guard import RequestGuard
-from adapters.http.limits import DEFAULT_BODY_TIMEOUT_SECONDS
+from adapters.http.limits import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
 from adapters.http.metrics import DEFAULT_TOP_TENANTS, LedgerCollector, render
 from adapters.http.schemas import Health, Liveness, Readiness
 from adapters.runtime import Store
@@ -210,6 +210,7 @@ class ServeConfig:
             environment (``OPLEDGER_SECRET_CALLBACK_<INTEGRATION>``) by default.
         body_timeout_seconds: how long a client may take to send a request body, seconds
             (``adapters.http.limits``).
+        max_header_bytes: the request line and headers together, bytes (431 beyond).
     """
 
     tokens: Mapping[str, TokenGrant] = field(default_factory=dict)
@@ -218,6 +219,7 @@ class ServeConfig:
     callback_tolerance_seconds: float = DEFAULT_TOLERANCE_SECONDS
     callback_secrets: SecretProvider | None = None
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
 
 
 health_router = APIRouter(tags=["health"])
@@ -283,6 +285,7 @@ def attach(app: FastAPI, *, store: Store, config: ServeConfig | None = None, clo
     app.state.callback_tolerance_seconds = config.callback_tolerance_seconds
     app.state.callback_secrets = config.callback_secrets or EnvironmentSecrets()
     app.state.body_timeout_seconds = config.body_timeout_seconds
+    app.state.max_header_bytes = config.max_header_bytes
     app.state.collector = LedgerCollector(store=MetricsStore(store.view), now=clock.now,
                                           top_tenants=config.top_tenants)
     return app

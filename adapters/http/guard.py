@@ -2,6 +2,8 @@
 
 For each request, in order, before the route runs:
 
+0. a request line and headers larger than ``OPLEDGER_HTTP_MAX_HEADER_BYTES`` are answered 431
+   (h11 bounds only a head still arriving; one that arrives whole in one read is measured here);
 1. its route class (:func:`route_class`) says how large its body may be and how the caller
    proves who it is;
 2. a request to a route behind bearer tokens (every ``/v1`` route) without a configured token
@@ -11,7 +13,10 @@ For each request, in order, before the route runs:
 3. a declared ``Content-Length`` over the limit is answered 413 unread;
 4. the body is read here, while it streams, with a deadline: past the limit (chunked, or more
    bytes than ``Content-Length`` claimed) 413 after at most the limit plus one read chunk;
-   past the deadline (a client trickling its body) 408. The route then gets the body whole.
+   past the deadline (a client trickling its body) 408. An operator action's body, when there
+   is one, must be strict JSON (``ledger.inbound.parse_json``: UTF-8, no repeated member, no
+   ``NaN``, bounded nesting and numbers), else 422 ``invalid_json``, as commands and callbacks
+   read theirs. The route then gets the body whole.
 
 Each early answer is problem+json with ``Connection: close``, so the server stops reading the
 rest. What the route decides afterwards (403 for a role, 422 for a malformed body, the
@@ -32,12 +37,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from adapters.http.auth import TokenGrant, bearer_grant, unauthorized
 from adapters.http.callback_auth import has_signature_headers, signature_headers_missing
 from adapters.http.commands import DEFAULT_MAX_BODY_BYTES
-from adapters.http.limits import DEFAULT_BODY_TIMEOUT_SECONDS
+from adapters.http.limits import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
 from adapters.http.problems import Problem, problem_response
+from ledger.inbound import BodyRefused, parse_json
 
-ACTION_MAX_BODY_BYTES = 64 * 1024
-"""An operator action's body (``/v1`` routes but commands), bytes: the largest valid one, 10,000
-characters of evidence each written as a six-byte JSON escape, fits."""
+ACTION_MAX_BODY_BYTES = 32 * 1024
+"""An operator action's body (``/v1`` routes but commands), bytes: the largest valid one,
+``ledger.intents.MAX_EVIDENCE_CHARS`` (4,000) characters each written as a six-byte JSON escape,
+fits (a test holds the two together)."""
 CALLBACK_MAX_BODY_BYTES = 64 * 1024
 """A provider's callback body, bytes."""
 OPEN_MAX_BODY_BYTES = 4 * 1024
@@ -54,6 +61,7 @@ class RouteClass:
         max_body_bytes: the largest body, bytes (a command's may be configured).
         bearer: a configured bearer token is required before the body is read.
         signed: the Standard Webhooks headers are required before the body is read.
+        strict_json: a body, when sent, must be strict JSON (``ledger.inbound.parse_json``).
     """
 
     name: str
@@ -61,9 +69,10 @@ class RouteClass:
     max_body_bytes: int
     bearer: bool = False
     signed: bool = False
+    strict_json: bool = False
 
 
-ACTION = RouteClass("action", "an operator action's body", ACTION_MAX_BODY_BYTES, bearer=True)
+ACTION = RouteClass("action", "an operator action's body", ACTION_MAX_BODY_BYTES, bearer=True, strict_json=True)
 COMMAND = RouteClass("command", "a command body", DEFAULT_MAX_BODY_BYTES, bearer=True)  # or as configured
 CALLBACK = RouteClass("callback", "a callback body", CALLBACK_MAX_BODY_BYTES, signed=True)
 OPEN = RouteClass("open", "a body on this route", OPEN_MAX_BODY_BYTES)
@@ -105,7 +114,9 @@ class RequestGuard:
         state = scope["app"].state
         route = route_class(scope["path"])
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
-        refusal = _refused_unread(route, headers, getattr(state, "tokens", {})) if _routed(scope) else None
+        refusal = _head_too_large(scope, getattr(state, "max_header_bytes", DEFAULT_MAX_HEADER_BYTES))
+        if refusal is None and _routed(scope):
+            refusal = _refused_unread(route, headers, getattr(state, "tokens", {}))
         limit = getattr(state, "command_max_body_bytes", route.max_body_bytes) if route is COMMAND \
             else route.max_body_bytes
         declared = headers.get("content-length", "")
@@ -119,12 +130,32 @@ class RequestGuard:
             if isinstance(read, Problem):
                 refusal = read
             else:
+                refusal = _not_strict_json(read) if route.strict_json else None
                 receive = _replaying(read, receive)
         if refusal is not None:
             refusal.headers = {**(refusal.headers or {}), "Connection": "close"}
             await problem_response(refusal)(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+def _head_too_large(scope: Scope, limit: int) -> Problem | None:
+    size = len(scope["method"]) + len(scope.get("raw_path") or scope["path"]) + len(scope.get("query_string", b"")) + \
+        sum(len(name) + len(value) + 4 for name, value in scope["headers"])
+    if size <= limit:
+        return None
+    return Problem(431, "Request header fields too large", f"the request line and headers are at most {limit:,} "
+                   "bytes (OPLEDGER_HTTP_MAX_HEADER_BYTES)", code="headers_too_large")
+
+
+def _not_strict_json(body: bytes) -> Problem | None:
+    if not body.strip():
+        return None  # no body: the route decides whether it needs one
+    try:
+        parse_json(body)
+    except BodyRefused as exc:
+        return Problem(422, "Invalid input", str(exc), code=exc.code)
+    return None
 
 
 def _routed(scope: Scope) -> bool:

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ledger.intents import MAX_EVIDENCE_CHARS, MAX_REASON_CHARS
+
 TEXT_PATTERN = r"^[^\x00-\x1f]*$"
 """Query and path text: printable, no control characters (a store cannot hold a NUL)."""
 
@@ -183,7 +185,7 @@ class ResolveBody(BaseModel):
     model_config = ACTION_BODY
 
     resolution: Literal["succeeded", "failed", "retry", "abandon", "acknowledge"]
-    evidence: str = Field(min_length=1, max_length=10_000, pattern=r"\S")
+    evidence: str = Field(min_length=1, max_length=MAX_EVIDENCE_CHARS, pattern=r"\S")
 
 
 class EvidenceBody(BaseModel):
@@ -191,7 +193,7 @@ class EvidenceBody(BaseModel):
 
     model_config = ACTION_BODY
 
-    evidence: str = Field(min_length=1, max_length=10_000, pattern=r"\S")
+    evidence: str = Field(min_length=1, max_length=MAX_EVIDENCE_CHARS, pattern=r"\S")
 
 
 class ReasonBody(BaseModel):
@@ -199,7 +201,7 @@ class ReasonBody(BaseModel):
 
     model_config = ACTION_BODY
 
-    reason: str = Field(default="", max_length=2_000)
+    reason: str = Field(default="", max_length=MAX_REASON_CHARS)
 
 
 class DenyBody(BaseModel):
@@ -207,7 +209,7 @@ class DenyBody(BaseModel):
 
     model_config = ACTION_BODY
 
-    reason: str = Field(min_length=1, max_length=2_000, pattern=r"\S")
+    reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS, pattern=r"\S")
 
 
 class Liveness(BaseModel):

@@ -87,9 +87,10 @@ def server_config(app: Any, *, host: str, port: int, limits: HttpLimits) -> uvic
         limits: connection, timeout and header limits (``adapters.http.limits``).
 
     Returns:
-        A ``uvicorn.Config`` with uvicorn's own logging quiet (opledger logs through structlog).
+        A ``uvicorn.Config`` that leaves logging to ``adapters.logs.configure_logging`` (uvicorn's
+        warnings become lines of the process's format; its access log stays off).
     """
-    return uvicorn.Config(app, host=host, port=port, log_level="warning",
+    return uvicorn.Config(app, host=host, port=port, log_config=None,  # adapters.logs renders its lines
                           http=bounded_h11(limits.header_timeout_seconds),
                           limit_concurrency=limits.max_connections, timeout_keep_alive=limits.keep_alive_seconds,
                           h11_max_incomplete_event_size=limits.max_header_bytes)

@@ -103,8 +103,9 @@ def test_readme_commands_run_as_written_with_a_new_secret(tmp_path: Path) -> Non
     (``$(opledger secret new)``) and its ``worker --serve`` line, as written, execute a charge
     signed with that secret and settle it (issue 34 item 2)."""
     lines = _readme_shell_lines()
-    migrate_line, secret_line, worker_line = lines[0], lines[1], lines[2]
+    migrate_line, secret_line, tokens_line, worker_line = lines[0], lines[1], lines[2], lines[3]
     assert migrate_line.startswith("opledger migrate") and "$(opledger secret new)" in secret_line
+    assert tokens_line.startswith("export OPLEDGER_API_TOKENS=")
     assert worker_line.split("#")[0].strip().endswith("opledger worker --serve")
     (tmp_path / "shop.py").write_text(re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)[0])
     bin_dir = str(Path(sys.executable).parent)
@@ -128,7 +129,7 @@ def test_readme_commands_run_as_written_with_a_new_secret(tmp_path: Path) -> Non
     op_id = placed.stdout.strip()
 
     log = (tmp_path / "worker.log").open("w")
-    worker = subprocess.Popen(["bash", "-c", f"set -e\n{secret_line}\n{worker_line}"], cwd=tmp_path, env=env,
+    worker = subprocess.Popen(["bash", "-c", f"set -e\n{secret_line}\n{tokens_line}\n{worker_line}"], cwd=tmp_path, env=env,
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 60

@@ -6,6 +6,7 @@ against a real ``opledger serve`` with 200 MB bodies is ``tests/process/test_ser
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -152,3 +153,35 @@ def test_a_body_that_stops_arriving_is_408() -> None:
     asyncio.run(asyncio.wait_for(RequestGuard(stub)(scope, receive, send), 5))
     assert sent[0]["status"] == 408 and (b"connection", b"close") in sent[0]["headers"]
     assert not reached
+
+
+@pytest.mark.parametrize("body", [b'{"reason": "a", "reason": "b"}', b'{"reason": NaN}', b'\xff\xfe{}',
+                                  b"[" * 5000 + b"]" * 5000, b'{"reason": ' + b"9" * 5000 + b"}"])
+def test_action_bodies_are_strict_json_like_commands(served: tuple[Desk, TestClient], body: bytes) -> None:
+    d, client = served
+    before = timeline_length(d, client, "refund")
+    response = client.post(f"/v1/operations/{d.ids['refund']}/cancel", content=body,
+                           headers={**auth("operator"), "Content-Type": "application/json"})
+    assert response.status_code == 422 and response.json()["code"] == "invalid_json", response.text
+    assert timeline_length(d, client, "refund") == before
+
+
+def test_the_largest_valid_action_body_fits_the_limit(served: tuple[Desk, TestClient]) -> None:
+    from ledger.intents import MAX_EVIDENCE_CHARS
+
+    d, client = served
+    evidence = "\u00e9" * MAX_EVIDENCE_CHARS  # written as six-byte escapes by json.dumps
+    body = json.dumps({"resolution": "acknowledge", "evidence": evidence}).encode()
+    assert len(body) <= ACTION_MAX_BODY_BYTES
+    response = client.post(f"/v1/operations/{d.ids['refund']}/resolve", content=body,
+                           headers={**auth("operator"), "Content-Type": "application/json"})
+    assert response.status_code != 413 and response.status_code != 422, response.text
+
+
+def test_a_head_over_the_limit_is_431_however_it_arrives(served: tuple[Desk, TestClient]) -> None:
+    _, client = served
+    big = client.get("/health", headers={"X-Big": "a" * (17 * 1024)})
+    assert big.status_code == 431 and big.json()["code"] == "headers_too_large"
+    many = client.get("/health", headers={f"X-H{n}": "v" for n in range(2000)})
+    assert many.status_code == 431
+    assert client.get("/health", headers={"X-Small": "a" * 1024}).status_code == 200

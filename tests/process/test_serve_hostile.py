@@ -206,3 +206,19 @@ def test_a_body_that_trickles_is_408(served: tuple[ServeProcess, UUID, Database]
             sock.sendall(b" ")
     assert status == 408 and time.monotonic() - started < TIMEOUT_SECONDS + 1.5
     assert event_count(database, op_id) == before
+
+
+def test_a_large_head_in_one_piece_is_431_and_the_servers_own_lines_are_json(
+        served: tuple[ServeProcess, UUID, Database]) -> None:
+    server, _, _ = served
+    with connect(server) as sock:  # 50 KiB of headers in one write: h11 alone lets it through
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: opledger\r\nX-Big: " + b"a" * 50 * 1024 + b"\r\n\r\n")
+        assert status_of(sock) == 431
+    with connect(server) as sock:  # malformed: uvicorn answers it itself, and logs a warning
+        sock.sendall(b"GET /health HTTP/1.1\r\nContent-Length: -1\r\n\r\n")
+        assert status_of(sock) == 400
+    time.sleep(0.3)
+    logged = [line for line in server.log_path.read_text().splitlines() if line.strip()]
+    assert any("Invalid HTTP request received." in line for line in logged)
+    for line in logged:
+        json.loads(line)  # every line the server wrote is one JSON object (OPLEDGER_LOG_FORMAT=json)
