@@ -77,12 +77,24 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 _tracer: Tracer = trace.get_tracer(TRACER_NAME)
 
 
+_own_provider = False
+_UNSET = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+
+
 def set_tracer_provider(provider: trace.TracerProvider | None) -> None:
     """Make opledger's spans with ``provider`` instead of the global one (None: the global one
     again). For tests and hosts that keep a provider of their own; ``opledger worker`` and
     ``serve`` set the global provider (``adapters.trace_export``)."""
-    global _tracer
+    global _tracer, _own_provider
     _tracer = provider.get_tracer(TRACER_NAME) if provider is not None else trace.get_tracer(TRACER_NAME)
+    _own_provider = provider is not None
+
+
+def enabled() -> bool:
+    """Whether spans are made at all: a tracer provider is set (an SDK's, or another
+    implementation's). Without one the span functions below return at once, doing what the
+    API's no-op would (the stored context passes on unchanged) at a fraction of its cost."""
+    return _own_provider or not isinstance(trace.get_tracer_provider(), _UNSET)
 
 
 def span_context_of(traceparent: str | None) -> SpanContext | None:
@@ -214,6 +226,8 @@ def start_intent(integration: str, traceparent: str | None) -> tuple[Span, str |
         ``traceparent`` to store with the intent: the span's own when it records; otherwise the
         given one, or the current span's (no SDK: the authorizing request's, as before).
     """
+    if not enabled():  # the no-op API's answer, without making its span
+        return trace.INVALID_SPAN, traceparent if traceparent is not None else current_traceparent()
     given = span_context_of(traceparent)
     if traceparent is not None and given is None:
         return trace.INVALID_SPAN, traceparent  # the intent's checks refuse it, as before
@@ -237,6 +251,9 @@ def call_span(kind: str, *, integration: str, operation_id: UUID, traceparent: s
     attempt), ``lookup``, ``poll`` or ``cancel``. A child of, and linked to, the stored creation
     context ``traceparent``. The caller records what came back (:func:`set_outcome`) and puts
     :func:`traceparent_of` the span on the outgoing request."""
+    if not enabled():
+        yield trace.INVALID_SPAN
+        return
     name = "attempt" if kind == "send" else kind
     parent, links = _parent(traceparent)
     attributes = _common(name, "receive" if kind == "poll" else "process", integration, operation_id)
@@ -273,6 +290,9 @@ def settle_span(*, integration: str, operation_id: UUID, traceparent: str | None
     """The current span of one settlement (``settle`` by the conventions): a child of, and
     linked to, the stored creation context. The caller sets :data:`ENTITY_VERSION` and
     :data:`SETTLEMENT_RESULT`."""
+    if not enabled():
+        yield trace.INVALID_SPAN
+        return
     parent, links = _parent(traceparent)
     with _span(f"settle {integration}", parent, SpanKind.INTERNAL,
                _common("settle", "settle", integration, operation_id), links) as span:
@@ -288,6 +308,9 @@ def callback_span(*, integration: str, operation_id: UUID, traceparent: str | No
     """The current span of one authenticated callback (``process``, pushed by the provider): a
     child of, and linked to, the stored creation context, and linked to the request's own span
     (the provider's trace, or the HTTP server span) when there is one."""
+    if not enabled():
+        yield trace.INVALID_SPAN
+        return
     parent, links = _parent(traceparent)
     incoming = trace.get_current_span().get_span_context()
     if incoming.is_valid and (not links or incoming != links[0].context):
