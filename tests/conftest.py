@@ -159,3 +159,19 @@ def json_logs() -> Iterator[Callable[[], None]]:
         yield lambda: configure_logging("json", cache_loggers=False)
     finally:
         structlog.reset_defaults()
+
+
+@pytest.fixture(autouse=True)
+def _log_capture_stays_possible(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands run in process (Typer's CliRunner) configure logging as a real process does,
+    with each logger cached on first use; a module's logger cached then would keep that
+    configuration, and ``structlog.testing.capture_logs`` in any later test would see nothing
+    of it. In tests the loggers are never cached (production keeps the cache: it is faster)."""
+    import adapters.logs
+
+    configure = adapters.logs.configure_logging
+
+    def uncached(*args: Any, **kwargs: Any) -> None:
+        configure(*args, **{**kwargs, "cache_loggers": False})
+
+    monkeypatch.setattr(adapters.logs, "configure_logging", uncached)

@@ -11,6 +11,7 @@ import random
 from uuid import UUID
 
 import pytest
+from structlog.testing import capture_logs
 
 from adapters.fake import FakeAdapter
 from executors.runtime import Worker, WorkerConfig
@@ -138,7 +139,7 @@ def test_an_operator_retries_the_write_once_the_store_is_fixed(app, fake_db, clo
         view.close()
 
 
-def test_an_operation_none_of_whose_rows_the_store_takes_is_set_aside(app, fake_db, clock, capsys) -> None:
+def test_an_operation_none_of_whose_rows_the_store_takes_is_set_aside(app, fake_db, clock) -> None:
     # A policy refusing every row of one operation: not even WriteRefused can be recorded.
     others, bad = _make(app)
     refuse_event(fake_db, app.name, bad, None)
@@ -149,15 +150,17 @@ def test_an_operation_none_of_whose_rows_the_store_takes_is_set_aside(app, fake_
                     config=WorkerConfig(worker_id="aside", egress_slots=64, inline_egress=True),
                     rng=random.Random(7), projection=projection, on_committed=projection.offer)
     try:
-        for _ in range(10):
-            worker.run_once()
-            clock.advance(1)
+        with capture_logs() as logs:
+            for _ in range(10):
+                worker.run_once()
+                clock.advance(1)
         projection.run_once()
         assert all(view.get(i).status == "settled" for i in others)
         assert worker.committer.is_set_aside(bad)
         op = app.get_operation(bad)
         assert (op.execution.value, op.version, adapter.received(bad)) == ("pending", 1, [])
-        assert capsys.readouterr().out.count("operation set aside: the store refuses what its refused write") == 1
+        set_aside = [line for line in logs if line["event"].startswith("operation set aside: the store refuses what its")]
+        assert len(set_aside) == 1, logs
     finally:
         worker.close()
         view.close()
