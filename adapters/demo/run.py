@@ -201,8 +201,11 @@ def _place_orders(database: Database, partner_url: str, orders: int) -> tuple[li
                 for path, fault in ((f"/pay/{n}", plan.payment), (f"/notify/{n}", plan.notification)):
                     if fault is not None:
                         client.post("/_control/faults", json={"path": path, "fault": fault}).raise_for_status()
+                # Each order as a host's request would place it: in its own trace (W3C Trace
+                # Context), which the intents keep and the evidence shows (issue 31).
                 _, ids = app.place_order(customer_email=new_email(), amount_cents=1000 + n,
-                                         payments_url=f"{partner_url}/pay/{n}", notify_url=f"{partner_url}/notify/{n}")
+                                         payments_url=f"{partner_url}/pay/{n}", notify_url=f"{partner_url}/notify/{n}",
+                                         traceparent=f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01")
                 op_ids.extend(ids)
                 modes[ids[0]] = DeliveryMode.IDEMPOTENT.value
                 modes[ids[1]] = DeliveryMode.NON_IDEMPOTENT.value
