@@ -84,6 +84,10 @@ def test_detail_timeline_queues_and_entity(served: tuple[Desk, TestClient]) -> N
     assert failure["source"]["action"] == "adapters.demo.orders:Order.on_payment"
     refund = client.get(f"/v1/operations/{d.ids['refund']}", headers=auth("viewer")).json()
     assert refund["approval"] == "required" and refund["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+    # The chain of authority and the settled outcome (issue 32 item 4).
+    assert refund["authority"]["principal_chain"] == ["system"] and refund["authority"]["source_action"]
+    assert refund["authority"]["integration_digest"].startswith("sha256:") and refund["settles"] is None
+    assert failure["settles"]["epoch"] >= 1 and failure["settles"]["attempt_id"]
     timeline = client.get(f"/v1/operations/{d.ids['retry']}/timeline", headers=auth("viewer")).json()
     assert [e["event"] for e in timeline] == ["Intended", "Claimed", "AttemptStarted", "RetryScheduled", "Claimed",
                                               "AttemptStarted", "Succeeded"]
