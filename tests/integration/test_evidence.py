@@ -62,6 +62,11 @@ def test_export_verify_and_tamper(database_url: str, tmp_path: Path, monkeypatch
     assert [e["position"] for e in document["timeline"]] == [1, 2, 3, 4, 5, 6]
     assert document["timeline"][0]["details"]["payload"]["card_token"] == "[secret]"
     assert len(document["settlement_transitions"]) == 1
+    # The chain of authority, and the attempt and epoch of the outcome the settlement applied (issue 32).
+    attempt = document["timeline"][2]["details"]["attempt_id"]
+    assert document["operation"]["settles"] == {"attempt_id": attempt, "epoch": 1, "blocked_by": None}
+    assert document["timeline"][5]["details"]["attempt_id"] == attempt and document["timeline"][5]["details"]["epoch"] == 1
+    assert document["operation"]["authority"]["principal_chain"] and document["operation"]["authority"]["source_action"]
     assert document["settlement_transitions"][0]["sha256"].startswith("sha256:")
 
     ok = run("evidence", "verify", str(out), "--json")
