@@ -88,16 +88,30 @@ def load_policy(topic: str | None) -> ApprovalPolicy:
     """
     if not topic:
         return default_policy
+    checked: Callable[[ApprovalRequest], str | None] = resolve_policy(topic, "approval")
+    return checked
+
+
+def resolve_policy(topic: str, kind: str) -> Callable[..., str | None]:
+    """The callable named ``module:function`` by a policy setting (approval, settlement).
+
+    Args:
+        topic: ``module:function``.
+        kind: the policy's kind, for the message (``approval``, ``settlement``).
+
+    Raises:
+        ConfigurationError: the name does not resolve, or not to a callable.
+    """
     from eventsourcing.utils import resolve_topic
 
     try:
         policy = resolve_topic(topic)
     except Exception as exc:  # the library raises TopicError, or the module's own import error
-        raise ConfigurationError(f"approval policy {topic!r} does not resolve: {exc}") from None
+        raise ConfigurationError(f"{kind} policy {topic!r} does not resolve: {exc}") from None
     if not callable(policy):
-        raise ConfigurationError(f"approval policy {topic!r} is not callable")
-    checked: Callable[[ApprovalRequest], str | None] = policy
-    return checked
+        raise ConfigurationError(f"{kind} policy {topic!r} is not callable")
+    found: Callable[..., str | None] = policy
+    return found
 
 
 def purpose_of(integration_name: str, purpose: str) -> str:

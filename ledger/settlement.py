@@ -16,9 +16,9 @@ from uuid import UUID
 
 from eventsourcing.utils import TopicError, get_topic, resolve_topic
 
+from ledger.approvals import resolve_policy
 from ledger.decisions import OutcomeRef
 from ledger.declarations import Integration
-from ledger.errors import ConfigurationError
 from ledger.intents import Delegation
 from ledger.operation import Operation
 
@@ -208,11 +208,5 @@ def load_settlement_policy(topic: str | None) -> SettlementPolicy:
     """
     if not topic:
         return default_settlement_policy
-    try:
-        policy = resolve_topic(topic)
-    except Exception as exc:  # the library raises TopicError, or the module's own import error
-        raise ConfigurationError(f"settlement policy {topic!r} does not resolve: {exc}") from None
-    if not callable(policy):
-        raise ConfigurationError(f"settlement policy {topic!r} is not callable")
-    checked: SettlementPolicy = policy
+    checked: SettlementPolicy = resolve_policy(topic, "settlement")
     return checked
