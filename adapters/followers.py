@@ -13,7 +13,7 @@ from ledger.application import LedgerApplication
 from ledger.config import Database
 from projections.metrics import MetricsProjection
 from projections.metrics_store import MetricsStore
-from projections.view import open_view
+from projections.views import open_view
 
 
 def follow_metrics(database: Database, app: LedgerApplication, stop: threading.Event, *,

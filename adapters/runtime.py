@@ -40,7 +40,8 @@ from projections.drift import report_declaration_drift
 from projections.history import check_readable_history
 from projections.notify import Listener, status_channel
 from projections.status import StatusProjection
-from projections.view import StatusView, open_view
+from projections.view import StatusView
+from projections.views import open_view
 
 log = structlog.get_logger("opledger.runtime")
 

@@ -28,7 +28,8 @@ from ledger.config import Database
 from ledger.persistence import StoreLock
 from migrations import migrate
 from projections.status import StatusProjection
-from projections.view import StatusView, open_view
+from projections.view import StatusView
+from projections.views import open_view
 
 REPO = Path(__file__).resolve().parents[1]
 PG_URL = os.environ.get("OPLEDGER_BENCH_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")

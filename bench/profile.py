@@ -39,7 +39,7 @@ from ledger.clock import SystemClock
 from ledger.config import DEFAULT_WORKER_THREADS
 from ledger.persistence import StoreLock
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 
 PROFILES = Path(__file__).with_name("profiles")
 PRODUCT = ("ledger/", "executors/", "projections/", "adapters/", "migrations/")
@@ -110,7 +110,7 @@ def profile_catch_up(backend: str, n: int) -> Path:
 
 def catch_up_stages(backend: str, n: int) -> Path:
     """Time each stage of a catch-up separately, without a profiler: what one ledger event costs
-    to read (``projections.loading.select_records``, in the projection's chunks), decode, fold into its
+    to read (``LogReads.records_list_after``, in the projection's chunks), decode, fold into its
     operation, derive rows (one per operation per batch) and write them with the position. The
     same calls ``StatusProjection`` makes, in batches of its default size, one after the other (the
     projection's catch-up overlaps reading and writing with folding); writes go to an emptied

@@ -13,7 +13,7 @@ Measured, each on the same log:
   topics=ledger topics)`` until exhausted: the floor any follower pays;
 - ``projection.raw_read_decode`` (diagnostic): the same plus ``mapper.to_domain_event``;
 - ``projection.raw_rows`` (diagnostic): the projection's own reader,
-  ``projections.loading.select_records`` (plain rows, no ``Notification`` objects), in the
+  ``LogReads.records_list_after`` (``migrations.drivers``) (plain rows, no ``Notification`` objects), in the
   same batches: how much of the catch-up's lead over the library's read is the cheaper read;
 - ``projection.catch_up``: ``StatusProjection.catch_up()`` from position 0 into an empty table
   (reset between repetitions), ratio against the raw read;
@@ -30,10 +30,11 @@ from uuid import uuid4
 from bench.app import BenchApp, Item
 from bench.harness import Options, Result, Stats, fresh_store, rate, worker_gc, writer
 from ledger.config import Database
-from projections.loading import select_records
+from migrations.drivers import driver_of
 from projections.rows import ledger_topics
 from projections.status import StatusProjection
-from projections.view import MAIN_TABLE, open_view
+from projections.view import MAIN_TABLE
+from projections.views import open_view
 
 WAVE = 1000
 CHUNK = 500
@@ -104,7 +105,7 @@ def raw_rows(app: BenchApp) -> tuple[int, float]:
     topics, ids = list(ledger_topics()), {}
     began = time.perf_counter()
     position, count = 0, 0
-    while batch := select_records(app, position, READ_BATCH, topics, ids):
+    while batch := driver_of(app).records_list_after(position, READ_BATCH, topics, ids):
         count += len(batch)
         position = batch[-1][0]
     return count, time.perf_counter() - began
@@ -179,7 +180,7 @@ def measure(backend: str, events: int, repetitions: int, options: Options, log=p
         Result(name=f"projection.raw_rows.{size}", backend=backend, workers=None,
                stats=Stats.of(samples["rows"]), unit="events/s", n=events,
                ratio=Stats.of(samples["rows"]).median / raw.median, baseline=f"projection.raw_read.{size}",
-               note="diagnostic: the projection's own plain-row read (select_records)"),
+               note="diagnostic: the projection's own plain-row read (records_list_after)"),
         Result(name=f"projection.catch_up.{size}", backend=backend, workers=None, stats=catch_up, unit="events/s",
                n=events, ratio=ratio, baseline=f"projection.raw_read.{size}",
                target="≥ 0.5x raw read", met=ratio >= TARGET_RATIO, note=note),

@@ -8,7 +8,8 @@ attempts. Settlement retries, passed deadlines and cancellations ride the same q
 (``executors.settlement``, ``executors.deadlines``); the claim change itself, which starts the
 attempt or decides the open one of a reclaimed operation, is ``executors.attempts``.
 
-On PostgreSQL the reservation is taken by the statement that reads (``projections.reservations``):
+Where workers share the store, the reservation is taken by the statement that reads
+(``migrations.drivers.Reservations``):
 a pickup reads new intents and reserves them at once, and the due-work pass reserves only the
 operations that recorded nothing since the version it judged them by.
 
@@ -64,7 +65,7 @@ from ledger.operation import Operation
 from ledger.refusals import WriteKind
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState
-from projections.reservations import reservations
+from migrations.drivers import driver_of
 from projections.rows import DueRow
 from projections.view import StatusView
 
@@ -139,7 +140,8 @@ class ClaimService:
         self._waiting_for_host: dict[UUID, str] = {}  # op -> its target host, full when last seen
         self._lock = threading.Lock()  # see ``_reserve_and_commit``
         self._unsure = UnsureClaims()
-        self.tail = LogTail(self.app, view, self._handled)
+        self.store = driver_of(self.app)
+        self.tail = LogTail(self.app, self.store, view, self._handled)
 
     def run_once(self, now: datetime) -> Counts:
         """Read due rows, keep those worth loading now, reserve them against other workers of
@@ -176,7 +178,7 @@ class ClaimService:
             return counts
         # Read and reserved in one round trip, held until after this commit; what another
         # worker reserved first is left out, so the loser of a race does nothing more.
-        with reservations(self.app) as taken:
+        with self.store.reservations_hold() as taken:
             if held := self.tail.reserve(taken, free, now):
                 with self._lock:
                     rows = self._actionable(held, now)
@@ -201,8 +203,8 @@ class ClaimService:
             return
         # Only operations that recorded nothing since the version they were judged by: one
         # another worker moved on meanwhile is left to the view's next row, not loaded here.
-        with reservations(self.app) as taken:
-            reserved = taken.current([(row.operation_id, self._judged(row)) for row in rows])
+        with self.store.reservations_hold() as taken:
+            reserved = taken.operations_reserve_current([(row.operation_id, self._judged(row)) for row in rows])
             self._load_and_commit([row for row in rows if row.operation_id in reserved], now, counts, follow)
 
     def _judged(self, row: DueRow) -> int:

@@ -23,8 +23,8 @@ from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState
 from ledger.topics import topics_of
-from projections.loading import OpenIntents, intents_are_open, record_decoder, select_open_intents
-from projections.reservations import Reservations
+from migrations.drivers import LogReads, OpenIntents, Record, ReservationHold
+from projections.loading import record_decoder
 from projections.rows import DueRow
 from projections.status import PROJECTION_NAME
 from projections.view import StatusView
@@ -55,14 +55,16 @@ class LogTail:
 
     Args:
         app: the host application (its log holds the intents).
+        log: the store's driver, for its log reads (``migrations.drivers.driver_of(app)``).
         view: the status view (its projection position is read once per call).
         handled: whether this worker has committed a change to the operation after its record at
             the given version (``Committer.known``).
     """
 
-    def __init__(self, app: LedgerApplication, view: StatusView,
+    def __init__(self, app: LedgerApplication, log: LogReads, view: StatusView,
                  handled: Callable[[UUID, int], bool]) -> None:
         self.app = app
+        self.log = log
         self.view = view
         self.handled = handled
         self._position = -1  # the projection's position when last read, and since when
@@ -77,15 +79,15 @@ class LogTail:
         claimed without waiting for the projection to write its row (issue 17, pickup latency)."""
         self._cursor = 0  # every intent up to here is handled
         self._passed: set[UUID] = set()
-        self._ids: dict[Any, UUID] = {}  # ``select_open_intents``' memo of stored ids
+        self._ids: dict[Any, UUID] = {}  # ``LogReads.intents_list_open``' memo of stored ids
         self._topics = topics_of([Operation.Intended])
-        self._open = intents_are_open(app)
+        self._open = log.intents_only_open
         self._read: dict[UUID, tuple[int, str, bytes]] = {}  # the last read's open intents
         self._lock = threading.Lock()  # reads may come from more than one thread
 
     def operation(self, op_id: UUID, version: int) -> Operation | None:
         """The operation as the last :meth:`read` found it, when that read saw its intent as
-        the operation's whole history (``select_open_intents`` on PostgreSQL) at ``version``:
+        the operation's whole history (``LogReads.intents_only_open``) at ``version``:
         one query less per pickup. None otherwise, or when the record does not decode (the
         caller loads it, and a bad record is reported there). Another worker may have claimed
         it since: the claim's commit then conflicts and is decided again on fresh state."""
@@ -124,15 +126,16 @@ class LogTail:
         with self._lock:
             return self._read_tail(limit, known, now, self._select)
 
-    def reserve(self, taken: Reservations, limit: int, now: datetime) -> list[DueRow]:
+    def reserve(self, taken: ReservationHold, limit: int, now: datetime) -> list[DueRow]:
         """:meth:`read` (nothing ``known``) that also reserves the rows it returns, through
-        ``taken`` (``projections.reservations``), in the same round trip: the pickup's read.
-        Rows another worker holds are left out. PostgreSQL only."""
+        ``taken`` (``Reservations.reservations_hold``), in the same round trip: the pickup's read.
+        Rows another worker holds are left out. Only where reservations are shared."""
         with self._lock:
-            return self._read_tail(limit, set(), now, lambda after, n: taken.open_intents(after, n, self._topics))
+            return self._read_tail(limit, set(), now,
+                                   lambda after, n: taken.intents_reserve_open(after, n, self._topics))
 
     def _select(self, after: int, limit: int) -> OpenIntents:
-        return select_open_intents(self.app, after, limit, self._topics, self._ids)
+        return self.log.intents_list_open(after, limit, self._topics, self._ids)
 
     def _read_tail(self, limit: int, known: set[UUID], now: datetime,
                    select: Callable[[int, int], OpenIntents]) -> list[DueRow]:
@@ -155,7 +158,7 @@ class LogTail:
                 return rows[:limit]
         return rows
 
-    def _take(self, records: list[tuple[int, UUID, int, str, bytes]], only_open: bool, known: set[UUID],
+    def _take(self, records: list[Record], only_open: bool, known: set[UUID],
               rows: list[DueRow]) -> bool:
         """Append to ``rows`` the intents of ``records`` (one page of the tail) not handled,
         passed over or ``known``, moving the cursor past the run of handled ones at its start;

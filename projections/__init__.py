@@ -18,8 +18,8 @@ from projections.view import (
     OperatorQueries,
     ProjectionWriter,
     StatusView,
-    open_view,
 )
+from projections.views import open_view
 
 __all__ = [
     # the projections

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
-from uuid import UUID
 
 import structlog
 from eventsourcing.persistence import StoredEvent
@@ -23,8 +22,7 @@ from eventsourcing.utils import get_topic
 from ledger.application import LedgerApplication
 from ledger.errors import CorruptRecordError
 from ledger.operation import Operation
-from migrations.queries import load_queries
-from projections.loading import _is_sqlite
+from migrations.drivers import driver_of
 
 log = structlog.get_logger("opledger.drift")
 
@@ -53,9 +51,8 @@ def recorded_digests(app: LedgerApplication) -> dict[tuple[str, int], Counter[st
     that does not decode is left out (the status projection reports it).
     """
     found: dict[tuple[str, int], Counter[str]] = {}
-    for originator_id, version, topic, state in _select_intents(app):
-        record = StoredEvent(originator_id=UUID(str(originator_id)), originator_version=int(version),
-                             topic=str(topic), state=bytes(state))
+    for originator_id, version, topic, state in driver_of(app).intents_list_all([get_topic(Operation.Intended)]):
+        record = StoredEvent(originator_id=originator_id, originator_version=version, topic=topic, state=state)
         try:
             intent: Any = app.mapper.to_domain_event(record)
         except CorruptRecordError:
@@ -63,27 +60,6 @@ def recorded_digests(app: LedgerApplication) -> dict[tuple[str, int], Counter[st
         key = (intent.integration_name, intent.integration_version)
         found.setdefault(key, Counter())[intent.integration_digest] += 1
     return found
-
-
-def _select_intents(app: LedgerApplication) -> list[Any]:
-    """Run ``select_intents``: every stored ``Intended`` record, as rows."""
-    recorder: Any = app.recorder
-    topics = [get_topic(Operation.Intended)]
-    if _is_sqlite(recorder):
-        sql = load_queries("sqlite")["select_intents"].format(
-            table=recorder.events_table_name, topics=",".join("?" * len(topics)))
-        with recorder.datastore.transaction(commit=False) as cursor:
-            cursor.execute(sql, topics)
-            rows = cursor.fetchall()
-    else:
-        from psycopg.rows import tuple_row
-
-        sql = load_queries("postgres")["select_intents"].format(
-            table=f'"{recorder.datastore.schema}"."{recorder.events_table_name}"')
-        with recorder.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as cursor:
-            cursor.execute(sql, [topics])
-            rows = cursor.fetchall()
-    return list(rows)
 
 
 def declaration_drift(app: LedgerApplication) -> list[Drift]:

@@ -31,7 +31,8 @@ from ledger.outcomes import FailureCategory
 from ledger.refusals import WriteKind
 from ledger.status import ExecutionState
 from ledger.topics import topics_of
-from projections.loading import record_decoder, select_records
+from migrations.drivers import driver_of
+from projections.loading import record_decoder
 from projections.metrics_store import LabelKey, MetricsStore, PositionMovedError
 from projections.rows import read_topics
 from projections.view import Lease
@@ -298,7 +299,7 @@ class MetricsProjection:
     def _read(self, position: int, limit: int) -> list[tuple[int, UUID, int, str, bytes]]:
         if len(self._ids) > 100_000:
             self._ids.clear()
-        return select_records(self.app, position, limit, read_topics() + _WINDOW_TOPICS, self._ids)
+        return driver_of(self.app).records_list_after(position, limit, read_topics() + _WINDOW_TOPICS, self._ids)
 
     def _fold(self, records: Iterable[tuple[int, UUID, int, str, bytes]]) -> dict[LabelKey, float]:
         increments: dict[LabelKey, float] = defaultdict(float)

@@ -49,7 +49,7 @@ class MetricsStore:
     """The metrics rows of one store, on the status view's connection(s).
 
     Args:
-        view: an open SQLite or PostgreSQL status view (``projections.view.open_view``).
+        view: an open SQLite or PostgreSQL status view (``projections.views.open_view``).
 
     Raises:
         ConfigurationError: the view is the in-memory one (it has no metrics table).

@@ -14,15 +14,12 @@ Source: issue 35 item 1; docs/adr/0002-executor-services.md ("Refused writes").
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from eventsourcing.application import Application
-from eventsourcing.popo import POPOAggregateRecorder
-from psycopg.sql import SQL
 
 from ledger.outages import SaveFault, save_fault
 from ledger.refusals import PROBE_TRIES
-from migrations.queries import load_queries
+from migrations.drivers import driver_of
 
 PROBE_TOPIC = "opledger.probe:StoreProbe"
 """The probe record's topic: outside ``ledger.``, never stored (the insert is rolled back)."""
@@ -38,8 +35,8 @@ def probe_refused(app: Application, tries: int = PROBE_TRIES) -> bool:
 
     Returns:
         True when every probe was refused; False when one was accepted. An in-memory store
-        (``POPOAggregateRecorder``) refuses nothing unless its recorder has a ``probe_insert``
-        method (the simulator's) that raises.
+        refuses nothing unless its recorder has a ``probe_insert`` method (the simulator's)
+        that raises (``migrations.drivers.memory``).
 
     Raises:
         Exception: what a probe raised when it says the store is unreachable for now
@@ -59,19 +56,4 @@ def probe_refused(app: Application, tries: int = PROBE_TRIES) -> bool:
 
 
 def _probe(app: Application) -> None:
-    recorder: Any = app.recorder
-    if isinstance(recorder, POPOAggregateRecorder):
-        probe = getattr(recorder, "probe_insert", None)
-        if probe is not None:
-            probe()
-        return
-    probe_id, state = uuid.uuid4(), b"{}"
-    if type(recorder).__module__.startswith("eventsourcing.sqlite"):
-        sql = load_queries("sqlite")["probe_insert"].format(table=recorder.events_table_name)
-        # The writer's connection (the library's reader-writer interlock), rolled back at the end.
-        with recorder.datastore.get_connection(commit=True) as conn, conn.transaction(commit=False) as cursor:
-            cursor.execute(sql, [probe_id.hex, PROBE_TOPIC, state])
-        return
-    call = SQL(load_queries("postgres")["probe_insert"]).format(function=recorder.insert_function)
-    with recorder.datastore.transaction(commit=False) as cursor:
-        cursor.execute(call, [probe_id, PROBE_TOPIC, state])
+    driver_of(app).store_probe(uuid.uuid4(), PROBE_TOPIC, b"{}")

@@ -32,7 +32,8 @@ from ledger.errors import CorruptRecordError, UnreadableEventError
 from ledger.facts import describe
 from ledger.operation import Operation
 from ledger.outages import backoff_seconds, is_store_error, is_transient, refresh_connections
-from projections.loading import load_aggregates, record_decoder, select_records
+from migrations.drivers import LogReads, driver_of
+from projections.loading import load_aggregates, record_decoder
 from projections.rows import UNREADABLE_EVENT, AttentionMark, read_topics, row_from_operation
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError, StatusView
 
@@ -133,7 +134,8 @@ class StatusProjection:
         self._wanted: dict[str, bool] = {}  # other ``ledger.`` topics met: an operation event's?
         self._rechecked_at: float | None = None  # monotonic; None: not yet in this process
         self._decode = record_decoder(app)
-        self._ids: dict[Any, UUID] = {}  # see ``select_records``
+        self._ids: dict[Any, UUID] = {}  # see ``LogReads.records_list_after``
+        self._log: LogReads = driver_of(app)
         self._cache: OrderedDict[UUID, Operation] = OrderedDict()
         self.quarantined: dict[UUID, int] = {}
         """Operations with a stored event that does not decode, and its position; their rows
@@ -466,7 +468,7 @@ class StatusProjection:
                         table=table, lease=self.lease if table == MAIN_TABLE else None, marks=batch.marks)
 
     def _read(self, position: int, limit: int) -> list[tuple[int, UUID, int, str, bytes]]:
-        """Up to ``limit`` ledger records after ``position``, as ``select_records`` tuples."""
+        """Up to ``limit`` ledger records after ``position``, as ``LogReads.records_list_after`` records."""
         # In queries of at most READ_CHUNK: on PostgreSQL a larger LIMIT reads fewer events a
         # second (measured: 10,000 per query 20-30 % slower than 1,000), though folding and
         # writing gain from the larger batch.
@@ -478,7 +480,7 @@ class StatusProjection:
         records: list[tuple[int, UUID, int, str, bytes]] = []
         while len(records) < limit:
             wanted = min(READ_CHUNK, limit - len(records))
-            chunk = select_records(self.app, position, wanted, self._topics, self._ids, prefix=LEDGER_TOPIC_PREFIX)
+            chunk = self._log.records_list_after(position, wanted, self._topics, self._ids, prefix=LEDGER_TOPIC_PREFIX)
             records.extend(chunk)
             if len(chunk) < wanted:
                 break

@@ -1,5 +1,6 @@
-"""The status view seam: small protocols by concern, their union ``StatusView``, and three
-backends (SQLite, PostgreSQL, in memory) held to one conformance suite (STYLE rules 6 and 8).
+"""The status view seam: small protocols by concern and their union ``StatusView``; three
+backends (``sqlite_view``, ``postgres_view``, ``memory_view``, opened by
+``projections.views.open_view``) are held to one conformance suite (STYLE rules 6 and 8).
 
 Rows and the projection's tracking position are written in one transaction (DESIGN §8), so a
 crash or a replay never double-counts. SQL comes from ``migrations/<backend>/queries``.
@@ -11,16 +12,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 from uuid import UUID
 
 from ledger.clock import Clock
-from ledger.config import Database
 from ledger.errors import LedgerError
 from projections.rows import AttentionMark, DueRow, StatusRow
-
-if TYPE_CHECKING:
-    from projections.memory_view import MemoryStatusStore
 
 MAIN_TABLE = "opledger_operation_status"
 REBUILD_TABLE = "opledger_operation_status_rebuild"
@@ -228,25 +225,3 @@ class StatusView(ProjectionWriter, Leadership, DueWork, OperatorQueries, Protoco
     def close(self) -> None:
         """Release connections; the view cannot be used afterwards."""
         ...
-
-
-def open_view(database: Database | MemoryStatusStore, *, read_only: bool = False) -> StatusView:
-    """Open the status view of ``database``'s backend.
-
-    Args:
-        database: where the store lives (must be migrated), or an in-memory store
-            (``MemoryStatusStore``: tests and the simulator), on which each call opens another
-            view, as another connection would.
-        read_only: SQLite only: open for inspection without taking part in writes.
-    """
-    from projections.memory_view import MemoryStatusStore, MemoryStatusView
-
-    if isinstance(database, MemoryStatusStore):
-        return MemoryStatusView(database)
-    if database.backend == "sqlite":
-        from projections.sqlite_view import SQLiteStatusView
-
-        return SQLiteStatusView(database, read_only=read_only)
-    from projections.postgres_view import PostgresStatusView
-
-    return PostgresStatusView(database)

@@ -19,7 +19,7 @@ from ledger.config import Database, Settings
 from projections.metrics import MetricsProjection
 from projections.metrics_store import MetricsStore
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.observe_seed import DeskApp, seed
 
 APP_TOPIC = "tests.observe_seed:DeskApp"

@@ -34,7 +34,7 @@ from adapters.operator import OperatorAction, perform, show, timeline_entries
 from ledger.codec import LEDGER_TOPIC_PREFIX
 from ledger.errors import CorruptRecordError
 from ledger.status import ExecutionState, Status
-from projections.loading import select_records
+from migrations.drivers import driver_of
 from projections.rows import StatusRow, read_topics
 from projections.status import PROJECTION_NAME, StatusProjection
 from projections.view import OperationFilter
@@ -99,7 +99,8 @@ def _budgets_text(budgets: list[dict[str, Any]]) -> str | None:
 def _warn_lag(store: Store) -> None:
     """Say on stderr how far the status view is behind the log (no worker keeping it, say)."""
     position = store.view.position(PROJECTION_NAME, store.app.name)
-    behind = len(select_records(store.app, position, LAG_SCAN, read_topics(), {}, prefix=LEDGER_TOPIC_PREFIX))
+    behind = len(driver_of(store.app).records_list_after(position, LAG_SCAN, read_topics(), {},
+                                                        prefix=LEDGER_TOPIC_PREFIX))
     if behind:
         more = "at least " if behind >= LAG_SCAN else ""
         errors.print(f"note: the status view is {more}{behind} ledger event(s) behind the log; a running worker "

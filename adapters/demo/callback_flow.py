@@ -42,7 +42,7 @@ from ledger.config import Database
 from ledger.failpoints import FAILPOINT_ENV
 from ledger.operation import Operation
 from ledger.status import ExecutionState, SettlementState
-from projections.view import open_view
+from projections.views import open_view
 
 FULFILMENTS = 3
 """How many orders ask for fulfilment (at most the number of orders)."""

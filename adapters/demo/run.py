@@ -52,7 +52,7 @@ from ledger.redaction import mask_url
 from ledger.status import ExecutionState, SettlementState, is_quiescent
 from migrations import migrate
 from projections.rows import StatusRow
-from projections.view import open_view
+from projections.views import open_view
 
 DEMO_DIR = Path(".opledger")
 LEASE_SECONDS = 2.0

@@ -23,7 +23,8 @@ from ledger.clock import FakeClock
 from ledger.config import Database
 from projections.memory_view import MemoryStatusStore
 from projections.rows import AttentionMark, DueRow, StatusRow
-from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError, StatusView, open_view
+from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError, StatusView
+from projections.views import open_view
 from tests.conftest import drop_schema, new_postgres_url, require_postgres
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

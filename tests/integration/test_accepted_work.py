@@ -28,7 +28,7 @@ from ledger.status import ExecutionState as E
 from ledger.status import SettlementState as S
 from migrations import migrate
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import Thing
 from tests.conftest import SECRET
 from tests.lro_apps import LroApp

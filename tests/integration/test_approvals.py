@@ -25,7 +25,7 @@ from ledger.errors import ApprovalRefusedError
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import ModesApp, declaration
 
 PURPOSE = "refund above 1,000 EUR"

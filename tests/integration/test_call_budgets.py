@@ -17,7 +17,7 @@ from ledger.config import Database
 from ledger.declarations import DeliveryMode
 from ledger.operation import Operation
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import ModesApp, declaration
 
 LIMIT, WINDOW = 2, 10.0

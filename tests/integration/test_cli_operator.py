@@ -14,7 +14,7 @@ from adapters.cli.app import app as cli
 from ledger.clock import FakeClock
 from ledger.config import Database
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.observe_seed import DeskApp, seed
 
 

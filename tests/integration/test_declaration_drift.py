@@ -13,7 +13,7 @@ from ledger.declarations import DeliveryMode
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import ModesApp, declaration
 
 

@@ -25,7 +25,7 @@ from ledger.clock import FakeClock
 from ledger.config import Database
 from migrations import migrate
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -22,7 +22,7 @@ from ledger.egress import EgressRequest
 from ledger.outcomes import Outcome, Succeeded
 from migrations import migrate
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import FakeApp
 
 SLOW = "https://slow.partner.test/hook"

@@ -17,7 +17,7 @@ from ledger.config import Database
 from ledger.outcomes import Succeeded
 from ledger.status import ExecutionState as E
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import ModesApp
 
 LEASE = 10.0

@@ -27,7 +27,7 @@ from ledger.outcomes import Succeeded
 from ledger.settlement import SettlementRequest
 from migrations import migrate
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import Thing
 from tests.governed import INTEGRATION, TARGET, TRACE, ChangedApp, GovernedApp, Stranger, Witness
 

@@ -19,7 +19,7 @@ from ledger.config import Database
 from ledger.egress import EgressRequest
 from ledger.outcomes import Outcome, Succeeded
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import FakeApp
 
 OTHERS = 50

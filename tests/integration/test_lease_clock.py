@@ -14,7 +14,8 @@ from adapters.demo.orders import OrdersApp
 from ledger.clock import FakeClock, OffsetClock, ReferenceClock, SystemClock
 from ledger.config import Database
 from projections.status import StatusProjection
-from projections.view import StatusView, open_view
+from projections.view import StatusView
+from projections.views import open_view
 
 UTC = UTC
 

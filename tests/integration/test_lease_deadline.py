@@ -16,7 +16,7 @@ from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.outcomes import Succeeded
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import REQUEST_TIMEOUT_SECONDS, ModesApp
 
 LEASE = 30.0

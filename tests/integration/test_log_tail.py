@@ -6,7 +6,6 @@ a stall longer than one page of intents must not leave the rest waiting for the 
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from uuid import UUID
@@ -26,10 +25,9 @@ from ledger.operation import Operation
 from ledger.persistence import APPENDED_PAYLOAD, INTENT_PAYLOAD
 from ledger.topics import topics_of
 from migrations import migrate
-from projections.loading import select_open_intents
-from projections.reservations import reservations
-from projections.status import StatusProjection
-from projections.view import StatusView, open_view
+from migrations.drivers import driver_of
+from projections.view import StatusView
+from projections.views import open_view
 from tests.apps import FakeApp
 from tests.conftest import drop_schema, new_postgres_url, require_postgres
 
@@ -182,40 +180,6 @@ def test_an_intent_announced_during_a_pass_is_claimed_right_after_that_pass(rig:
     assert due_reads == [began], "a pickup read the due rows (it reads the log's tail alone)"
 
 
-@pytest.mark.postgres
-def test_the_tail_offers_only_intents_no_worker_has_moved_on(rig: tuple) -> None:
-    # Two workers end to end: the tail left out nothing another worker had claimed, so each
-    # worker loaded the other's claims only to find them held (docs/performance.md, round of
-    # 2026-12-02, later).
-    clock, app, view, worker = rig
-    ids = [app.make(f"op-{i}") for i in range(3)]
-    StatusProjection(app=app, view=view).run_once()  # rows of three pending intents
-    theirs = app.get_operation(ids[1])
-    theirs.claim(now=clock.now(), worker_id="another worker", lease_seconds=30.0)
-    app.save(theirs)  # the projection does not run again: its row stays pending
-
-    topics = topics_of([Operation.Intended])
-    assert [r[1] for r in select_open_intents(app, 0, 10, topics, {}).records] == [ids[0], ids[2]]
-
-
-
-
-@pytest.mark.postgres
-def test_a_read_says_how_far_every_intent_it_left_out_was_closed(rig: tuple) -> None:
-    clock, app, view, _ = rig
-    ids = [app.make(f"op-{i}") for i in range(4)]
-    for op_id in ids[:2]:  # claimed by another worker: closed for good
-        theirs = app.get_operation(op_id)
-        theirs.claim(now=clock.now(), worker_id="another worker", lease_seconds=30.0)
-        app.save(theirs)
-    topics = topics_of([Operation.Intended])
-    last = select_records_last(app)
-    read = select_open_intents(app, 0, 10, topics, {})
-    assert [r[1] for r in read.records] == ids[2:]
-    assert read.closed_through == last, "fewer than asked for: every intent up to the log's end was read"
-    first = select_open_intents(app, 0, 1, topics, {})
-    assert [r[1] for r in first.records] == ids[2:3]
-    assert first.closed_through == first.records[0][0], "a full page says nothing past its last record"
 
 
 @pytest.mark.postgres
@@ -229,14 +193,14 @@ def test_the_next_read_starts_past_intents_another_worker_closed(rig: tuple, mon
         theirs.claim(now=clock.now(), worker_id="another worker", lease_seconds=30.0)
         app.save(theirs)
     starts: list[int] = []
-    real = select_open_intents
-
-    def spy(app: FakeApp, after: int, *args: object) -> object:
-        starts.append(after)
-        return real(app, after, *args)
-
-    monkeypatch.setattr("executors.tail.select_open_intents", spy)
     tail = worker.claims.tail
+    real = tail.log.intents_list_open
+
+    def spy(after: int, *args: object) -> object:
+        starts.append(after)
+        return real(after, *args)
+
+    monkeypatch.setattr(tail.log, "intents_list_open", spy)
     tail.fresh = True
     assert tail.read(SLOTS, set(), clock.now()) == []
     end = select_records_last(app)
@@ -262,17 +226,17 @@ def test_a_pickup_reads_and_reserves_at_once_and_leaves_out_what_another_worker_
     clock, app, view, _ = rig
     ids = [app.make(f"op-{i}") for i in range(3)]
     topics = topics_of([Operation.Intended])
-    with reservations(app) as taken:
-        first = taken.open_intents(0, 10, topics)
+    with driver_of(app).reservations_hold() as taken:
+        first = taken.intents_reserve_open(0, 10, topics)
         assert [r[1] for r in first.records] == ids and not first.elsewhere
-        with reservations(app) as other, view.reserve(ids) as by_view:
-            second = other.open_intents(0, 10, topics)
+        with driver_of(app).reservations_hold() as other, view.reserve(ids) as by_view:
+            second = other.intents_reserve_open(0, 10, topics)
             assert second.elsewhere == set(ids), "another worker's read took intents this one holds"
             assert by_view == set(), "the view's reservation and the log's must exclude each other"
-            assert other.current([(op_id, 1) for op_id in ids]) == set()
+            assert other.operations_reserve_current([(op_id, 1) for op_id in ids]) == set()
     # Released when the block ended: another worker may take them now.
-    with reservations(app) as taken:
-        assert not taken.open_intents(0, 10, topics).elsewhere
+    with driver_of(app).reservations_hold() as taken:
+        assert not taken.intents_reserve_open(0, 10, topics).elsewhere
     with view.reserve(ids) as by_view:
         assert by_view == set(ids)
 
@@ -287,34 +251,11 @@ def test_the_due_work_pass_reserves_only_operations_that_have_not_moved_on(rig: 
     theirs = app.get_operation(ids[1])
     theirs.claim(now=clock.now(), worker_id="another worker", lease_seconds=30.0)
     app.save(theirs)
-    with reservations(app) as taken:
-        assert taken.current([(op_id, version) for op_id in ids]) == {ids[0], ids[2]}
-        assert taken.current([(ids[1], theirs.version)]) == {ids[1]}, "judged by its newest version"
+    with driver_of(app).reservations_hold() as taken:
+        assert taken.operations_reserve_current([(op_id, version) for op_id in ids]) == {ids[0], ids[2]}
+        assert taken.operations_reserve_current([(ids[1], theirs.version)]) == {ids[1]}, "judged by its newest version"
         with view.reserve(ids) as by_view:
             assert by_view == set(), "every one it reserved is held, and none it left out"
-
-
-@pytest.mark.postgres
-def test_a_reservation_block_that_fails_closes_its_connection(rig: tuple) -> None:
-    # The server drops a closed session's locks: no connection goes back to the pool holding some.
-    clock, app, view, _ = rig
-    ids = [app.make(f"op-{i}") for i in range(2)]
-    topics = topics_of([Operation.Intended])
-    with pytest.raises(RuntimeError), reservations(app) as taken:
-        assert [r[1] for r in taken.open_intents(0, 10, topics).records] == ids
-        raise RuntimeError("the pass failed")
-    assert _reserved_soon(view, ids) == set(ids)
-
-
-def _reserved_soon(view: StatusView, ids: list[UUID]) -> set[UUID]:
-    """What ``view`` can reserve of ``ids`` within a few seconds: a closed connection's backend
-    exits (and drops its locks) a moment after the client closed it."""
-    for _ in range(100):
-        with view.reserve(ids) as got:
-            if got == set(ids):
-                return got
-        time.sleep(0.05)
-    return got
 
 
 @pytest.mark.postgres

@@ -16,11 +16,10 @@ from adapters.demo.orders import OrdersApp
 from ledger.clock import FakeClock
 from ledger.operation import Operation
 from projections import status as status_module
-from projections.loading import load_aggregates, record_decoder, select_records
 from projections.memory_view import MemoryStatusStore
-from projections.rows import ledger_topics, row_from_operation
+from projections.rows import row_from_operation
 from projections.status import PROJECTION_NAME, StatusProjection, StatusProjectionConfig
-from projections.view import open_view
+from projections.views import open_view
 
 POPO = {"PERSISTENCE_MODULE": "eventsourcing.popo"}
 
@@ -108,28 +107,6 @@ def test_rebuild_in_memory_gives_identical_rows(app: OrdersApp, store: MemorySta
     assert fresh.rebuild() == position - 4  # every notification but the four Placed events
     assert view.list(limit=1000) == before
     assert view.position(PROJECTION_NAME, app.name) == position
-
-
-def test_load_aggregates_matches_the_repository(app: OrdersApp, clock: FakeClock) -> None:
-    orders, ops = _place(app, 3)
-    _drive(app, ops[0], clock)
-    wanted = [*ops, *orders, ops[0], uuid4()]  # a repeat and an unknown id
-    loaded = load_aggregates(app, wanted)
-    assert set(loaded) == set(ops) | set(orders)
-    for aggregate_id, state in loaded.items():
-        assert state == app.repository.get(aggregate_id)
-    assert loaded[ops[0]].version == 4
-
-
-def test_select_records_reads_the_log_after_a_position_by_topic(app: OrdersApp) -> None:
-    _, ops = _place(app, 2)
-    topics = ledger_topics()
-    records = select_records(app, 0, 100, topics, {})
-    assert [(r[0], r[1]) for r in records] == [(2, ops[0]), (3, ops[1]), (5, ops[2]), (6, ops[3])]
-    assert select_records(app, 3, 1, topics, {})[0][:2] == (5, ops[2])
-    assert select_records(app, 6, 100, topics, {}) == []
-    decode = record_decoder(app)
-    assert all(isinstance(decode(*r[1:]), Operation.Intended) for r in records)
 
 
 def test_a_record_that_does_not_decode_quarantines_its_operation_only(app: OrdersApp, store: MemoryStatusStore,

@@ -9,7 +9,7 @@ from adapters.demo.orders import OrdersApp
 from ledger.config import Database
 from projections.metrics import PROJECTION_NAME, MetricsProjection, MetricsProjectionConfig
 from projections.metrics_store import MetricsStore
-from projections.view import open_view
+from projections.views import open_view
 from tests.observe_seed import EXPECTED_COUNTERS, seed
 
 

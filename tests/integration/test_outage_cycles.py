@@ -23,7 +23,7 @@ from ledger.config import Database
 from ledger.outages import is_store_error, is_transient
 from migrations import migrate
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import FakeApp
 
 LEASE_SECONDS = 10.0

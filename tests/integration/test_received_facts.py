@@ -14,7 +14,7 @@ from ledger.config import Database
 from ledger.facts import MAX_FACT_CHARS, FactKind, original_digest
 from ledger.status import ExecutionState as E
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import ModesApp
 
 BODY = '{"id": "\\ud800-ch_1", "note": "nul \\u0000 here"}'

@@ -26,7 +26,7 @@ from ledger.declarations import DeliveryMode, Integration
 from ledger.settlement import SettlementOutcome
 from migrations import migrate
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import declaration
 from tests.conftest import drop_schema, new_postgres_url, require_postgres
 

@@ -21,7 +21,7 @@ from ledger.operation import Operation
 from projections.metrics import MetricsProjection
 from projections.metrics_store import MetricsStore
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import FakeApp
 from tests.refusals import MESSAGE, drop_trigger, refuse_event
 

@@ -11,7 +11,7 @@ import pytest
 
 from ledger.config import Database
 from projections.postgres_view import PostgresStatusView, check_dropped
-from projections.view import open_view
+from projections.views import open_view
 from tests.conftest import PG_URL, require_postgres
 
 

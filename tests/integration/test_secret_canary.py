@@ -26,7 +26,7 @@ from ledger.clock import SystemClock
 from ledger.config import Database
 from ledger.declarations import DeliveryMode
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import ModesApp
 from tests.conftest import PG_URL, SECRET
 from tests.tracing import Spans, spans, texts_of  # noqa: F401 (spans: the fixture)

@@ -8,7 +8,8 @@ from pathlib import Path
 from adapters.demo.orders import OrdersApp
 from ledger.config import Database
 from migrations import migrate
-from projections.view import MAIN_TABLE, open_view
+from projections.view import MAIN_TABLE
+from projections.views import open_view
 
 
 def _indexes(path: Path) -> set[tuple[str, str]]:

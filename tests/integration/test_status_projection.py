@@ -9,7 +9,8 @@ import pytest
 from adapters.demo.orders import OrdersApp
 from ledger.config import Database
 from projections.status import PROJECTION_NAME, StatusProjection, StatusProjectionConfig
-from projections.view import NotLeaderError, open_view
+from projections.view import NotLeaderError
+from projections.views import open_view
 
 
 def _place(app: OrdersApp, n: int) -> list:
@@ -151,31 +152,6 @@ def test_offered_states_spare_the_reload_and_stay_detached(orders_app: OrdersApp
     assert fresh.catch_up() == 2 * len(ids)
     assert view.counts() == {"dispatching": len(ids)}
     view.close()
-
-
-def test_select_records_reads_what_the_library_reader_reads(orders_app: OrdersApp, migrated: Database, clock) -> None:
-    # The projection's plain-row reader against the library's select_notifications: the same
-    # records, positions and order, for every start and limit, and each decodes to the same event.
-    from projections.loading import select_records
-    from projections.rows import ledger_topics
-
-    ids = _place(orders_app, 3)
-    _drive(orders_app, ids[1], clock)
-    topics = list(ledger_topics())
-    expected = orders_app.recorder.select_notifications(start=1, limit=100, topics=topics)
-    assert len(expected) == 6 + 3  # six intents, three events of the driven operation
-    memo: dict = {}
-    for after in (0, expected[0].id, expected[4].id, expected[-1].id):
-        for limit in (1, 4, 100):
-            records = select_records(orders_app, after, limit, topics, memo)
-            want = [n for n in expected if n.id > after][:limit]
-            assert all(type(record[4]) is bytes for record in records)
-            assert records == [
-                (n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in want]
-            for record, notification in zip(records, want):
-                assert orders_app.mapper.decode_record(*record[1:]) == orders_app.mapper.to_domain_event(notification)
-    # Host events are not ledger topics: asking for none of them reads nothing.
-    assert select_records(orders_app, 0, 100, ["no.such:Topic"], memo) == []
 
 
 def test_a_failed_write_mid_catch_up_leaves_a_committed_prefix(orders_app: OrdersApp, migrated: Database, clock,

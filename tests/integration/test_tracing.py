@@ -26,7 +26,7 @@ from ledger.config import Database
 from ledger.declarations import DeliveryMode
 from ledger.inbound import CommandContext
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import ModesApp, Thing
 from tests.conftest import SECRET
 from tests.desk import auth

@@ -34,7 +34,7 @@ from ledger.operation import Operation
 from projections.history import check_readable_history
 from projections.loading import load_aggregates
 from projections.status import StatusProjection, StatusProjectionConfig
-from projections.view import open_view
+from projections.views import open_view
 from tests.conftest import SECRET
 
 

@@ -12,7 +12,7 @@ from executors.commit import Counts
 from ledger.clock import SystemClock
 from ledger.config import Database
 from ledger.declarations import DeliveryMode
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import ModesApp
 
 

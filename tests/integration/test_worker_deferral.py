@@ -10,7 +10,7 @@ from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.status import ExecutionState as E
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import ModesApp
 
 

@@ -9,7 +9,7 @@ from collections import defaultdict
 from ledger.config import Database, Settings
 from migrations import migrate
 from projections.metrics_store import MetricsStore
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import FakeApp
 from tests.conftest import wait_until
 

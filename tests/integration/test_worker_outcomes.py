@@ -25,7 +25,7 @@ from ledger.config import Database
 from ledger.declarations import DeliveryMode
 from ledger.status import ExecutionState as E
 from projections.status import StatusProjection
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import MAX_ATTEMPTS, ModesApp
 from tests.conftest import SECRET
 

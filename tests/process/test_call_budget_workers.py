@@ -12,7 +12,7 @@ import pytest
 from adapters.partner import PartnerProcess
 from ledger.budgets import window_bounds
 from ledger.config import Database
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import BudgetApp, NestedBudgetApp
 from tests.conftest import wait_until
 from tests.process.conftest import worker_env

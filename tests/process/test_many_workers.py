@@ -11,7 +11,7 @@ import pytest
 from adapters.partner import PartnerProcess
 from ledger.config import Database
 from ledger.status import ExecutionState, SettlementState, is_quiescent
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import MAX_ATTEMPTS, ModesApp
 from tests.conftest import wait_until
 from tests.process.conftest import worker_env

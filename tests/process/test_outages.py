@@ -21,7 +21,7 @@ import pytest
 from adapters.partner import PartnerProcess
 from adapters.processes import WorkerProcess
 from ledger.config import Database
-from projections.view import open_view
+from projections.views import open_view
 from tests.apps import PatientModesApp
 from tests.conftest import PG_URL, wait_until
 from tests.process.conftest import worker_env

@@ -204,7 +204,7 @@ def test_a_drain_with_one_percent_of_ledger_inserts_refused(modes_db: Database, 
                                                            partner: PartnerProcess, workers) -> None:
     """Fault injection: a trigger refuses a random 1 % of ledger inserts while two workers drain
     1,000 operations (half of them non-idempotent)."""
-    from projections.view import open_view
+    from projections.views import open_view
     from tests.refusals import refusals_made, refuse_at_random
 
     n = 1000

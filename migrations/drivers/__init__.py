@@ -1,0 +1,77 @@
+"""Store drivers: one per backend, chosen once per store (ADR 0008).
+
+Everything a backend does differently with the store's tables lives in its driver
+(``sqlite``, ``postgres``, ``memory``); the rest of the code holds a driver, typed with the
+narrowest protocol of :mod:`migrations.drivers.protocols` it uses, and never asks which one it
+has. :func:`driver_of` is the one place that looks at a store's recorder to choose.
+
+Source: ADR 0008; STYLE rule 19; issue 28 item 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from weakref import WeakKeyDictionary
+
+from migrations.drivers.protocols import (
+    EventLoads,
+    EventRow,
+    LogReads,
+    OpenIntents,
+    Record,
+    ReservationHold,
+    Reservations,
+    StoreDriver,
+    StoreProbes,
+    TopicCounts,
+)
+
+__all__ = [
+    # choosing
+    "driver_of",
+    # the concerns
+    "StoreDriver", "EventLoads", "LogReads", "Reservations", "ReservationHold", "StoreProbes", "TopicCounts",
+    # rows
+    "Record", "EventRow", "OpenIntents",
+]
+
+_chosen: WeakKeyDictionary[Any, StoreDriver] = WeakKeyDictionary()
+
+
+def driver_of(app: Any) -> StoreDriver:
+    """Return the driver of ``app``'s store, chosen from its recorder the first time and kept
+    for that recorder (it goes with the store).
+
+    Args:
+        app: an eventsourcing ``Application`` (its ``recorder`` is the library's SQLite,
+            PostgreSQL or in-memory application recorder, or a subclass of one).
+
+    Raises:
+        ValueError: the recorder is of none of those kinds.
+    """
+    recorder = app.recorder
+    driver = _chosen.get(recorder)
+    if driver is None:
+        driver = _chosen[recorder] = _choose(recorder)
+    return driver
+
+
+def _choose(recorder: Any) -> StoreDriver:
+    from eventsourcing.popo import POPOApplicationRecorder
+
+    if isinstance(recorder, POPOApplicationRecorder):
+        from migrations.drivers.memory import MemoryDriver
+
+        return MemoryDriver(recorder)
+    for base in type(recorder).__mro__:
+        module = base.__module__
+        if module.startswith("eventsourcing.sqlite"):
+            from migrations.drivers.sqlite import SQLiteDriver
+
+            return SQLiteDriver(recorder)
+        if module.startswith("eventsourcing.postgres"):
+            from migrations.drivers.postgres import PostgresDriver
+
+            return PostgresDriver(recorder)
+    raise ValueError(f"no store driver for a recorder of type {type(recorder).__qualname__}; "
+                     "expected the library's SQLite, PostgreSQL or in-memory application recorder")

@@ -1,0 +1,149 @@
+"""The store driver's concerns, one small protocol each, and the rows they return (ADR 0008).
+
+A driver is one object per store (``migrations.drivers.driver_of``); a consumer types its
+parameter with the narrowest protocol it uses. Method names put the noun first (River's
+``JobGetByID`` style), so the methods of one concern sort together.
+
+Source: ADR 0008; STYLE rules 6 and 19.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, NamedTuple, Protocol
+from uuid import UUID
+
+Record = tuple[int, UUID, int, str, bytes]
+"""One record of the notification log: ``(position, originator_id, originator_version, topic,
+state)``. A plain tuple, as the database client returns it: a ``NamedTuple`` per record cost
+measurably on the tail's and the projection's reads (docs/performance.md)."""
+
+EventRow = tuple[UUID, int, str, bytes]
+"""One stored event of an aggregate: ``(originator_id, originator_version, topic, state)``."""
+
+
+class OpenIntents(NamedTuple):
+    """What :meth:`LogReads.intents_list_open` (or a reserving read) read.
+
+    Attributes:
+        records: the intents, in log order.
+        closed_through: a log position (or None where not known: drivers whose reads include
+            closed intents): every intent after the read's start and up to it that is not in
+            ``records`` had a later event of its operation when read, and so is closed for good
+            (positions are in commit order: ``select_open_intents.sql``).
+        elsewhere: the operations of ``records`` another worker had reserved; empty for a read
+            that reserves nothing.
+    """
+
+    records: list[Record]
+    closed_through: int | None
+    elsewhere: frozenset[UUID] = frozenset()
+
+
+class EventLoads(Protocol):
+    """Every stored event of many aggregates in one read (DESIGN §11: one query per record
+    cannot keep up)."""
+
+    def events_list_many(self, ids: Collection[UUID]) -> list[EventRow]:
+        """Return the stored events of the aggregates ``ids``, grouped by aggregate in version
+        order; unknown ids have none. Duplicate ids are read once."""
+        ...
+
+
+class LogReads(Protocol):
+    """Stretches of the notification log, as plain records (no ``Notification`` per row)."""
+
+    intents_only_open: bool
+    """Whether :meth:`intents_list_open` leaves out intents whose operation recorded anything
+    after them: each record it returns is then the operation's whole history when read."""
+
+    def records_list_after(self, after: int, limit: int, topics: Sequence[str], ids: dict[Any, UUID], *,
+                           prefix: str | None = None) -> list[Record]:
+        """Return up to ``limit`` records after log position ``after``, of ``topics`` (and of
+        every topic starting with ``prefix``, when given), in log order.
+
+        Args:
+            after: the last position already read (0 for the start of the log).
+            limit: how many records at most.
+            topics: the event topics wanted.
+            ids: a memo of originator ids by their stored form, shared across calls by the
+                caller (an operation's records then share one ``UUID`` object).
+            prefix: also every topic starting with it (``ledger.``: records of event types this
+                code does not know, so the reader can report them); None for none.
+        """
+        ...
+
+    def intents_list_open(self, after: int, limit: int, topics: Sequence[str], ids: dict[Any, UUID]) -> OpenIntents:
+        """:meth:`records_list_after` for intents (``topics``: the ``Intended`` topics), leaving
+        out those whose operation recorded anything after them where :attr:`intents_only_open`."""
+        ...
+
+
+class ReservationHold(Protocol):
+    """The reserving reads of one held connection; what they reserve is released when the
+    :meth:`Reservations.reservations_hold` block that made it ends."""
+
+    held: list[UUID]
+    """The operations reserved so far (released at the block's end)."""
+
+    def intents_reserve_open(self, after: int, limit: int, topics: Sequence[str]) -> OpenIntents:
+        """:meth:`LogReads.intents_list_open` that also reserves each intent it returns; the
+        intents another worker holds come back in ``OpenIntents.elsewhere``."""
+        ...
+
+    def operations_reserve_current(self, versions: Sequence[tuple[UUID, int]]) -> set[UUID]:
+        """Reserve each operation of ``versions`` (``(operation id, version judged by)`` pairs)
+        that recorded nothing after that version and that no other worker holds; return their
+        ids. The others moved on or are another worker's."""
+        ...
+
+
+class Reservations(Protocol):
+    """Reservations among workers of many processes, taken by the statements that read."""
+
+    reservations_shared: bool
+    """Whether workers of other processes share this store, so reservations can race: where
+    False, one process owns the store and :meth:`reservations_hold` is refused."""
+
+    def reservations_hold(self) -> AbstractContextManager[ReservationHold]:
+        """Hold one connection for reserving reads; release what they reserved when the block
+        ends (a connection whose release did not finish is closed, so no lock outlives it).
+
+        Raises:
+            ValueError: :attr:`reservations_shared` is False.
+        """
+        ...
+
+
+class StoreProbes(Protocol):
+    """Whether the store accepts an append at all (``projections.probe``)."""
+
+    def store_probe(self, probe_id: UUID, topic: str, state: bytes) -> None:
+        """Append one record through the path every append takes, in a transaction that is
+        rolled back (nothing is stored, no follower is woken).
+
+        Raises:
+            Exception: the store's refusal, as its client raised it.
+        """
+        ...
+
+
+class TopicCounts(Protocol):
+    """Whole-table reads for checks at start, never per cycle (no index on topic)."""
+
+    def topics_count_stored(self, prefix: str, topics: Sequence[str] = ()) -> dict[str, int]:
+        """Return the distinct stored topics starting with ``prefix`` or among ``topics``, with
+        how many records each has."""
+        ...
+
+    def intents_list_all(self, topics: Sequence[str]) -> list[EventRow]:
+        """Return every stored record of ``topics`` (the ``Intended`` topics), in no order."""
+        ...
+
+
+class StoreDriver(EventLoads, LogReads, Reservations, StoreProbes, TopicCounts, Protocol):
+    """Every concern of one store's driver (ADR 0008). Consumers take a narrower protocol."""
+
+    name: str
+    """The driver's name, for logs and reports only: never branched on."""

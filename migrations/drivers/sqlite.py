@@ -1,0 +1,95 @@
+"""The SQLite store driver: one process owns the file, ids are stored as text (ADR 0008).
+
+Runs the named queries of ``migrations/sqlite/queries`` on the library's recorder connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from uuid import UUID
+
+from migrations.drivers.protocols import EventRow, OpenIntents, Record, ReservationHold
+from migrations.queries import load_queries
+
+MAX_IDS_PER_QUERY = 500
+"""Ids bound in one statement, at most: keeps SQLite under its bound-parameter limit."""
+
+
+class SQLiteDriver:
+    """The driver of a store in one SQLite file.
+
+    Args:
+        recorder: the library's SQLite application recorder of the store.
+    """
+
+    name = "sqlite"
+    intents_only_open = False
+    reservations_shared = False
+
+    def __init__(self, recorder: Any) -> None:
+        self._recorder = recorder
+        self._queries = load_queries(self.name)
+        self._table = recorder.events_table_name
+
+    def _select(self, sql: str, params: Sequence[Any], *, tuples: bool = False) -> list[Any]:
+        with self._recorder.datastore.transaction(commit=False) as cursor:
+            if tuples:
+                cursor.sqlite_cursor.row_factory = None  # plain tuples
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+
+    def _ids(self, rows: list[Any]) -> list[EventRow]:
+        convert = self._recorder.convert_originator_id
+        return [(convert(text_id), version, topic, bytes(state)) for text_id, version, topic, state in rows]
+
+    def events_list_many(self, ids: Collection[UUID]) -> list[EventRow]:
+        """See ``EventLoads.events_list_many``."""
+        wanted = list(dict.fromkeys(ids))
+        found: list[EventRow] = []
+        for start in range(0, len(wanted), MAX_IDS_PER_QUERY):
+            chunk = wanted[start:start + MAX_IDS_PER_QUERY]
+            sql = self._queries["select_events_of_many"].format(table=self._table, ids=",".join("?" * len(chunk)))
+            found.extend(self._ids(self._select(sql, [i.hex for i in chunk], tuples=True)))
+        return found
+
+    def records_list_after(self, after: int, limit: int, topics: Sequence[str], ids: dict[Any, UUID], *,
+                           prefix: str | None = None) -> list[Record]:
+        """See ``LogReads.records_list_after``."""
+        sql = self._queries["select_records"].format(table=self._table, topics=",".join("?" * len(topics)))
+        records = []
+        for position, text_id, version, topic, state in self._select(sql, [after, *topics, prefix, limit], tuples=True):
+            originator_id = ids.get(text_id)
+            if originator_id is None:
+                originator_id = ids[text_id] = self._recorder.convert_originator_id(text_id)
+            records.append((position, originator_id, version, topic, state))
+        return records
+
+    def intents_list_open(self, after: int, limit: int, topics: Sequence[str], ids: dict[Any, UUID]) -> OpenIntents:
+        """See ``LogReads.intents_list_open``: every intent, closed ones included."""
+        return OpenIntents(self.records_list_after(after, limit, topics, ids), None)
+
+    @contextmanager
+    def reservations_hold(self) -> Iterator[ReservationHold]:
+        """Refused: one process owns the store (``Reservations.reservations_hold``)."""
+        raise ValueError("reservations are taken on the store's connection only where workers share the store")
+        yield  # pragma: no cover - a generator, for contextmanager
+
+    def store_probe(self, probe_id: UUID, topic: str, state: bytes) -> None:
+        """See ``StoreProbes.store_probe``: on the writer's connection (the library's
+        reader-writer interlock), rolled back at the end."""
+        sql = self._queries["probe_insert"].format(table=self._table)
+        with self._recorder.datastore.get_connection(commit=True) as conn, conn.transaction(commit=False) as cursor:
+            cursor.execute(sql, [probe_id.hex, topic, state])
+
+    def topics_count_stored(self, prefix: str, topics: Sequence[str] = ()) -> dict[str, int]:
+        """See ``TopicCounts.topics_count_stored``."""
+        wanted = list(dict.fromkeys(topics))
+        sql = self._queries["stored_ledger_topics"].format(table=self._table, topics=",".join("?" * len(wanted)))
+        return {str(topic): int(count) for topic, count in self._select(sql, [prefix, *wanted], tuples=True)}
+
+    def intents_list_all(self, topics: Sequence[str]) -> list[EventRow]:
+        """See ``TopicCounts.intents_list_all``."""
+        sql = self._queries["select_intents"].format(table=self._table, topics=",".join("?" * len(topics)))
+        return self._ids(self._select(sql, list(topics), tuples=True))

@@ -1,0 +1,317 @@
+"""One conformance suite for the store drivers (ADR 0008; STYLE rule 8): every method of
+``migrations.drivers``, on SQLite, PostgreSQL and memory, held to one contract, including the
+concurrency cases (two reservers; a reader during commits).
+
+Each case is a plain function of a :class:`Store` (the ``CASES`` table), so
+``test_a_broken_memory_driver_fails_the_suite`` can run the same cases against a memory driver
+with one method made wrong and prove the suite notices.
+
+Source: issue 28 item 4; ADR 0008.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID, uuid4
+
+import pytest
+from eventsourcing.persistence import StoredEvent
+
+from ledger.clock import FakeClock
+from ledger.codec import LEDGER_TOPIC_PREFIX
+from ledger.config import Database
+from ledger.operation import Operation
+from ledger.topics import topics_of
+from migrations import migrate
+from migrations.drivers import StoreDriver, driver_of
+from migrations.drivers.memory import MemoryDriver
+from projections.loading import load_aggregates
+from projections.probe import PROBE_TOPIC
+from projections.rows import ledger_topics
+from tests.apps import FakeApp
+from tests.conftest import drop_schema, new_postgres_url, require_postgres
+
+POPO = {"PERSISTENCE_MODULE": "eventsourcing.popo"}
+INTENDED = topics_of([Operation.Intended])
+
+
+@dataclass
+class Store:
+    """A fresh store of ``FakeApp`` and its driver."""
+
+    app: FakeApp
+    driver: StoreDriver
+    clock: FakeClock
+
+    def claim_elsewhere(self, op_id: UUID) -> Operation:
+        """Another worker claims ``op_id`` (its intent is then closed)."""
+        op = self.app.get_operation(op_id)
+        op.claim(now=self.clock.now(), worker_id="another worker", lease_seconds=30.0)
+        self.app.save(op)
+        return op
+
+    def log(self) -> list[Any]:
+        """Every record of the log, by the library's own reader."""
+        return list(self.app.recorder.select_notifications(start=1, limit=1_000_000))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Store]:
+    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+    schema = None
+    if request.param == "memory":
+        app = FakeApp(env=POPO, clock=clock)
+    else:
+        if request.param == "sqlite":
+            url = f"sqlite:///{tmp_path / 'store' / 'opledger.db'}"
+        else:
+            require_postgres()
+            url, schema = new_postgres_url()
+        database = Database.parse(url)
+        migrate(database, FakeApp)
+        app = FakeApp(env=database.library_env(create_table=False), clock=clock)
+    try:
+        yield Store(app, driver_of(app), clock)
+    finally:
+        app.close()
+        if schema is not None:
+            drop_schema(schema)
+
+
+# --- the cases ------------------------------------------------------------------------------
+
+
+def events_list_many_matches_the_repository(s: Store) -> None:
+    ops = [s.app.make(f"op-{i}") for i in range(3)]
+    s.claim_elsewhere(ops[0])
+    entities = [s.app.get_operation(op_id).source.entity_id for op_id in ops]
+    rows = s.driver.events_list_many([*ops, *entities, ops[0], uuid4()])  # a repeat and an unknown id
+    assert [(r[0], r[1]) for r in rows if r[0] == ops[0]] == [(ops[0], 1), (ops[0], 2)], "one aggregate, in order"
+    assert all(type(r[0]) is UUID and type(r[1]) is int and type(r[2]) is str and type(r[3]) is bytes for r in rows)
+    assert len(rows) == len(ops) + 1 + len(entities), "a repeated id is read once, an unknown one is absent"
+    loaded = load_aggregates(s.app, [*ops, *entities, ops[0], uuid4()])
+    assert set(loaded) == set(ops) | set(entities)
+    for aggregate_id, state in loaded.items():
+        assert state == s.app.repository.get(aggregate_id)
+    assert s.driver.events_list_many([]) == []
+
+
+def records_list_after_reads_what_the_library_reads(s: Store) -> None:
+    ops = [s.app.make(f"op-{i}") for i in range(3)]
+    s.claim_elsewhere(ops[1])
+    topics = list(ledger_topics())
+    expected = list(s.app.recorder.select_notifications(start=1, limit=100, topics=topics))
+    assert len(expected) == 3 + 1  # three intents, the claim of one
+    memo: dict[Any, UUID] = {}
+    for after in (0, expected[0].id, expected[2].id, expected[-1].id):
+        for limit in (1, 3, 100):
+            records = s.driver.records_list_after(after, limit, topics, memo)
+            want = [n for n in expected if n.id > after][:limit]
+            assert all(type(r[1]) is UUID and type(r[4]) is bytes for r in records)
+            assert records == [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in want]
+            for record, notification in zip(records, want, strict=True):
+                assert s.app.mapper.decode_record(*record[1:]) == s.app.mapper.to_domain_event(notification)
+    # Host events are not ledger topics: asking for none of them reads nothing.
+    assert s.driver.records_list_after(0, 100, ["no.such:Topic"], memo) == []
+    assert s.driver.records_list_after(0, 100, [], memo) == []
+
+
+def records_list_after_reads_unknown_ledger_topics_by_prefix(s: Store) -> None:
+    op_id = s.app.make("op")
+    unknown = f"{LEDGER_TOPIC_PREFIX}gone:Vanished"
+    s.app.recorder.insert_events([
+        StoredEvent(originator_id=uuid4(), originator_version=1, topic=unknown, state=b"{}"),
+        StoredEvent(originator_id=uuid4(), originator_version=1, topic="host.other:Thing", state=b"{}")])
+    plain = s.driver.records_list_after(0, 100, INTENDED, {})
+    assert [r[1] for r in plain] == [op_id]
+    prefixed = s.driver.records_list_after(0, 100, INTENDED, {}, prefix=LEDGER_TOPIC_PREFIX)
+    assert [r[3] for r in prefixed] == [INTENDED[0], unknown], "the unknown ledger topic, not the host's"
+    assert s.driver.records_list_after(0, 1, INTENDED, {}, prefix=LEDGER_TOPIC_PREFIX) == prefixed[:1]
+
+
+def intents_list_open_leaves_out_closed_intents_where_it_says_so(s: Store) -> None:
+    ids = [s.app.make(f"op-{i}") for i in range(4)]
+    for op_id in ids[:2]:
+        s.claim_elsewhere(op_id)
+    last = s.log()[-1].id
+    read = s.driver.intents_list_open(0, 10, INTENDED, {})
+    first = s.driver.intents_list_open(0, 1, INTENDED, {})
+    assert not read.elsewhere and not first.elsewhere, "a read that reserves nothing"
+    if s.driver.intents_only_open:
+        assert [r[1] for r in read.records] == ids[2:]
+        assert read.closed_through == last, "fewer than asked for: every intent up to the log's end was read"
+        assert [r[1] for r in first.records] == ids[2:3]
+        assert first.closed_through == first.records[0][0], "a full page says nothing past its last record"
+    else:
+        assert [r[1] for r in read.records] == ids, "every intent, closed ones included"
+        assert read.records == s.driver.records_list_after(0, 10, INTENDED, {})
+        assert read.closed_through is None and first.closed_through is None
+        assert [r[1] for r in first.records] == ids[:1]
+
+
+def reservations_exclude_each_other_and_end_with_their_block(s: Store) -> None:
+    ids = [s.app.make(f"op-{i}") for i in range(3)]
+    if not s.driver.reservations_shared:
+        with pytest.raises(ValueError, match="share the store"), s.driver.reservations_hold():
+            pass
+        return
+    with s.driver.reservations_hold() as taken:
+        first = taken.intents_reserve_open(0, 10, INTENDED)
+        assert [r[1] for r in first.records] == ids and not first.elsewhere
+        assert sorted(taken.held) == sorted(ids)
+        with s.driver.reservations_hold() as other:  # a second reserver
+            second = other.intents_reserve_open(0, 10, INTENDED)
+            assert second.elsewhere == set(ids), "another reserver's read took intents this one holds"
+            assert other.operations_reserve_current([(op_id, 1) for op_id in ids]) == set()
+            assert other.held == []
+    with s.driver.reservations_hold() as taken:  # released when the blocks ended
+        assert not taken.intents_reserve_open(0, 10, INTENDED).elsewhere
+
+
+def reservations_take_only_operations_that_have_not_moved_on(s: Store) -> None:
+    ids = [s.app.make(f"op-{i}") for i in range(3)]
+    theirs = s.claim_elsewhere(ids[1])
+    if not s.driver.reservations_shared:
+        return  # refused: reservations_exclude_each_other_and_end_with_their_block
+    with s.driver.reservations_hold() as taken:
+        assert taken.operations_reserve_current([]) == set()
+        assert taken.operations_reserve_current([(op_id, 1) for op_id in ids]) == {ids[0], ids[2]}
+        assert taken.operations_reserve_current([(ids[1], theirs.version)]) == {ids[1]}, "judged by its newest"
+        with s.driver.reservations_hold() as other:
+            assert other.operations_reserve_current([(op_id, theirs.version) for op_id in ids]) == set()
+
+
+def reservations_of_a_failed_block_are_released(s: Store) -> None:
+    ids = [s.app.make(f"op-{i}") for i in range(2)]
+    if not s.driver.reservations_shared:
+        return  # refused: reservations_exclude_each_other_and_end_with_their_block
+    with pytest.raises(RuntimeError), s.driver.reservations_hold() as taken:
+        assert [r[1] for r in taken.intents_reserve_open(0, 10, INTENDED).records] == ids
+        raise RuntimeError("the pass failed")
+    for _ in range(100):  # a closed connection's backend drops its locks a moment later
+        with s.driver.reservations_hold() as taken:
+            if taken.operations_reserve_current([(op_id, 1) for op_id in ids]) == set(ids):
+                return
+        threading.Event().wait(0.05)
+    raise AssertionError("a failed block's reservations were never released")
+
+
+def store_probe_is_accepted_and_stores_nothing(s: Store) -> None:
+    s.app.make("op")
+    before = s.log()
+    for _ in range(3):
+        s.driver.store_probe(uuid4(), PROBE_TOPIC, b"{}")
+    assert s.log() == before
+    assert s.driver.records_list_after(0, 100, [PROBE_TOPIC], {}) == []
+
+
+def topics_count_stored_counts_by_prefix_and_by_name(s: Store) -> None:
+    for i in range(3):
+        s.app.make(f"op-{i}")
+    counts = s.driver.topics_count_stored(LEDGER_TOPIC_PREFIX)
+    assert counts == {INTENDED[0]: 3}
+    entity_topic = s.log()[0].topic
+    assert s.driver.topics_count_stored(LEDGER_TOPIC_PREFIX, [entity_topic, entity_topic]) == {
+        INTENDED[0]: 3, entity_topic: 3}
+    assert s.driver.topics_count_stored("no.such.prefix.") == {}
+
+
+def intents_list_all_reads_every_intent(s: Store) -> None:
+    ids = [s.app.make(f"op-{i}") for i in range(3)]
+    s.claim_elsewhere(ids[0])
+    rows = s.driver.intents_list_all(INTENDED)
+    assert sorted((r[0], r[1], r[2]) for r in rows) == sorted((op_id, 1, INTENDED[0]) for op_id in ids)
+    assert all(type(r[0]) is UUID and type(r[3]) is bytes for r in rows)
+    assert s.driver.intents_list_all(["no.such:Topic"]) == []
+
+
+def a_reader_during_commits_sees_only_a_prefix_of_the_log(s: Store) -> None:
+    # Positions are in commit order: a reader never sees a record before an earlier one appears.
+    stop = threading.Event()
+    reads: list[list[tuple[int, UUID]]] = []
+    failures: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                reads.append([(r[0], r[1]) for r in s.driver.records_list_after(0, 10_000, INTENDED, {})])
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            failures.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    rng = random.Random(3)
+    try:
+        for i in range(40):
+            s.app.make(f"op-{i}")
+            if rng.random() < 0.3:
+                stop.wait(0.001)
+    finally:
+        stop.set()
+        reader.join(timeout=30)
+    assert not failures, failures
+    final = [(r[0], r[1]) for r in s.driver.records_list_after(0, 10_000, INTENDED, {})]
+    assert len(final) == 40 and reads
+    for seen in reads:
+        assert seen == final[:len(seen)], "a read saw a later record without an earlier one"
+
+
+CASES: list[Callable[[Store], None]] = [
+    events_list_many_matches_the_repository,
+    records_list_after_reads_what_the_library_reads,
+    records_list_after_reads_unknown_ledger_topics_by_prefix,
+    intents_list_open_leaves_out_closed_intents_where_it_says_so,
+    reservations_exclude_each_other_and_end_with_their_block,
+    reservations_take_only_operations_that_have_not_moved_on,
+    reservations_of_a_failed_block_are_released,
+    store_probe_is_accepted_and_stores_nothing,
+    topics_count_stored_counts_by_prefix_and_by_name,
+    intents_list_all_reads_every_intent,
+    a_reader_during_commits_sees_only_a_prefix_of_the_log,
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.__name__)
+def test_store_driver(store: Store, case: Callable[[Store], None]) -> None:
+    case(store)
+
+
+def test_every_driver_method_has_a_case() -> None:
+    # A method added to a driver must be added to the suite too.
+    import inspect
+
+    methods = {name for name, _ in inspect.getmembers(MemoryDriver, inspect.isfunction) if not name.startswith("_")}
+    covered = " ".join(inspect.getsource(case) for case in CASES)
+    assert {m for m in methods if m not in covered} == set()
+
+
+BROKEN: dict[str, Callable[..., Any]] = {
+    "records_list_after": lambda self, *a, **k: _REAL["records_list_after"](self, *a, **k)[1:],
+    "events_list_many": lambda self, ids: list(reversed(_REAL["events_list_many"](self, ids))),
+    "topics_count_stored": lambda self, prefix, topics=(): {t: n + 1 for t, n in
+                                                             _REAL["topics_count_stored"](self, prefix, topics).items()},
+    "intents_list_all": lambda self, topics: _REAL["intents_list_all"](self, topics)[:-1],
+}
+_REAL = {name: getattr(MemoryDriver, name) for name in BROKEN}
+
+
+@pytest.mark.parametrize("method", sorted(BROKEN))
+def test_a_broken_memory_driver_fails_the_suite(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The suite can fail: one memory method made wrong, and some case must catch it.
+    monkeypatch.setattr(MemoryDriver, method, BROKEN[method])
+    caught = []
+    for case in CASES:
+        clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+        app = FakeApp(env=POPO, clock=clock)
+        try:
+            case(Store(app, MemoryDriver(app.recorder), clock))
+        except AssertionError:
+            caught.append(case.__name__)
+        finally:
+            app.close()
+    assert caught, f"no case noticed a wrong {method}"
