@@ -46,6 +46,7 @@ from ledger.store_files import (
     unopenable,
 )
 from ledger.store_identity import check_store_identity
+from migrations.drivers import DatabaseDriver, database_driver
 from projections.memory_view import MemoryStatusStore
 from projections.rows import StatusRow
 from projections.status import PROJECTION_NAME, StatusProjection
@@ -101,7 +102,8 @@ def run_doctor(settings: Settings, *, quick: bool = False) -> DoctorReport:
     database = settings.database
     app_class = load_app_class(settings.app)
     report = DoctorReport(store=str(database.path) if database.path else mask_url(database.url()).split("@")[-1])
-    if database.backend == "sqlite" and not _files_sound(report, database.path, quick=quick):
+    driver = database_driver(database)
+    if driver.store_file is not None and not _files_sound(report, driver, quick=quick):
         return report
     try:
         identity = check_store_identity(database, app_class.name, store_id=settings.store_id)
@@ -116,7 +118,8 @@ def run_doctor(settings: Settings, *, quick: bool = False) -> DoctorReport:
     return report
 
 
-def _files_sound(report: DoctorReport, path: Any, *, quick: bool) -> bool:
+def _files_sound(report: DoctorReport, driver: DatabaseDriver, *, quick: bool) -> bool:
+    path: Any = driver.store_file
     report.findings.extend(path_findings(path))
     if not report.ok:
         return False
@@ -131,11 +134,7 @@ def _files_sound(report: DoctorReport, path: Any, *, quick: bool) -> bool:
     if not report.ok:
         return False
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
-        finally:
-            conn.close()
+        mode = driver.journal_mode()
     except sqlite3.DatabaseError as exc:
         report.add("open", "fail", str(unopenable(path, exc) if not is_damage(exc) else damaged(path, str(exc))))
         return False
@@ -179,7 +178,7 @@ def _check_log_and_view(report: DoctorReport, settings: Settings) -> None:
     from adapters.runtime import open_store
 
     with open_store(settings, write=False) as store:
-        positions = _check_log(report, store.app, settings.database.backend)
+        positions = _check_log(report, store.app, gapless=database_driver(settings.database).log_gapless)
         live = {row.operation_id: row for row in store.view.list(limit=2**62)}
         tracked = store.view.position(PROJECTION_NAME, store.app.name)
         _check_rows(report, live, positions, tracked)
@@ -199,7 +198,7 @@ def _notifications(app: Any) -> Iterator[Any]:
         start = page[-1].id + 1
 
 
-def _check_log(report: DoctorReport, app: Any, backend: str) -> dict[tuple[UUID, int], int]:
+def _check_log(report: DoctorReport, app: Any, *, gapless: bool) -> dict[tuple[UUID, int], int]:
     positions: dict[tuple[UUID, int], int] = {}
     ids: list[int] = []
     corrupt: list[str] = []
@@ -219,7 +218,7 @@ def _check_log(report: DoctorReport, app: Any, backend: str) -> dict[tuple[UUID,
                if corrupt else f"all {ledger_records} ledger records decode")
     gaps = (ids[-1] - ids[0] + 1 - len(ids)) if ids else 0
     missing_start = ids[0] - 1 if ids else 0
-    if backend == "sqlite" and (gaps or missing_start):
+    if gapless and (gaps or missing_start):
         report.add("log", "fail", f"{gaps + missing_start} notification id(s) missing from the log "
                                   f"(ids {ids[0]}..{ids[-1]}, {len(ids)} records): records were deleted or lost")
     else:

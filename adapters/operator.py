@@ -34,6 +34,7 @@ from ledger.operation import Operation
 from ledger.redaction import mask_url
 from ledger.refusals import WriteKind
 from ledger.status import ACTIVE_STATES
+from migrations.drivers import database_driver
 from projections.rows import AttentionMark, StatusRow
 from projections.status import StatusProjection
 
@@ -250,7 +251,7 @@ def catch_up_status(store: Store) -> int:
     decides; a leading worker gets there within moments). Returns the events applied."""
     if store.owner:
         return StatusProjection(app=store.app, view=store.view).catch_up()
-    if store.settings.database.backend == "postgres":
+    if database_driver(store.settings.database).shared:
         holder = f"operator:{uuid4().hex[:12]}"
         return StatusProjection(app=store.app, view=store.view, holder=holder).catch_up()
     return 0

@@ -36,9 +36,9 @@ from ledger.persistence import StoreLock
 from ledger.settlement import load_settlement_policy
 from ledger.store_files import check_store_files, check_store_path, damaged, is_damage
 from ledger.store_identity import check_store_identity
+from migrations.drivers import database_driver
 from projections.drift import report_declaration_drift
 from projections.history import check_readable_history
-from projections.notify import Listener, status_channel
 from projections.status import StatusProjection
 from projections.view import StatusView
 from projections.views import open_view
@@ -124,16 +124,15 @@ def open_store(settings: Settings, *, write: bool, clock: Clock | None = None) -
     """
     database = settings.database
     app_class = load_app_class(settings.app)
-    sqlite = database.backend == "sqlite"
-    lock = StoreLock(database.path).acquire() if sqlite and write and database.path is not None else None
+    owned = not database_driver(database).shared  # one process owns the store: a file of its own
+    lock = StoreLock(database.path).acquire() if owned and write and database.path is not None else None
     try:
-        if sqlite:
-            assert database.path is not None
+        if owned and database.path is not None:
             check_store_path(database.path)
             if database.path.exists():
                 check_store_files(database.path, thorough=settings.open_check == "quick")
         check_store_identity(database, app_class.name, store_id=settings.store_id)
-        read_only = not write and sqlite
+        read_only = not write and owned
         try:
             app = app_class(env=database.library_env(create_table=False, read_only=read_only), clock=clock)
         except Exception as exc:
@@ -145,7 +144,7 @@ def open_store(settings: Settings, *, write: bool, clock: Clock | None = None) -
         except BaseException:
             app.close()
             raise
-        store = Store(settings=settings, app=app, view=view, owner=write and sqlite)
+        store = Store(settings=settings, app=app, view=view, owner=write and owned)
         try:
             yield store
         except Exception as exc:
@@ -160,7 +159,7 @@ def open_store(settings: Settings, *, write: bool, clock: Clock | None = None) -
 
 
 def _is_damage(database: Database, exc: BaseException) -> bool:
-    return database.backend == "sqlite" and is_damage(exc)
+    return not database_driver(database).shared and is_damage(exc)
 
 
 def _translated(database: Database, exc: BaseException) -> StoreDamagedError:
@@ -292,7 +291,8 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
         clock = store.view.lease_clock(clock, max_skew_seconds=settings.max_clock_skew_seconds)
         adapters = build_adapters(settings, store.app, clock)
         leader: threading.Thread | None = None
-        if settings.database.backend == "postgres":
+        database = database_driver(settings.database)
+        if database.shared:
             # Every worker is ready to keep the projection; a leadership lease picks one writer.
             projection = StatusProjection(app=store.app, view=store.view, holder=worker_id)
             leader = threading.Thread(target=projection.run, args=(stop,), name="projection", daemon=True)
@@ -316,16 +316,16 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
             # worker when status rows change; polling stays as the fallback.
             events_channel = getattr(store.app.recorder, "channel_name", None)
             wakeups: dict[str, list[Callable[[str], None]]] = {
-                status_channel(settings.database.schema): [lambda _payload: worker.wake()]}
+                database.status_channel(): [lambda _payload: worker.wake()]}
             if events_channel:  # the worker reads the log's tail when an intent was appended
                 wakeups[events_channel] = [lambda _payload: projection.wake(), worker.wake_for_log]
-            Listener(settings.database.conninfo(), wakeups).start(stop)
+            database.wakeups_start(wakeups, stop)
         # The metrics projection is kept where it is served: by `opledger serve` on PostgreSQL
         # (a leadership lease picks one server); here only by the SQLite owner. In every worker
         # it decoded each event a second time: 20 % of the two-worker end-to-end rate.
         metrics = follow_metrics(settings.database, store.app, stop, holder=None) if leader is None else None
         services = beside(store, stop) if beside is not None else []
-        log.info("worker started", worker_id=worker.config.worker_id, backend=settings.database.backend)
+        log.info("worker started", worker_id=worker.config.worker_id, backend=database.name)
         try:
             worker.run(stop, grace_seconds=settings.grace_seconds)
         except LedgerError:

@@ -152,6 +152,15 @@ class Database:
             f"unsupported database URL {mask_url(url)!r}: use sqlite:///path or postgresql://user@host/db"
         )
 
+    @classmethod
+    def in_file(cls, path: Path) -> Database:
+        """The store in one file at ``path`` (made absolute): ``parse`` of its file URL.
+
+        Raises:
+            ConfigurationError: as :meth:`parse`.
+        """
+        return cls.parse(f"sqlite:///{os.path.abspath(path)}")
+
     def url(self, *, driver: str = "") -> str:
         """Render this database as a URL again, which :meth:`parse` reads back as equal.
 

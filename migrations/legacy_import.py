@@ -61,6 +61,7 @@ from ledger.store_files import (
     integrity_problems,
 )
 from ledger.store_identity import STORE_TABLE, check_store_identity
+from migrations.drivers import memory_env
 from migrations.legacy_format import LegacyExport, LegacyImportError, LegacyJob, read_export
 
 IMPORT_NAMESPACE = uuid.UUID("5b0d7c8e-2f4a-4e51-9a57-6f1d2c3b4a10")
@@ -146,7 +147,7 @@ def _build(app: LedgerApplication, job: LegacyJob, now: datetime) -> list[Aggreg
 
 def _dry_run(app_class: type[LedgerApplication], export: LegacyExport, now: datetime, source: str) -> None:
     """Build every job in an in-memory application: every problem is found before a write."""
-    app = app_class(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
+    app = app_class(env=memory_env())
     problems = []
     topic = get_topic(ImportedJob)
     for job in export.jobs:

@@ -22,7 +22,7 @@ from psycopg_pool import ConnectionPool
 from ledger.clock import Clock, ReferenceClock, SkewWarning
 from ledger.config import Database
 from ledger.errors import ConfigurationError
-from projections.notify import status_channel
+from migrations.drivers.notify import status_channel
 from projections.rows import COLUMNS, DueRow, StatusRow
 from projections.sql_view import SqlStatusView
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError
@@ -41,7 +41,7 @@ class PostgresStatusView(SqlStatusView):
         self._types: list[int] | None = None  # the status columns' type OIDs, read once
         self._clock: ReferenceClock | None = None  # set by lease_clock; fed by every due()
         self.channel = status_channel(database.schema)
-        """The channel each write NOTIFYs (``projections.notify``)."""
+        """The channel each write NOTIFYs (``migrations.drivers.notify``)."""
         kwargs: dict[str, Any] = {}
         if database.schema:
             kwargs["options"] = f"-c search_path={database.schema}"
@@ -69,7 +69,7 @@ class PostgresStatusView(SqlStatusView):
             yield cur
 
     def _notify(self, cur: Any) -> None:
-        # Delivered at commit; workers LISTEN (projections.notify) and look for due work at once.
+        # Delivered at commit; workers LISTEN (migrations.drivers.notify) and look for due work at once.
         cur.execute("SELECT pg_notify(%s, '')", (self.channel,))
 
     def _upsert(self, cur: Any, table: str, rows: list[StatusRow]) -> None:

@@ -172,7 +172,7 @@ def _refusal_detail(op: Operation) -> str:
 
 
 def due_when_written(row: StatusRow) -> bool:
-    """Whether writing ``row`` wakes workers (the status view NOTIFYs them, ``projections.notify``):
+    """Whether writing ``row`` wakes workers (the status view NOTIFYs them, ``migrations.drivers.notify``):
     when it has work due by its own last fact (``next_due_at`` at or before ``updated_at``, both
     UTC), such as a granted approval, a cancel request or a settlement to retry now. A write that
     ends, settles or leases an operation gives no one anything to do, and waking every worker for

@@ -11,13 +11,14 @@ from rich.text import Text
 
 from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, cell, console, print_json, settings
 from ledger.config import Database, Settings
+from migrations.drivers import database_driver
 
 _FileArgument = typer.Argument(..., help="the legacy export (format jobstore-export/1, docs/operations.md)")
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
 
 def doctor(
-    quick: bool = typer.Option(False, "--quick", help="PRAGMA quick_check instead of the slower integrity_check"),
+    quick: bool = typer.Option(False, "--quick", help="the quick_check pragma instead of the slower integrity_check"),
     database_url: str = DatabaseOption,
     json_output: bool = JsonOption,
 ) -> None:
@@ -61,11 +62,12 @@ def backup(dest: Path = _DestArgument, database_url: str = DatabaseOption, json_
     config = settings(database_url)
     database = config.database
     with UserErrors():
-        if database.backend != "sqlite" or database.path is None:
+        source = database_driver(database).store_file
+        if source is None:
             raise ConfigurationError("opledger backup copies a SQLite store; back up PostgreSQL with pg_dump")
         app_class = load_app_class(config.app)
-        check_store_path(database.path)
-        check_store_files(database.path, thorough=True)
+        check_store_path(source)
+        check_store_files(source, thorough=True)
         identity = check_store_identity(database, app_class.name, store_id=config.store_id)
         dest = dest.absolute()
         if dest.exists() or dest.is_symlink():
@@ -75,14 +77,14 @@ def backup(dest: Path = _DestArgument, database_url: str = DatabaseOption, json_
         except StorePathError as exc:
             raise ConfigurationError(str(exc).replace("refusing the store", "refusing the backup file", 1)) from None
         try:
-            copy_store(database.path, dest, replace=False)
+            copy_store(source, dest, replace=False)
         except FileExistsError:
             raise ConfigurationError(f"{dest} exists; give a new file name") from None
         except OSError as exc:
             raise ConfigurationError(f"cannot write the backup {dest}: {exc.strerror or exc}") from None
         try:
             check_store_files(dest, thorough=True)
-            check_store_identity(Database.parse(f"sqlite:///{dest}"), app_class.name,
+            check_store_identity(Database.in_file(dest), app_class.name,
                                  store_id=identity["store_id"])
         except BaseException:  # a copy that fails its check is not a backup: leave nothing behind
             for path in (dest, companion(dest, "-wal"), companion(dest, "-shm")):
@@ -124,7 +126,7 @@ def import_json(
     with UserErrors():
         report = run_import(config.database, load_app_class(config.app), file, now=SystemClock().now(),
                             store_id=config.store_id)
-        if config.database.backend == "sqlite":  # also after an import killed between switch and view
+        if not database_driver(config.database).shared:  # also after an import killed between switch and view
             _project(config)
     if json_output:
         print_json({"imported": report.imported, "skipped": report.skipped, "already_imported": report.already,

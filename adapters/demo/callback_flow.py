@@ -42,6 +42,7 @@ from ledger.config import Database
 from ledger.failpoints import FAILPOINT_ENV
 from ledger.operation import Operation
 from ledger.status import ExecutionState, SettlementState
+from migrations.drivers import database_driver
 from projections.views import open_view
 
 FULFILMENTS = 3
@@ -89,7 +90,7 @@ class CallbackFlow:
             say: Callable[..., None]) -> dict[str, Any]:
         """Steps 1-4 of the module docstring, with the workers stopped. Returns the summary."""
         serve_env = {**env, **self.worker_env()}
-        write = database.backend == "sqlite"
+        write = not database_driver(database).shared  # serve owns a store no other process shares
         logs = self.directory / f"demo-serve-{self.run_id}.log"
         # Not waited for: a callback the partner retries may reach it, and kill it, before a
         # health check does. Killed by its failpoint (SIGKILL), not by an error of its start.
@@ -118,7 +119,7 @@ class CallbackFlow:
     def _attack(self, database: Database, partner_url: str) -> tuple[int | None, int | None]:
         # Replay a callback whose last send is the very message the ledger recorded: not the one
         # serve was killed on (the first recorded; its retry was answered as a duplicate).
-        app = OrdersApp(env=database.library_env(create_table=False, read_only=database.backend == "sqlite"))
+        app = OrdersApp(env=database.library_env(create_table=False, read_only=not database_driver(database).shared))
         try:
             recorded_at = {op_id: e.timestamp for op_id in self.op_ids for e in app.events.get(op_id)
                            if isinstance(e, Operation.CallbackReceived)}
@@ -132,7 +133,7 @@ class CallbackFlow:
 
     def _summary(self, database: Database, log: PartnerLog, rows: dict[UUID, Any], *, killed: bool,
                  forged: int | None, replayed: int | None) -> dict[str, Any]:
-        app = OrdersApp(env=database.library_env(create_table=False, read_only=database.backend == "sqlite"))
+        app = OrdersApp(env=database.library_env(create_table=False, read_only=not database_driver(database).shared))
         try:
             recorded = {op_id: sum(isinstance(e, Operation.CallbackReceived) for e in app.events.get(op_id))
                         for op_id in self.op_ids}
@@ -165,7 +166,7 @@ def _until(predicate: Callable[[], bool]) -> bool:
 
 def _wait(database: Database, op_ids: list[UUID], done: Callable[[Any], bool],
           alive: Callable[[], bool]) -> dict[UUID, Any]:
-    view = open_view(database, read_only=database.backend == "sqlite")
+    view = open_view(database, read_only=not database_driver(database).shared)
     rows: dict[UUID, Any] = {}
     try:
         deadline = time.monotonic() + WAIT_SECONDS

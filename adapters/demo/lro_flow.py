@@ -29,6 +29,7 @@ from ledger.config import Database
 from ledger.declarations import DeliveryMode, Integration
 from ledger.operation import Operation
 from ledger.settlement import SettlementOutcome
+from migrations.drivers import database_driver
 from projections.rows import StatusRow
 
 PROVISIONING = Integration.parse({
@@ -175,7 +176,7 @@ def resumed_by_another_worker(database: Database, app_class: type[LedgerApplicat
 
     Source: issue 12 item 6 ("SIGKILLs the worker mid-poll ... restarts").
     """
-    app = app_class(env=database.library_env(create_table=False, read_only=database.backend == "sqlite"))
+    app = app_class(env=database.library_env(create_table=False, read_only=not database_driver(database).shared))
     try:
         resumed = []
         for op_id, plan in flow.items():

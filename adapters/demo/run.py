@@ -46,11 +46,11 @@ from adapters.partner import PartnerLog, start_partner_process
 from adapters.processes import WorkerProcess, children_stopped, spawn_worker
 from ledger.config import Database
 from ledger.declarations import DeliveryMode
-from ledger.errors import ConfigurationError
 from ledger.persistence import StoreLock
 from ledger.redaction import mask_url
 from ledger.status import ExecutionState, SettlementState, is_quiescent
 from migrations import migrate
+from migrations.drivers import database_driver
 from projections.rows import StatusRow
 from projections.views import open_view
 
@@ -97,7 +97,7 @@ def run_demo(*, database_url: str | None, as_json: bool, orders: int) -> int:
     migrate(database, OrdersApp)
     webhook_secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
     partner_log = DEMO_DIR / f"demo-partner-{run_id}.db"
-    say(f"[bold]opledger demo[/] store: {_describe(database)}")
+    say(f"[bold]opledger demo[/] store: {database_driver(database).describe()}")
     flow = CallbackFlow(directory=DEMO_DIR, run_id=run_id)
     # Every worker and serve the demo starts is stopped when it ends, Ctrl-C and SIGTERM included.
     with children_stopped(), start_partner_process(log_path=partner_log, secret=webhook_secret,
@@ -165,29 +165,13 @@ def _fresh_database(database_url: str | None) -> Database:
         with StoreLock(path):  # never delete a store another process (a worker) still owns
             for suffix in ("", "-wal", "-shm"):
                 Path(str(path) + suffix).unlink(missing_ok=True)
-        return Database.parse(f"sqlite:///{path}")
+        return Database.in_file(path)
     database = Database.parse(database_url)
-    if database.backend == "postgres" and database.schema is None:
+    if database_driver(database).shared and database.schema is None:
         # A schema of its own, so the demo never mixes with (or needs) an existing store.
         database = Database.parse(f"{database_url}{'&' if '?' in database_url else '?'}schema=opledger_demo")
-        _drop_schema(database)
+        database_driver(database).schema_drop()
     return database
-
-
-def _drop_schema(database: Database) -> None:
-    import psycopg
-
-    try:
-        with psycopg.connect(database.conninfo(), autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{database.schema}" CASCADE')
-    except psycopg.OperationalError as exc:
-        raise ConfigurationError(f"cannot reach PostgreSQL at {database.host}:{database.port}: {exc}") from None
-
-
-def _describe(database: Database) -> str:
-    if database.backend == "sqlite":
-        return f"SQLite {database.path}"
-    return f"PostgreSQL {database.host}:{database.port}/{database.dbname} schema {database.schema}"
 
 
 def _place_orders(database: Database, partner_url: str, orders: int) -> tuple[list[UUID], dict[UUID, str]]:
@@ -234,7 +218,7 @@ def _kill_when_in_flight(worker: WorkerProcess, log: PartnerLog, op_ids: list[UU
 
 
 def _wait_quiescent(database: Database, op_ids: list[UUID], worker: WorkerProcess) -> dict[UUID, StatusRow]:
-    view = open_view(database, read_only=database.backend == "sqlite")
+    view = open_view(database, read_only=not database_driver(database).shared)
     rows: dict[UUID, StatusRow] = {}
     try:
         deadline = time.monotonic() + SETTLE_TIMEOUT_SECONDS
@@ -284,7 +268,7 @@ def _summary(database: Database, op_ids: list[UUID], modes: dict[UUID, str], row
         "succeeded_without_exactly_one_effect": mismatches,
         "effects": effects,
         "effects_applied": sum(e["applied"] for e in effects.values()),
-        "database": _describe(database),
+        "database": database_driver(database).describe(),
         "example_timeline": _example_timeline(database, op_ids, rows),
     }
 
@@ -295,7 +279,7 @@ def _example_timeline(database: Database, op_ids: list[UUID], rows: dict[UUID, S
     candidates = [i for i in op_ids if i in rows and rows[i].integration == "payments.charge"]
     if not candidates:
         return {}
-    app = OrdersApp(env=database.library_env(create_table=False, read_only=database.backend == "sqlite"))
+    app = OrdersApp(env=database.library_env(create_table=False, read_only=not database_driver(database).shared))
     try:
         timelines = {i: timeline_entries(app, i) for i in candidates}
     finally:

@@ -40,6 +40,7 @@ from adapters.runtime import Store, open_store
 from executors.secrets import check_environment_secrets
 from ledger.config import Settings
 from ledger.errors import ConfigurationError
+from migrations.drivers import database_driver
 from projections.status import StatusProjection
 
 log = structlog.get_logger("opledger.serve")
@@ -105,12 +106,12 @@ def run_serve(settings: Settings, listener: HttpListener, *, write: bool) -> Non
             address cannot be bound.
         StoreLockedError: ``write`` on an SQLite store a worker owns.
     """
-    postgres = settings.database.backend == "postgres"
-    writable = postgres or write
+    shared = database_driver(settings.database).shared  # processes share the store: every one may write
+    writable = shared or write
     sock = _bound(listener)
     stop = threading.Event()
     with open_store(settings, write=writable) as store:
-        holder = f"serve:{uuid.uuid4().hex[:12]}" if postgres else None
+        holder = f"serve:{uuid.uuid4().hex[:12]}" if shared else None
         followers: list[threading.Thread] = []
         if writable:  # alone, this server keeps the read models where it may write them
             status = StatusProjection(app=store.app, view=store.view, holder=holder)
@@ -153,7 +154,7 @@ def serve_beside_worker(listener: HttpListener) -> Callable[[Store, threading.Ev
     def start(store: Store, stop: threading.Event) -> list[threading.Thread]:
         settings = store.settings
         threads: list[threading.Thread] = []
-        if settings.database.backend == "postgres":
+        if database_driver(settings.database).shared:
             threads.append(follow_metrics(settings.database, store.app, stop, holder=f"serve:{uuid.uuid4().hex[:12]}"))
         config = _http_services(store, listener, stop, writable=True, followers=threads)
         threads.append(serve_in_thread(config, stop, sockets=[sock]))

@@ -21,6 +21,7 @@ from ledger.adapter_names import register_adapter
 from ledger.application import LedgerApplication
 from ledger.declarations import DeliveryMode, Integration
 from ledger.settlement import SettlementOutcome, SettlementRequest, default_settlement_policy
+from migrations.drivers import memory_env
 
 ADAPTER = register_adapter("sim")
 """The adapter name the simulated integrations declare (registered: not one ``opledger worker`` builds)."""
@@ -153,4 +154,5 @@ class SimApp(LedgerApplication):
         return account, op.id
 
 
-POPO: dict[str, Any] = {"PERSISTENCE_MODULE": "eventsourcing.popo"}
+POPO: dict[str, Any] = memory_env()
+"""The library environment of the simulator's in-memory store."""

@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import Any
 from weakref import WeakKeyDictionary
 
+from ledger.config import Database
 from migrations.drivers.protocols import (
+    DatabaseDriver,
     EventLoads,
     EventRow,
     LogReads,
@@ -28,7 +30,7 @@ from migrations.drivers.protocols import (
 
 __all__ = [
     # choosing
-    "driver_of",
+    "driver_of", "database_driver", "DatabaseDriver", "memory_env",
     # the concerns
     "StoreDriver", "EventLoads", "LogReads", "Reservations", "ReservationHold", "StoreProbes", "TopicCounts",
     # rows
@@ -75,3 +77,25 @@ def _choose(recorder: Any) -> StoreDriver:
             return PostgresDriver(recorder)
     raise ValueError(f"no store driver for a recorder of type {type(recorder).__qualname__}; "
                      "expected the library's SQLite, PostgreSQL or in-memory application recorder")
+
+
+def memory_env() -> dict[str, str]:
+    """Return the library environment of a store held in memory (the library's POPO recorder,
+    whose driver is ``migrations.drivers.memory``): the simulator's and a dry run's store."""
+    return {"PERSISTENCE_MODULE": "eventsourcing.popo"}
+
+
+def database_driver(database: Database) -> DatabaseDriver:
+    """Return the database-level driver of ``database`` (whether processes share the store,
+    its wake-ups, its description): the one place a configured backend is looked at.
+
+    Args:
+        database: the parsed database URL (``ledger.config.Database``).
+    """
+    if database.backend == "sqlite":
+        from migrations.drivers.sqlite import SQLiteDatabase
+
+        return SQLiteDatabase(database)
+    from migrations.drivers.postgres import PostgresDatabase
+
+    return PostgresDatabase(database)

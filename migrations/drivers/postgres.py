@@ -10,14 +10,18 @@ taken by the statement that reads, on a connection held while they are.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+import threading
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 from psycopg.rows import tuple_row
-from psycopg.sql import SQL
+from psycopg.sql import SQL, Identifier
 
+from ledger.config import Database
+from ledger.errors import ConfigurationError
 from migrations.drivers.protocols import EventRow, OpenIntents, Record, ReservationHold
 from migrations.queries import load_queries
 
@@ -142,3 +146,54 @@ class _Hold:
         reserved = [op_id for (op_id,) in self._cursor.fetchall()]
         self.held.extend(reserved)
         return set(reserved)
+
+
+class PostgresDatabase:
+    """The database-level driver of a store in a PostgreSQL schema: processes share it.
+
+    Args:
+        database: the parsed database URL.
+    """
+
+    name = "postgres"
+    shared = True
+    log_gapless = False
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+        self.store_file: Path | None = None
+
+    def journal_mode(self) -> str | None:
+        """None: no file of its own (``DatabaseDriver.journal_mode``)."""
+        return None
+
+    def describe(self) -> str:
+        """See ``DatabaseDriver.describe``."""
+        d = self._database
+        return f"PostgreSQL {d.host}:{d.port}/{d.dbname} schema {d.schema}"
+
+    def schema_drop(self) -> None:
+        """See ``DatabaseDriver.schema_drop``: ``drop_schema.sql`` on a connection of its own."""
+        import psycopg
+
+        d = self._database
+        statement = SQL(load_queries(self.name)["drop_schema"]).format(schema=Identifier(d.schema or "public"))
+        try:
+            with psycopg.connect(d.conninfo(), autocommit=True, connect_timeout=5) as conn:
+                conn.execute(statement)
+        except psycopg.OperationalError as exc:
+            raise ConfigurationError(f"cannot reach PostgreSQL at {d.host}:{d.port}: {exc}") from None
+
+    def wakeups_start(self, wakeups: Mapping[str, Sequence[Callable[[str], None]]], stop: threading.Event) -> bool:
+        """See ``DatabaseDriver.wakeups_start``: a ``Listener`` thread LISTENing on a connection
+        of its own (``migrations.drivers.notify``)."""
+        from migrations.drivers.notify import Listener
+
+        Listener(self._database.conninfo(), wakeups).start(stop)
+        return True
+
+    def status_channel(self) -> str:
+        """See ``DatabaseDriver.status_channel``: one per schema (channels are per database)."""
+        from migrations.drivers.notify import status_channel
+
+        return status_channel(self._database.schema)

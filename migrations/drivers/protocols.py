@@ -9,8 +9,10 @@ Source: ADR 0008; STYLE rules 6 and 19.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import threading
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 from uuid import UUID
 
@@ -147,3 +149,66 @@ class StoreDriver(EventLoads, LogReads, Reservations, StoreProbes, TopicCounts, 
 
     name: str
     """The driver's name, for logs and reports only: never branched on."""
+
+
+class DatabaseDriver(Protocol):
+    """What differs between the backends for a configured database, before or beside any
+    application over it: whether processes share it, its wake-ups, its description.
+
+    Chosen once per ``ledger.config.Database`` by ``migrations.drivers.database_driver``.
+    """
+
+    name: str
+    """The driver's name, for logs and reports only: never branched on."""
+
+    shared: bool
+    """Whether workers and servers of many processes share the store (a leadership lease picks
+    the projection's writer, wake-ups are sent, every process may write); where False, one
+    process owns the store and the others open it read-only."""
+
+    store_file: Path | None
+    """The file the store lives in when it is a file of its own (its path, header, WAL and
+    integrity are checked by ``ledger.store_files``, and one process owns it by its lock);
+    None for a database server."""
+
+    log_gapless: bool
+    """Whether the log's positions have no gaps unless records were deleted (a PostgreSQL
+    sequence skips the numbers of rolled-back inserts; SQLite's row ids do not)."""
+
+    def describe(self) -> str:
+        """Where the store lives, in words for a person (no password)."""
+        ...
+
+    def journal_mode(self) -> str | None:
+        """The store file's journal mode (lower case), read without writing; None where the
+        store is no file of its own.
+
+        Raises:
+            sqlite3.DatabaseError: the file cannot be opened or read as a database.
+        """
+        ...
+
+    def schema_drop(self) -> None:
+        """Drop the store's own schema and everything in it (the demo's fresh start). Where the
+        store is a file of its own (no schema), nothing: its owner deletes the file.
+
+        Raises:
+            ConfigurationError: the database cannot be reached.
+        """
+        ...
+
+    def wakeups_start(self, wakeups: Mapping[str, Sequence[Callable[[str], None]]], stop: threading.Event) -> bool:
+        """Start calling ``wakeups`` (channel -> callables of a notification's payload) when the
+        store notifies, until ``stop`` is set; return whether it does. Where the store sends no
+        notifications, False: polling alone finds new work.
+
+        Args:
+            wakeups: by channel (:meth:`status_channel`, or the event log's channel of the
+                library's recorder): quick, thread-safe callables.
+            stop: ends the listening.
+        """
+        ...
+
+    def status_channel(self) -> str:
+        """The channel the status view notifies when a write leaves work due now."""
+        ...

@@ -5,11 +5,13 @@ Runs the named queries of ``migrations/sqlite/queries`` on the library's recorde
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+import threading
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
 
+from ledger.config import Database
 from migrations.drivers.protocols import EventRow, OpenIntents, Record, ReservationHold
 from migrations.queries import load_queries
 
@@ -93,3 +95,44 @@ class SQLiteDriver:
         """See ``TopicCounts.intents_list_all``."""
         sql = self._queries["select_intents"].format(table=self._table, topics=",".join("?" * len(topics)))
         return self._ids(self._select(sql, list(topics), tuples=True))
+
+
+class SQLiteDatabase:
+    """The database-level driver of a store in one SQLite file: one process owns it.
+
+    Args:
+        database: the parsed database URL.
+    """
+
+    name = "sqlite"
+    shared = False
+    log_gapless = True
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+        self.store_file = database.path
+
+    def journal_mode(self) -> str | None:
+        """See ``DatabaseDriver.journal_mode``: on a read-only connection of its own."""
+        import sqlite3
+
+        conn = sqlite3.connect(f"file:{self.store_file}?mode=ro", uri=True)
+        try:
+            return str(conn.execute(load_queries(self.name)["select_journal_mode"]).fetchone()[0]).lower()
+        finally:
+            conn.close()
+
+    def describe(self) -> str:
+        """See ``DatabaseDriver.describe``."""
+        return f"SQLite {self._database.path}"
+
+    def schema_drop(self) -> None:
+        """Nothing: the store is a file of its own (``DatabaseDriver.schema_drop``)."""
+
+    def wakeups_start(self, wakeups: Mapping[str, Sequence[Callable[[str], None]]], stop: threading.Event) -> bool:
+        """False: one process owns the store, and its worker is woken in process."""
+        return False
+
+    def status_channel(self) -> str:
+        """See ``DatabaseDriver.status_channel`` (never notified here)."""
+        return "opledger_status"

@@ -27,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 from adapters.runtime import open_store, run_worker
 from ledger.config import Database, Settings
 from migrations import migrate
-from projections.notify import Listener
+from migrations.drivers.notify import Listener
 from tests.apps import ModesApp
 from tests.conftest import SECRET, drop_schema, new_postgres_url, require_postgres
 

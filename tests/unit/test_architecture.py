@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,80 @@ def test_no_two_test_modules_share_a_name() -> None:
 
     names = Counter(path.name for path in (Path(__file__).resolve().parents[1]).rglob("test_*.py"))
     assert [name for name, count in names.items() if count > 1] == []
+
+
+# --- One store seam (ADR 0008): backends are named only inside the drivers ---------------------
+
+DRIVERS = "migrations/drivers/"
+STAND_INS = "adapters/partner/"
+"""The reference partner: a stand-in for a remote provider, a program of its own with its own
+SQLite file of requests, never the store; its statements are not the store's."""
+NOT_YET_MOVED = {
+    # ADR 0008, "Where it stands": modules that still name a backend or hold a statement. The set
+    # only shrinks: a module that stops offending must leave it (the test says so).
+    "ledger/application.py", "ledger/config.py",
+    "ledger/persistence.py", "ledger/store_files.py", "ledger/store_identity.py", "migrations/legacy_import.py",
+    "migrations/queries.py", "migrations/runner.py", "projections/postgres_view.py", "projections/sql_view.py",
+    "projections/sqlite_view.py", "projections/views.py",
+}
+_STATEMENT = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|PRAGMA|LISTEN|NOTIFY|BEGIN|WITH|"
+                        r"TRUNCATE|VACUUM)\b|\b(SELECT\s.*\sFROM|INSERT\s+INTO|DELETE\s+FROM|UPDATE\s+\w+\s+SET)\b")
+_BACKEND = re.compile(r"^(sqlite|postgres|postgresql|popo|eventsourcing\.(sqlite|postgres|popo))$|"
+                      r"^(sqlite|postgres|postgresql):/+$")
+_RECORDER = re.compile(r"^(POPO|SQLite|Postgres)\w*(Recorder|Datastore|Factory)$")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """Ids of the string statements (docstrings, attribute docstrings): prose, not code."""
+    found = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        for statement in body if isinstance(body, list) else []:
+            if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+                found.add(id(statement.value))
+    return found
+
+
+def _backend_mentions(path: Path) -> list[str]:
+    """Where ``path`` names a backend (a string that is a backend's name, module or URL scheme),
+    holds an SQL statement in a string, or names a library recorder class or module."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    prose = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
+            if _STATEMENT.search(node.value) or _BACKEND.search(node.value):
+                found.append(f"{node.lineno}: {node.value[:50]!r}")
+        elif isinstance(node, ast.Name | ast.Attribute | ast.alias):
+            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else node.name
+            if _RECORDER.match(name):
+                found.append(f"{getattr(node, 'lineno', 0)}: {name}")
+        if isinstance(node, ast.ImportFrom) and node.module and _BACKEND.search(node.module):
+            found.append(f"{node.lineno}: from {node.module}")
+    return found
+
+
+def test_only_the_drivers_name_a_backend_or_hold_a_statement() -> None:
+    # STYLE rule 19, ADR 0008: outside migrations/drivers/ no code asks which backend it is on
+    # (it asks the driver for a capability) and no statement is written in a Python string.
+    offenders = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = path.relative_to(ROOT).as_posix()
+            if name.startswith((DRIVERS, STAND_INS)):
+                continue
+            if found := _backend_mentions(path):
+                offenders[name] = found
+    unexpected = {name: found for name, found in offenders.items() if name not in NOT_YET_MOVED}
+    assert not unexpected, f"ask the store driver instead (ADR 0008): {unexpected}"
+    assert NOT_YET_MOVED <= set(offenders), f"moved into the drivers, take off NOT_YET_MOVED: {NOT_YET_MOVED - set(offenders)}"
+
+
+def test_the_backend_guard_can_fail(tmp_path: Path) -> None:
+    module = tmp_path / "example.py"
+    module.write_text('"""Docs may say SELECT * FROM x and sqlite."""\n'
+                      'from eventsourcing.popo import POPOApplicationRecorder\n'
+                      'if backend == "sqlite":\n    sql = f"SELECT a FROM {table}"\n'
+                      'message = "the SQLite file is read-only"\n')
+    found = _backend_mentions(module)
+    assert [line.split(":")[0] for line in found] == ["2", "2", "3", "4"], found

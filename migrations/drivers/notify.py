@@ -23,6 +23,7 @@ import structlog
 from psycopg import sql
 
 from ledger.outages import backoff_seconds, is_transient
+from migrations.queries import load_queries
 
 log = structlog.get_logger("opledger.notify")
 
@@ -30,6 +31,7 @@ CHECK_SECONDS = 5.0
 """How long the listener waits for a notification before checking its connection, seconds."""
 STOP_CHECK_SECONDS = 0.5
 """How often the listener checks its stop event while nothing arrives, seconds."""
+QUERIES = load_queries("postgres")
 MAX_CHANNEL_CHARS = 63
 """PostgreSQL identifiers (channel names) are cut at 63 bytes."""
 
@@ -63,7 +65,7 @@ class Listener:
             try:
                 with psycopg.connect(self.conninfo, autocommit=True) as conn:
                     for channel in self.wakeups:
-                        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                        conn.execute(sql.SQL(QUERIES["listen_channel"]).format(channel=sql.Identifier(channel)))
                     self.connected.set()
                     if outage:
                         log.warning("listener reconnected", retries=outage)
@@ -93,7 +95,7 @@ class Listener:
                     return
             quiet = 0.0 if received else quiet + STOP_CHECK_SECONDS
             if quiet >= CHECK_SECONDS:
-                conn.execute("SELECT 1")  # a connection that died quietly raises here
+                conn.execute(QUERIES["check_connection"])  # a connection that died quietly raises here
                 quiet = 0.0
 
     def _wake_all(self) -> None:

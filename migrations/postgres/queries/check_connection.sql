@@ -1,0 +1,2 @@
+-- Listener: a round trip that raises on a connection that died quietly.
+SELECT 1

@@ -1,0 +1,2 @@
+-- Listener: subscribe this session to one notification channel (a quoted identifier).
+LISTEN {channel}
