@@ -9,7 +9,6 @@ anything reads the file.
 
 from __future__ import annotations
 
-import sqlite3
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,8 +23,8 @@ from ledger.codec import CODEC_VERSION
 from ledger.config import Database
 from ledger.errors import ConfigurationError
 from ledger.persistence import StoreLock
-from ledger.store_files import check_store_files, create_store_file
-from ledger.store_identity import SCHEMA_VERSION, STORE_TABLE, check_newer_schema, read_store_identity
+from ledger.store_identity import SCHEMA_VERSION, check_newer_schema, read_store_identity
+from migrations.drivers import DatabaseDriver, database_driver
 
 HERE = Path(__file__).parent
 
@@ -45,41 +44,6 @@ class MigrationReport:
     app_name: str
 
 
-def _ensure_container(database: Database) -> None:
-    if database.backend == "sqlite":
-        assert database.path is not None
-        # Under the lock, which checked the path and made the directory 0700: the file 0600
-        # first (SQLite gives its WAL and index the same mode), then a damaged one is refused.
-        create_store_file(database.path)
-        check_store_files(database.path, thorough=True)
-        try:
-            conn = sqlite3.connect(database.path)
-            try:
-                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            finally:
-                conn.close()
-        except (OSError, sqlite3.DatabaseError) as exc:
-            raise ConfigurationError(f"{database.path} cannot be used as an SQLite store: {exc}") from None
-        if str(mode).lower() != "wal":
-            raise ConfigurationError(f"cannot put {database.path} in WAL mode (got {mode})")
-    else:
-        import psycopg
-
-        try:
-            with psycopg.connect(database.conninfo(connect_timeout=10), autocommit=True) as pg:
-                if database.schema:
-                    # The library names types and tables in this schema without quoting some of
-                    # them, so a name PostgreSQL reserves breaks it halfway: refuse it up front.
-                    found = pg.execute("SELECT catdesc FROM pg_get_keywords() WHERE word = %s AND catcode <> 'U'",
-                                         (database.schema,)).fetchone()
-                    if found:
-                        raise ConfigurationError(f"schema name {database.schema!r} is a PostgreSQL keyword "
-                                                 f"({found[0]}); choose another")
-                    pg.execute(f'CREATE SCHEMA IF NOT EXISTS "{database.schema}"')
-        except psycopg.OperationalError as exc:
-            raise database.unreachable(exc) from None
-
-
 def _create_library_tables(app_class: type, database: Database,
                            check: Callable[[Any], object] | None = None) -> None:
     # Constructing the application with CREATE_TABLE=y makes its recorders create their tables.
@@ -91,39 +55,12 @@ def _create_library_tables(app_class: type, database: Database,
         app.close()
 
 
-def _record_identity(database: Database, app_name: str) -> str:
-    new_id = str(uuid.uuid4())
-    if database.backend == "sqlite":
-        assert database.path is not None  # parsed SQLite URLs always have a path
-        conn = sqlite3.connect(database.path)
-        try:
-            with conn:
-                rows = dict(conn.execute(f"SELECT key, value FROM {STORE_TABLE}").fetchall())
-                _check_owner(rows, app_name)
-                conn.execute(f"INSERT OR IGNORE INTO {STORE_TABLE} VALUES ('store_id', ?)", (new_id,))
-                conn.execute(f"INSERT OR IGNORE INTO {STORE_TABLE} VALUES ('app_name', ?)", (app_name,))
-                conn.execute(f"INSERT OR IGNORE INTO {STORE_TABLE} VALUES ('backend', 'sqlite')")
-                conn.execute(f"INSERT OR IGNORE INTO {STORE_TABLE} VALUES ('codec_version', ?)", (str(CODEC_VERSION),))
-                # The code's version, whatever the migration files wrote: migrate is the repair.
-                conn.execute(f"INSERT OR REPLACE INTO {STORE_TABLE} VALUES ('schema_version', ?)",
-                             (str(SCHEMA_VERSION),))
-                return conn.execute(f"SELECT value FROM {STORE_TABLE} WHERE key='store_id'").fetchone()[0]
-        finally:
-            conn.close()
-    import psycopg
-
-    table = f'"{database.schema}".{STORE_TABLE}' if database.schema else STORE_TABLE
-    with psycopg.connect(database.conninfo()) as pg:
-        rows = dict(pg.execute(f"SELECT key, value FROM {table}").fetchall())
-        _check_owner(rows, app_name)
-        for key, value in (("store_id", new_id), ("app_name", app_name), ("backend", "postgres"),
-                           ("codec_version", str(CODEC_VERSION))):
-            pg.execute(f"INSERT INTO {table} VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", (key, value))
-        pg.execute(f"INSERT INTO {table} VALUES ('schema_version', %s) ON CONFLICT (key) DO UPDATE "
-                     "SET value = EXCLUDED.value", (str(SCHEMA_VERSION),))
-        stored = pg.execute(f"SELECT value FROM {table} WHERE key='store_id'").fetchone()
-        assert stored is not None  # inserted just above, in this transaction
-        return str(stored[0])
+def _record_identity(driver: DatabaseDriver, app_name: str) -> str:
+    # The code's schema version, whatever the migration files wrote: migrate is the repair.
+    return driver.identity_record(
+        defaults={"store_id": str(uuid.uuid4()), "app_name": app_name, "backend": driver.name,
+                  "codec_version": str(CODEC_VERSION)},
+        current={"schema_version": str(SCHEMA_VERSION)}, check=lambda rows: _check_owner(rows, app_name))
 
 
 def _check_owner(rows: dict[str, str], app_name: str) -> None:
@@ -154,11 +91,12 @@ def migrate(database: Database, app_class: type[LedgerApplication], *,
         The errors of ``check``.
     """
     app_name = app_class.name
-    lock = StoreLock(database.path) if database.backend == "sqlite" and database.path is not None else None
+    driver = database_driver(database)
+    lock = StoreLock(driver.store_file) if driver.store_file is not None else None
     if lock is not None:
         lock.acquire()
     try:
-        _ensure_container(database)
+        driver.store_prepare()
         # Refuse before creating anything: another application's store, or a newer schema.
         existing = read_store_identity(database, missing_ok=True)
         _check_owner(existing, app_name)
@@ -166,7 +104,7 @@ def migrate(database: Database, app_class: type[LedgerApplication], *,
         _create_library_tables(app_class, database, check)
         failpoints.reached("migration")  # process tests: SIGKILL mid-migration (ledger.failpoints)
         backend = get_backend(database.url(driver="psycopg"))
-        migrations = read_migrations(str(HERE / database.backend / "schema"))
+        migrations = read_migrations(str(driver.schema_files))
         try:
             with backend.lock():
                 pending = backend.to_apply(migrations)
@@ -177,7 +115,7 @@ def migrate(database: Database, app_class: type[LedgerApplication], *,
             backend.connection.close()
         applied = [m.id for m in pending]
         failpoints.reached("migration")
-        store_id = _record_identity(database, app_name)
+        store_id = _record_identity(driver, app_name)
         return MigrationReport(applied=applied, store_id=store_id, app_name=app_name)
     finally:
         if lock is not None:

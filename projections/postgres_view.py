@@ -70,14 +70,14 @@ class PostgresStatusView(SqlStatusView):
 
     def _notify(self, cur: Any) -> None:
         # Delivered at commit; workers LISTEN (migrations.drivers.notify) and look for due work at once.
-        cur.execute("SELECT pg_notify(%s, '')", (self.channel,))
+        cur.execute(self.queries["notify_status"], (self.channel,))
 
     def _upsert(self, cur: Any, table: str, rows: list[StatusRow]) -> None:
         # Binary COPY into a staging table, then one INSERT ... ON CONFLICT: a quarter of the
         # cost of one parameterised upsert per row (docs/performance.md).
         types = self._column_types(cur)  # before the COPY: no other statement may run inside it
         cur.execute(self.queries["create_status_stage"])
-        with cur.copy(f"COPY opledger_status_stage ({', '.join(COLUMNS)}) FROM STDIN (FORMAT BINARY)") as copy:
+        with cur.copy(self.queries["copy_status_stage"].format(columns=", ".join(COLUMNS))) as copy:
             copy.set_types(types)
             for row in rows:
                 copy.write_row(row)
@@ -98,7 +98,7 @@ class PostgresStatusView(SqlStatusView):
         return StatusRow._make(v.astimezone(UTC) if isinstance(v, datetime) else v for v in values)
 
     def _create_rebuild_table(self, cur: Any) -> None:
-        cur.execute(f"CREATE TABLE {REBUILD_TABLE} (LIKE {MAIN_TABLE} INCLUDING ALL)")
+        cur.execute(self.queries["create_rebuild_table"].format(rebuild=REBUILD_TABLE, main=MAIN_TABLE))
 
     def lease_clock(self, local: Clock, *, max_skew_seconds: float) -> Clock:
         """Follow the database's clock from now on: ``due()`` compares with the database's time

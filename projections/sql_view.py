@@ -122,13 +122,13 @@ class SqlStatusView:
 
     def begin_rebuild(self) -> None:
         with self._transaction() as cur:
-            cur.execute(f"DROP TABLE IF EXISTS {REBUILD_TABLE}")
+            cur.execute(self.queries["drop_rebuild_table"].format(rebuild=REBUILD_TABLE))
             self._create_rebuild_table(cur)
 
     def finish_rebuild(self, *, projection: str, upstream: str, position: int) -> None:
         with self._transaction() as cur:
-            cur.execute(f"DROP TABLE {MAIN_TABLE}")
-            cur.execute(f"ALTER TABLE {REBUILD_TABLE} RENAME TO {MAIN_TABLE}")
+            cur.execute(self.queries["drop_main_table"].format(main=MAIN_TABLE))
+            cur.execute(self.queries["rename_rebuild_table"].format(rebuild=REBUILD_TABLE, main=MAIN_TABLE))
             cur.execute(self.queries["upsert_tracking"],
                         {"projection": projection, "upstream": upstream, "notification_id": position})
 

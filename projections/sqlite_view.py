@@ -62,7 +62,7 @@ class SQLiteStatusView(SqlStatusView):
             # their tracking position and are rebuilt from the log: a power loss may roll back
             # its last commits (rows and position together), never tear them. So no fsync per
             # commit (WAL with NORMAL); the event log's connections keep synchronous=FULL.
-            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(self.queries["set_synchronous_normal"])
         self._read_only = read_only
         self._lock = threading.Lock()
 
@@ -71,7 +71,7 @@ class SQLiteStatusView(SqlStatusView):
         with self._lock:
             cur = self._conn.cursor()
             # BEGIN IMMEDIATE takes the write lock up front, so two writers never deadlock.
-            cur.execute("BEGIN" if self._read_only else "BEGIN IMMEDIATE")
+            cur.execute(self.queries["begin_read" if self._read_only else "begin_write"])
             try:
                 yield cur
             except BaseException:
@@ -106,7 +106,7 @@ class SQLiteStatusView(SqlStatusView):
 
     def _create_rebuild_table(self, cur: Any) -> None:
         # SQLite has no CREATE TABLE ... LIKE: reuse the migrated DDL with the new name.
-        cur.execute("SELECT type, sql FROM sqlite_master WHERE tbl_name = ? AND sql IS NOT NULL", (MAIN_TABLE,))
+        cur.execute(self.queries["select_table_ddl"], (MAIN_TABLE,))
         for kind, sql in cur.fetchall():
             if kind == "index":
                 # Index names alternate between the two prefixes at each rebuild, since the old

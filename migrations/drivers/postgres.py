@@ -22,7 +22,9 @@ from psycopg.sql import SQL, Identifier
 
 from ledger.config import Database
 from ledger.errors import ConfigurationError
+from ledger.store_identity import STORE_TABLE
 from migrations.drivers.protocols import EventRow, OpenIntents, Record, ReservationHold
+from migrations.queries import HERE as SCHEMA_ROOT
 from migrations.queries import load_queries
 
 
@@ -162,6 +164,45 @@ class PostgresDatabase:
     def __init__(self, database: Database) -> None:
         self._database = database
         self.store_file: Path | None = None
+        self.schema_files = SCHEMA_ROOT / self.name / "schema"
+
+    def store_prepare(self) -> None:
+        """See ``DatabaseDriver.store_prepare``. The library names types and tables in the
+        schema without quoting some of them, so a name PostgreSQL reserves breaks it halfway:
+        it is refused up front."""
+        import psycopg
+
+        d = self._database
+        queries = load_queries(self.name)
+        try:
+            with psycopg.connect(d.conninfo(connect_timeout=10), autocommit=True) as pg:
+                if d.schema:
+                    found = pg.execute(queries["select_reserved_keyword"], (d.schema,)).fetchone()
+                    if found:
+                        raise ConfigurationError(f"schema name {d.schema!r} is a PostgreSQL keyword "
+                                                 f"({found[0]}); choose another")
+                    pg.execute(SQL(queries["create_schema"]).format(schema=Identifier(d.schema)))
+        except psycopg.OperationalError as exc:
+            raise d.unreachable(exc) from None
+
+    def identity_record(self, *, defaults: Mapping[str, str], current: Mapping[str, str],
+                        check: Callable[[dict[str, str]], None]) -> str:
+        """See ``DatabaseDriver.identity_record``."""
+        import psycopg
+
+        d = self._database
+        table = SQL(f'"{d.schema}".{STORE_TABLE}' if d.schema else STORE_TABLE)  # names, not input
+        queries = {name: SQL(load_queries(self.name)[name]).format(table=table)
+                   for name in ("select_identity", "insert_identity", "upsert_identity")}
+        with psycopg.connect(d.conninfo()) as pg, pg.cursor() as cur:
+            cur.execute(queries["select_identity"])
+            rows: list[Any] = cur.fetchall()
+            check(dict(rows))
+            cur.executemany(queries["insert_identity"], list(defaults.items()))
+            cur.executemany(queries["upsert_identity"], list(current.items()))
+            cur.execute(queries["select_identity"])
+            stored: list[Any] = cur.fetchall()
+            return str(dict(stored)["store_id"])
 
     def journal_mode(self) -> str | None:
         """None: no file of its own (``DatabaseDriver.journal_mode``)."""

@@ -175,8 +175,33 @@ class DatabaseDriver(Protocol):
     """Whether the log's positions have no gaps unless records were deleted (a PostgreSQL
     sequence skips the numbers of rolled-back inserts; SQLite's row ids do not)."""
 
+    schema_files: Path
+    """The folder of this backend's numbered schema migrations (applied by ``opledger migrate``)."""
+
     def describe(self) -> str:
         """Where the store lives, in words for a person (no password)."""
+        ...
+
+    def store_prepare(self) -> None:
+        """Make the store's container ready for ``opledger migrate``: the file (created with
+        mode 0600, checked whole, in WAL mode), or the schema (its name checked, created).
+
+        Raises:
+            ConfigurationError: the file cannot be used, the schema name is a reserved keyword,
+                or the database cannot be reached.
+            StoreDamagedError: the file is damaged.
+        """
+        ...
+
+    def identity_record(self, *, defaults: Mapping[str, str], current: Mapping[str, str],
+                        check: Callable[[dict[str, str]], None]) -> str:
+        """In one transaction: read the store's identity rows, call ``check`` with them (it
+        raises to refuse the store), insert each of ``defaults`` whose key is not there yet,
+        set each of ``current``; return the stored ``store_id``.
+
+        Raises:
+            The errors of ``check``.
+        """
         ...
 
     def journal_mode(self) -> str | None:

@@ -5,6 +5,7 @@ Runs the named queries of ``migrations/sqlite/queries`` on the library's recorde
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -12,7 +13,11 @@ from typing import Any
 from uuid import UUID
 
 from ledger.config import Database
+from ledger.errors import ConfigurationError
+from ledger.store_files import check_store_files, create_store_file
+from ledger.store_identity import STORE_TABLE
 from migrations.drivers.protocols import EventRow, OpenIntents, Record, ReservationHold
+from migrations.queries import HERE as SCHEMA_ROOT
 from migrations.queries import load_queries
 
 MAX_IDS_PER_QUERY = 500
@@ -111,11 +116,44 @@ class SQLiteDatabase:
     def __init__(self, database: Database) -> None:
         self._database = database
         self.store_file = database.path
+        self.schema_files = SCHEMA_ROOT / self.name / "schema"
+
+    def store_prepare(self) -> None:
+        """See ``DatabaseDriver.store_prepare``. Run under the store's lock, which checked the
+        path and made the directory 0700: the file 0600 first (SQLite gives its WAL and index
+        the same mode), then a damaged one is refused."""
+        path = self._database.path
+        assert path is not None  # parsed SQLite URLs always have a path
+        create_store_file(path)
+        check_store_files(path, thorough=True)
+        try:
+            conn = sqlite3.connect(path)
+            try:
+                mode = conn.execute(load_queries(self.name)["set_journal_wal"]).fetchone()[0]
+            finally:
+                conn.close()
+        except (OSError, sqlite3.DatabaseError) as exc:
+            raise ConfigurationError(f"{path} cannot be used as an SQLite store: {exc}") from None
+        if str(mode).lower() != "wal":
+            raise ConfigurationError(f"cannot put {path} in WAL mode (got {mode})")
+
+    def identity_record(self, *, defaults: Mapping[str, str], current: Mapping[str, str],
+                        check: Callable[[dict[str, str]], None]) -> str:
+        """See ``DatabaseDriver.identity_record``."""
+        queries = {name: load_queries(self.name)[name].format(table=STORE_TABLE)
+                   for name in ("select_identity", "insert_identity", "upsert_identity")}
+        conn = sqlite3.connect(str(self._database.path))
+        try:
+            with conn:
+                check(dict(conn.execute(queries["select_identity"]).fetchall()))
+                conn.executemany(queries["insert_identity"], defaults.items())
+                conn.executemany(queries["upsert_identity"], current.items())
+                return str(dict(conn.execute(queries["select_identity"]).fetchall())["store_id"])
+        finally:
+            conn.close()
 
     def journal_mode(self) -> str | None:
         """See ``DatabaseDriver.journal_mode``: on a read-only connection of its own."""
-        import sqlite3
-
         conn = sqlite3.connect(f"file:{self.store_file}?mode=ro", uri=True)
         try:
             return str(conn.execute(load_queries(self.name)["select_journal_mode"]).fetchone()[0]).lower()

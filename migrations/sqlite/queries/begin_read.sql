@@ -1,0 +1,2 @@
+-- SQLiteStatusView: a read-only connection's transaction.
+BEGIN

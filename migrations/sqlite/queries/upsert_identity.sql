@@ -1,0 +1,2 @@
+-- DatabaseDriver.identity_record: an identity row, replacing the key's value.
+INSERT OR REPLACE INTO {table} VALUES (?, ?)
