@@ -285,9 +285,16 @@ def test_every_driver_method_has_a_case() -> None:
     # A method added to a driver must be added to the suite too.
     import inspect
 
+    from migrations.drivers.postgres import PostgresDatabase
+
     methods = {name for name, _ in inspect.getmembers(MemoryDriver, inspect.isfunction) if not name.startswith("_")}
     covered = " ".join(inspect.getsource(case) for case in CASES)
     assert {m for m in methods if m not in covered} == set()
+    database_methods = {name for name, _ in inspect.getmembers(PostgresDatabase, inspect.isfunction)
+                        if not name.startswith("_")}
+    module = inspect.getsource(inspect.getmodule(test_every_driver_method_has_a_case))  # type: ignore[arg-type]
+    tests = module[module.index("# --- the database-level driver"):]
+    assert {m for m in database_methods if f"driver.{m}(" not in tests} == set()
 
 
 BROKEN: dict[str, Callable[..., Any]] = {
@@ -315,3 +322,80 @@ def test_a_broken_memory_driver_fails_the_suite(method: str, monkeypatch: pytest
         finally:
             app.close()
     assert caught, f"no case noticed a wrong {method}"
+
+
+# --- the database-level driver (sqlite and postgres: the memory store has no database) --------
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def configured(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Database]:
+    if request.param == "sqlite":
+        yield Database.parse(f"sqlite:///{tmp_path / 'store' / 'opledger.db'}")
+        return
+    require_postgres()
+    url, schema = new_postgres_url()
+    try:
+        yield Database.parse(url)
+    finally:
+        drop_schema(schema)
+
+
+def test_database_driver_prepares_records_and_describes_a_store(configured: Database) -> None:
+    from migrations.drivers import database_driver
+
+    driver = database_driver(configured)
+    assert driver.shared is (driver.store_file is None), "a file of its own is owned by one process"
+    assert driver.log_gapless is not driver.shared
+    assert driver.schema_files.is_dir() and sorted(driver.schema_files.glob("0001.*.sql"))
+    assert "@" not in driver.describe() and driver.describe()
+    migrate(configured, FakeApp)
+    driver.store_prepare()  # again, on a migrated store: nothing changes
+    assert driver.journal_mode() == (None if driver.store_file is None else "wal")
+    seen: list[dict[str, str]] = []
+    store_id = driver.identity_record(defaults={"store_id": "other", "extra": "1"}, current={"schema_version": "99"},
+                                      check=seen.append)
+    assert seen and seen[0]["app_name"] == FakeApp.name and seen[0]["store_id"] == store_id, "a default never replaces"
+    again: list[dict[str, str]] = []
+    driver.identity_record(defaults={}, current={}, check=again.append)
+    assert again[0]["extra"] == "1" and again[0]["schema_version"] == "99"
+
+    def refuse(rows: dict[str, str]) -> None:
+        raise ValueError("not this store")
+
+    with pytest.raises(ValueError, match="not this store"):
+        driver.identity_record(defaults={"refused": "1"}, current={}, check=refuse)
+    driver.identity_record(defaults={}, current={}, check=again.append)
+    assert "refused" not in again[-1], "a refused record writes nothing"
+
+
+def test_database_driver_wakes_on_its_status_channel_where_it_says_so(configured: Database) -> None:
+    from migrations.drivers import database_driver
+
+    driver = database_driver(configured)
+    migrate(configured, FakeApp)
+    stop = threading.Event()
+    woken = threading.Event()
+    try:
+        started = driver.wakeups_start({driver.status_channel(): [lambda payload: woken.set()]}, stop)
+        assert started is driver.shared, "only a shared store sends wake-ups"
+        if started:  # a listener wakes everyone once when it connects (it may have missed some)
+            assert woken.wait(10), "the listener never called its wake-ups"
+    finally:
+        stop.set()
+
+
+def test_database_driver_drops_its_schema_only_where_it_has_one(configured: Database) -> None:
+    from migrations.drivers import database_driver
+
+    driver = database_driver(configured)
+    migrate(configured, FakeApp)
+    driver.schema_drop()
+    if driver.store_file is not None:
+        assert driver.store_file.exists(), "a file of its own is its owner's to delete"
+        return
+    import psycopg
+
+    with psycopg.connect(configured.conninfo()) as conn:
+        found = conn.execute("SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s",
+                             (configured.schema,)).fetchone()
+    assert found is not None and found[0] == 0
