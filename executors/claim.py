@@ -67,7 +67,7 @@ from ledger.status import ExecutionState as E
 from ledger.status import SettlementState
 from migrations.drivers import driver_of
 from projections.rows import DueRow
-from projections.view import StatusView
+from projections.view import ClaimView
 
 log = structlog.get_logger("opledger.claim")
 
@@ -123,7 +123,7 @@ class ClaimService:
             without it accepted work is left to other workers.
     """
 
-    def __init__(self, *, committer: Committer, view: StatusView, egress: EgressService,
+    def __init__(self, *, committer: Committer, view: ClaimView, egress: EgressService,
                  settlement: SettlementService, adapters: Mapping[str, Adapter], secrets: SecretResolver,
                  rng: random.Random, config: ClaimConfig, polling: PollingService | None = None) -> None:
         self.polling = polling

@@ -27,7 +27,7 @@ from migrations.drivers import LogReads, OpenIntents, Record, ReservationHold
 from projections.loading import record_decoder
 from projections.rows import DueRow
 from projections.status import PROJECTION_NAME
-from projections.view import StatusView
+from projections.view import TrackingReads
 
 TAIL_AFTER_STALL_SECONDS = 0.25
 """How long the status projection's position may stand still before the due-work pass also
@@ -56,12 +56,12 @@ class LogTail:
     Args:
         app: the host application (its log holds the intents).
         log: the store's driver, for its log reads (``migrations.drivers.driver_of(app)``).
-        view: the status view (its projection position is read once per call).
+        view: the status view's tracking (the projection's position is read once per call).
         handled: whether this worker has committed a change to the operation after its record at
             the given version (``Committer.known``).
     """
 
-    def __init__(self, app: LedgerApplication, log: LogReads, view: StatusView,
+    def __init__(self, app: LedgerApplication, log: LogReads, view: TrackingReads,
                  handled: Callable[[UUID, int], bool]) -> None:
         self.app = app
         self.log = log

@@ -38,17 +38,21 @@ class NotLeaderError(LedgerError):
     """
 
 
-class ProjectionWriter(Protocol):
+class TrackingReads(Protocol):
+    """How far a projection has applied the log (DESIGN §8)."""
+
+    def position(self, projection: str, upstream: str) -> int:
+        """The last notification id applied by ``projection`` from ``upstream`` (0 if none)."""
+        ...
+
+
+class ProjectionWriter(TrackingReads, Protocol):
     """The projection's side of the view: its tracking position, its rows, and rebuild."""
 
     in_process: bool
     """True where the store does its work inside this process (embedded SQLite, the in-memory
     store), so waiting on it frees no CPU for other threads of the process; False for a
     database server."""
-
-    def position(self, projection: str, upstream: str) -> int:
-        """The last notification id applied by ``projection`` from ``upstream`` (0 if none)."""
-        ...
 
     def write(self, rows: Iterable[StatusRow], *, projection: str, upstream: str, position: int,
               table: str = MAIN_TABLE, lease: Lease | None = None,
@@ -94,6 +98,10 @@ class Leadership(Protocol):
 class DueWork(Protocol):
     """The workers' side: what is due, and reservations among workers of one store."""
 
+    in_process: bool
+    """As ``ProjectionWriter.in_process``: where True, one process owns the store and its
+    workers reserve through the view alone."""
+
     def due(self, now: datetime, limit: int) -> list[DueRow]:
         """Rows whose ``next_due_at`` is at or before ``now`` (UTC), earliest first.
 
@@ -129,6 +137,11 @@ class DueWork(Protocol):
         a duplicate. Where one process owns the store (SQLite), every id is yielded.
         """
         ...
+
+
+class ClaimView(DueWork, TrackingReads, Protocol):
+    """What the due-work pass uses (``executors.claim``): due rows, reservations, and the status
+    projection's position (its log tail reads past it)."""
 
 
 @dataclass(frozen=True)
