@@ -43,6 +43,7 @@ from ledger.failpoints import FAILPOINT_ENV
 from ledger.operation import Operation
 from ledger.status import ExecutionState, SettlementState
 from migrations.drivers import database_driver
+from projections.rows import StatusRow
 from projections.views import open_view
 
 FULFILMENTS = 3
@@ -83,7 +84,7 @@ class CallbackFlow:
 
     def wait_accepted(self, database: Database, worker: WorkerProcess) -> None:
         """Wait while ``worker`` runs until every fulfilment is accepted (or further)."""
-        _wait(database, self.op_ids, lambda row: row.execution != ExecutionState.PENDING.value
+        wait_for_rows(database, self.op_ids, lambda row: row.execution != ExecutionState.PENDING.value
               and row.execution not in ("claimed", "dispatching"), alive=worker.alive)
 
     def run(self, database: Database, env: dict[str, str], log: PartnerLog, partner_url: str,
@@ -110,7 +111,7 @@ class CallbackFlow:
             _stop(served)
         worker = spawn_worker(env, self.directory / f"demo-worker-{self.run_id}-3.log")
         try:
-            rows = _wait(database, self.op_ids, lambda row: row.settlement == SettlementState.SETTLED.value,
+            rows = wait_for_rows(database, self.op_ids, lambda row: row.settlement == SettlementState.SETTLED.value,
                          alive=worker.alive)
         finally:
             worker.terminate()
@@ -164,12 +165,14 @@ def _until(predicate: Callable[[], bool]) -> bool:
     return False
 
 
-def _wait(database: Database, op_ids: list[UUID], done: Callable[[Any], bool],
-          alive: Callable[[], bool]) -> dict[UUID, Any]:
+def wait_for_rows(database: Database, op_ids: list[UUID], done: Callable[[StatusRow], bool],
+                  alive: Callable[[], bool], *, timeout_seconds: float = WAIT_SECONDS) -> dict[UUID, StatusRow]:
+    """Poll the status view until every row of ``op_ids`` is ``done``, ``alive()`` turns False
+    or ``timeout_seconds`` (monotonic) pass; return the rows last read (by operation id)."""
     view = open_view(database, read_only=not database_driver(database).shared)
-    rows: dict[UUID, Any] = {}
+    rows: dict[UUID, StatusRow] = {}
     try:
-        deadline = time.monotonic() + WAIT_SECONDS
+        deadline = time.monotonic() + timeout_seconds
         while time.monotonic() < deadline and alive():
             rows = {i: row for i in op_ids if (row := view.get(i)) is not None}
             if len(rows) == len(op_ids) and all(done(row) for row in rows.values()):

@@ -39,7 +39,7 @@ from rich.table import Table
 
 from adapters.cli.common import cell
 from adapters.demo import lro_flow
-from adapters.demo.callback_flow import CallbackFlow
+from adapters.demo.callback_flow import CallbackFlow, wait_for_rows
 from adapters.demo.orders import OrdersApp, new_email
 from adapters.operator import timeline_entries
 from adapters.partner import PartnerLog, start_partner_process
@@ -52,7 +52,6 @@ from ledger.status import ExecutionState, SettlementState, is_quiescent
 from migrations import migrate
 from migrations.drivers import database_driver
 from projections.rows import StatusRow
-from projections.views import open_view
 
 DEMO_DIR = Path(".opledger")
 LEASE_SECONDS = 2.0
@@ -218,18 +217,7 @@ def _kill_when_in_flight(worker: WorkerProcess, log: PartnerLog, op_ids: list[UU
 
 
 def _wait_quiescent(database: Database, op_ids: list[UUID], worker: WorkerProcess) -> dict[UUID, StatusRow]:
-    view = open_view(database, read_only=not database_driver(database).shared)
-    rows: dict[UUID, StatusRow] = {}
-    try:
-        deadline = time.monotonic() + SETTLE_TIMEOUT_SECONDS
-        while time.monotonic() < deadline and worker.alive():
-            rows = {i: row for i in op_ids if (row := view.get(i)) is not None}
-            if len(rows) == len(op_ids) and all(_quiescent(r) for r in rows.values()):
-                break
-            time.sleep(0.1)
-    finally:
-        view.close()
-    return rows
+    return wait_for_rows(database, op_ids, _quiescent, worker.alive, timeout_seconds=SETTLE_TIMEOUT_SECONDS)
 
 
 def _quiescent(row: StatusRow) -> bool:

@@ -6,15 +6,15 @@ conformance suite holds the results to what the SQL drivers return.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Sequence
 from typing import Any
 from uuid import UUID
 
-from migrations.drivers.protocols import EventRow, OpenIntents, Record, ReservationHold
+from migrations.drivers.owned import OwnedStore
+from migrations.drivers.protocols import EventRow, OpenIntents, Record
 
 
-class MemoryDriver:
+class MemoryDriver(OwnedStore):
     """The driver of a store held by the library's in-memory (POPO) recorder.
 
     Args:
@@ -24,8 +24,6 @@ class MemoryDriver:
     """
 
     name = "memory"
-    intents_only_open = False
-    reservations_shared = False
 
     def __init__(self, recorder: Any) -> None:
         self._recorder = recorder
@@ -67,12 +65,6 @@ class MemoryDriver:
     def intents_list_open(self, after: int, limit: int, topics: Sequence[str], ids: dict[Any, UUID]) -> OpenIntents:
         """See ``LogReads.intents_list_open``: every intent, closed ones included."""
         return OpenIntents(self.records_list_after(after, limit, topics, ids), None)
-
-    @contextmanager
-    def reservations_hold(self) -> Iterator[ReservationHold]:
-        """Refused: one process owns the store (``Reservations.reservations_hold``)."""
-        raise ValueError("reservations are taken on the store's connection only where workers share the store")
-        yield  # pragma: no cover - a generator, for contextmanager
 
     def store_probe(self, probe_id: UUID, topic: str, state: bytes) -> None:
         """See ``StoreProbes.store_probe``: nothing to append to; the simulator's recorder may

@@ -13,18 +13,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
-from ledger.config import Database
 from ledger.errors import ConfigurationError
 from ledger.store_identity import STORE_TABLE
+from migrations.drivers.database import ConfiguredStore
 from migrations.drivers.protocols import EventRow, OpenIntents, Record, ReservationHold
-from migrations.queries import HERE as SCHEMA_ROOT
 from migrations.queries import load_queries
 
 
@@ -150,21 +148,13 @@ class _Hold:
         return set(reserved)
 
 
-class PostgresDatabase:
-    """The database-level driver of a store in a PostgreSQL schema: processes share it.
-
-    Args:
-        database: the parsed database URL.
-    """
+class PostgresDatabase(ConfiguredStore):
+    """The database-level driver of a store in a PostgreSQL schema: workers and servers of
+    many processes share it, and a sequence numbers its log (rolled-back inserts skip some)."""
 
     name = "postgres"
     shared = True
     log_gapless = False
-
-    def __init__(self, database: Database) -> None:
-        self._database = database
-        self.store_file: Path | None = None
-        self.schema_files = SCHEMA_ROOT / self.name / "schema"
 
     def store_prepare(self) -> None:
         """See ``DatabaseDriver.store_prepare``. The library names types and tables in the

@@ -7,24 +7,23 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
-from ledger.config import Database
 from ledger.errors import ConfigurationError
 from ledger.store_files import check_store_files, create_store_file
 from ledger.store_identity import STORE_TABLE
-from migrations.drivers.protocols import EventRow, OpenIntents, Record, ReservationHold
-from migrations.queries import HERE as SCHEMA_ROOT
+from migrations.drivers.database import ConfiguredStore
+from migrations.drivers.owned import OwnedStore
+from migrations.drivers.protocols import EventRow, OpenIntents, Record
 from migrations.queries import load_queries
 
 MAX_IDS_PER_QUERY = 500
 """Ids bound in one statement, at most: keeps SQLite under its bound-parameter limit."""
 
 
-class SQLiteDriver:
+class SQLiteDriver(OwnedStore):
     """The driver of a store in one SQLite file.
 
     Args:
@@ -32,8 +31,6 @@ class SQLiteDriver:
     """
 
     name = "sqlite"
-    intents_only_open = False
-    reservations_shared = False
 
     def __init__(self, recorder: Any) -> None:
         self._recorder = recorder
@@ -77,12 +74,6 @@ class SQLiteDriver:
         """See ``LogReads.intents_list_open``: every intent, closed ones included."""
         return OpenIntents(self.records_list_after(after, limit, topics, ids), None)
 
-    @contextmanager
-    def reservations_hold(self) -> Iterator[ReservationHold]:
-        """Refused: one process owns the store (``Reservations.reservations_hold``)."""
-        raise ValueError("reservations are taken on the store's connection only where workers share the store")
-        yield  # pragma: no cover - a generator, for contextmanager
-
     def store_probe(self, probe_id: UUID, topic: str, state: bytes) -> None:
         """See ``StoreProbes.store_probe``: on the writer's connection (the library's
         reader-writer interlock), rolled back at the end."""
@@ -102,21 +93,10 @@ class SQLiteDriver:
         return self._ids(self._select(sql, list(topics), tuples=True))
 
 
-class SQLiteDatabase:
-    """The database-level driver of a store in one SQLite file: one process owns it.
+class SQLiteDatabase(ConfiguredStore):
+    """The database-level driver of a store in one SQLite file: one process owns it."""
 
-    Args:
-        database: the parsed database URL.
-    """
-
-    name = "sqlite"
-    shared = False
-    log_gapless = True
-
-    def __init__(self, database: Database) -> None:
-        self._database = database
-        self.store_file = database.path
-        self.schema_files = SCHEMA_ROOT / self.name / "schema"
+    name, shared, log_gapless = "sqlite", False, True
 
     def store_prepare(self) -> None:
         """See ``DatabaseDriver.store_prepare``. Run under the store's lock, which checked the

@@ -327,30 +327,18 @@ def test_a_broken_memory_driver_fails_the_suite(method: str, monkeypatch: pytest
 
 
 # --- the database-level driver (sqlite and postgres: the memory store has no database) --------
+# ``database``: tests/conftest.py's fresh store on each backend.
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def configured(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Database]:
-    if request.param == "sqlite":
-        yield Database.parse(f"sqlite:///{tmp_path / 'store' / 'opledger.db'}")
-        return
-    require_postgres()
-    url, schema = new_postgres_url()
-    try:
-        yield Database.parse(url)
-    finally:
-        drop_schema(schema)
-
-
-def test_database_driver_prepares_records_and_describes_a_store(configured: Database) -> None:
+def test_database_driver_prepares_records_and_describes_a_store(database: Database) -> None:
     from migrations.drivers import database_driver
 
-    driver = database_driver(configured)
+    driver = database_driver(database)
     assert driver.shared is (driver.store_file is None), "a file of its own is owned by one process"
     assert driver.log_gapless is not driver.shared
     assert driver.schema_files.is_dir() and sorted(driver.schema_files.glob("0001.*.sql"))
     assert "@" not in driver.describe() and driver.describe()
-    migrate(configured, FakeApp)
+    migrate(database, FakeApp)
     driver.store_prepare()  # again, on a migrated store: nothing changes
     assert driver.journal_mode() == (None if driver.store_file is None else "wal")
     seen: list[dict[str, str]] = []
@@ -370,11 +358,11 @@ def test_database_driver_prepares_records_and_describes_a_store(configured: Data
     assert "refused" not in again[-1], "a refused record writes nothing"
 
 
-def test_database_driver_wakes_on_its_status_channel_where_it_says_so(configured: Database) -> None:
+def test_database_driver_wakes_on_its_status_channel_where_it_says_so(database: Database) -> None:
     from migrations.drivers import database_driver
 
-    driver = database_driver(configured)
-    migrate(configured, FakeApp)
+    driver = database_driver(database)
+    migrate(database, FakeApp)
     stop = threading.Event()
     woken = threading.Event()
     try:
@@ -386,18 +374,18 @@ def test_database_driver_wakes_on_its_status_channel_where_it_says_so(configured
         stop.set()
 
 
-def test_database_driver_drops_its_schema_only_where_it_has_one(configured: Database) -> None:
+def test_database_driver_drops_its_schema_only_where_it_has_one(database: Database) -> None:
     from migrations.drivers import database_driver
 
-    driver = database_driver(configured)
-    migrate(configured, FakeApp)
+    driver = database_driver(database)
+    migrate(database, FakeApp)
     driver.schema_drop()
     if driver.store_file is not None:
         assert driver.store_file.exists(), "a file of its own is its owner's to delete"
         return
     import psycopg
 
-    with psycopg.connect(configured.conninfo()) as conn:
+    with psycopg.connect(database.conninfo()) as conn:
         found = conn.execute("SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s",
-                             (configured.schema,)).fetchone()
+                             (database.schema,)).fetchone()
     assert found is not None and found[0] == 0
