@@ -47,6 +47,7 @@ from ledger.intents import (
 )
 from ledger.modes import Follow, rules_for
 from ledger.outcomes import FailureCategory
+from ledger.provenance import BuildInfo, build_info
 from ledger.refusals import WriteKind
 from ledger.status import (
     APPROVAL_DENIED,
@@ -95,6 +96,8 @@ class OperationCommands:
     integration_version: int
     integration_digest: str
     code_digest: str
+    opledger_version: str
+    opledger_commit: str
     delivery_mode: DeliveryMode
     max_attempts: int
     deadlines: dict[str, float]
@@ -214,6 +217,7 @@ class OperationCommands:
         code_digest: str = "",
         source_action: str = "",
         on_behalf_of: Sequence[Delegation] = (),
+        build: BuildInfo | None = None,
     ) -> Operation:
         """Record the intent of an external effect (event ``Intended``).
 
@@ -230,6 +234,8 @@ class OperationCommands:
             source_action: the name of the entity's command or event that authorized it.
             on_behalf_of: the delegation chain: ``principal`` acts on behalf of the first
                 link's principal, which acts for the next, and so on (issue 32 item 4).
+            build: the opledger recording it (version, commit); this process's by default
+                (``ledger.provenance.build_info``; issue 31 item 2).
 
         Returns:
             The new operation, with one pending ``Intended`` event. Its id is derived
@@ -246,6 +252,7 @@ class OperationCommands:
         check_intent(integration, source, target, principal, traceparent)
         chain = check_delegation(on_behalf_of, source_action)
         require_intent_times(integration, now)
+        build = build or build_info()
         return cls._create(
             cls.Intended,
             id=operation_id(source, integration.name),
@@ -271,6 +278,8 @@ class OperationCommands:
             effect_index=source.effect_index,
             source_action=source_action,
             on_behalf_of=chain,
+            opledger_version=build.version,
+            opledger_commit=build.commit,
         )
 
     # ------------------------------------------------------------------ guards

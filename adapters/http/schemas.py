@@ -100,7 +100,11 @@ class AuthorityOut(BaseModel):
     traceparent: str | None
     trace_id: str | None
     integration_digest: str = Field(description="the declaration the operation runs under")
-    code_digest: str | None = Field(description="the host module that intended it, as the host gave it")
+    code_digest: str | None = Field(description="the host module that intended it: the digest the host gave, "
+                                                "or by default the module declaring its application")
+    opledger_version: str | None = Field(default=None, description="the opledger version that recorded the intent")
+    opledger_commit: str | None = Field(default=None, description="the commit that opledger was built from "
+                                                                  "(unknown when it could not tell)")
 
 
 class SettlesOut(BaseModel):
