@@ -12,7 +12,12 @@ Life of a receipt (guards in the command methods, ``apply`` only assigns; STYLE 
                  │  ▲ ReceiptLeaseRenewed / ReceiptReleased / ReceiptAdopted (epoch+1)          │
                  └──┘                                                       └─ReceiptReopened─▶ pending
 
-Source: issue 15 items 2, 5, 6; docs/adr/0006-idempotency-receipts.md.
+A pending receipt that recovery adopted ``max_adoptions`` times without completing it gets
+``ReceiptRecoveryStopped``: it is on the attention queue (``receipt_stuck``) until it moves on,
+which ``ReceiptResolved`` records first (an operator's ``retry`` or ``abandon``, the client's
+retry adopting it, or its owner completing it after all).
+
+Source: issue 15 items 2, 5, 6; issue 31 item 4; docs/adr/0006-idempotency-receipts.md.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from ledger.clock import require_utc
 from ledger.codec import LedgerEvent
 from ledger.declarations import canonical_json
 from ledger.errors import IllegalTransitionError, InvalidArgumentError, ReceiptFencedError
+from ledger.intents import MAX_EVIDENCE_CHARS, check_operator_text, require_principal
 
 RECEIPT_NAMESPACE = UUID("0c6f4f2e-9a51-5d7b-8e3a-2b4f61d9c7a5")
 """Fixed uuid5 namespace of receipt ids (transaction ids). Changing it would orphan every receipt."""
@@ -151,6 +157,7 @@ class Receipt(Aggregate):
             r.principal, r.scope, r.key = self.principal, self.scope, self.key
             r.generation = 1
             r.adoptions = 0
+            r.release_reason = r.stop_reason = r.recovery_stopped_at = None
             r._begin(self.fingerprint, self.request, self.owner, self.epoch, self.lease_expires_at)
 
     class ReceiptAdopted(Event):
@@ -181,6 +188,7 @@ class Receipt(Aggregate):
 
         def apply(self, r: Receipt) -> None:
             r.released = True
+            r.release_reason = self.reason
 
     class ReceiptCompleted(Event):
         """Terminal: the complete envelope, co-committed with the handler's effects."""
@@ -221,6 +229,39 @@ class Receipt(Aggregate):
                                   error_message=self.error_message, retryable=self.retryable,
                                   transaction_id=r.id)
 
+    class ReceiptRecoveryStopped(Event):
+        """Recovery gave up: it adopted the receipt ``adoptions`` times and the handler never
+        completed (``reason``: the last release's, e.g. the exception's class name). ``scope``
+        (the command) is repeated here so a reader needs no other record to label it."""
+
+        scope: str
+        epoch: int
+        adoptions: int
+        reason: str
+
+        def apply(self, r: Receipt) -> None:
+            r.recovery_stopped_at = self.timestamp
+            r.stop_reason = self.reason
+
+    class ReceiptResolved(Event):
+        """A stopped receipt moved on; recorded before what moved it, in the same save.
+        ``resolution``: ``retry`` (an operator: recovery adopts it again, with a fresh budget of
+        adoptions), ``abandon`` (an operator: it is answered ``not_applied``, its
+        ``ReceiptCompleted`` follows), ``client_retry`` (the client's retry with the same key
+        adopted it) or ``completed`` (its owner completed it after all)."""
+
+        scope: str
+        principal: str
+        resolution: str
+        evidence: str
+
+        def apply(self, r: Receipt) -> None:
+            r.recovery_stopped_at = None
+            r.stop_reason = None
+            if self.resolution == "retry":
+                r.adoptions = 0
+                r.released = True
+
     class ReceiptExpired(Event):
         """Past retention: the envelope is no longer replayed."""
 
@@ -259,6 +300,9 @@ class Receipt(Aggregate):
         self.envelope: Envelope | None = None
         self.completed_at: datetime | None = None
         self.operation_ids: list[UUID] = []
+        self.release_reason: str | None = None
+        self.recovery_stopped_at: datetime | None = None
+        self.stop_reason: str | None = None
 
     def _begin(self, fingerprint: str, request: dict[str, Any], owner: str, epoch: int,
                lease_expires_at: datetime) -> None:
@@ -300,6 +344,8 @@ class Receipt(Aggregate):
             raise IllegalTransitionError("adopt", self.state)
         if not self.released and self.lease_expires_at is not None and self.lease_expires_at > now:
             raise IllegalTransitionError("adopt", "owned", f"the lease of {self.owner} is live")
+        if self.recovery_stopped_at is not None:  # only the client's retry adopts a stopped receipt
+            self._resolved(self.principal, "client_retry", "", now)
         self.trigger_event(self.ReceiptAdopted, owner=owner, epoch=self.epoch + 1,
                            lease_expires_at=_expiry(now, lease_seconds), timestamp=now)
         return self.epoch
@@ -331,6 +377,8 @@ class Receipt(Aggregate):
             ReceiptFencedError: another epoch owns it, or it is no longer pending.
         """
         self._check_owner(epoch, "complete")
+        if self.recovery_stopped_at is not None:  # its owner finished after recovery gave up
+            self._resolved(self.owner, "completed", "", require_utc(now, "now"))
         self.trigger_event(self.ReceiptCompleted, epoch=epoch, status=envelope.status,
                         headers=[list(h) for h in envelope.headers],
                         body=envelope.body, outcome=envelope.outcome, error_code=envelope.error_code,
@@ -361,9 +409,72 @@ class Receipt(Aggregate):
                            timestamp=now)
         return self.epoch
 
+    def stop_recovery(self, *, adoptions: int, now: datetime) -> None:
+        """Record that recovery gives up on this receipt (``ReceiptRecoveryStopped``); it is then
+        on the attention queue. Recovery decides when (``ledger.receipt_decisions.recovery_gives_up``).
+
+        Raises:
+            IllegalTransitionError: not pending, or already stopped.
+        """
+        if self.state != PENDING or self.recovery_stopped_at is not None:
+            raise IllegalTransitionError("stop_recovery", "stopped" if self.state == PENDING else self.state)
+        self.trigger_event(self.ReceiptRecoveryStopped, scope=self.scope, epoch=self.epoch, adoptions=adoptions,
+                           reason=self.release_reason or "lease_expired", timestamp=require_utc(now, "now"))
+
+    def resolve(self, *, principal: str, resolution: str, evidence: str, now: datetime) -> None:
+        """An operator's decision on a receipt recovery gave up on: ``retry`` (recovery adopts
+        it again at once, with a fresh budget of adoptions: after the handler's fault is fixed)
+        or ``abandon`` (it is completed ``not_applied``, 409 ``command_abandoned``, retryable
+        with a new key; the client's retry with this key gets that answer). Nothing the
+        handler did was committed: a handler's effects commit only with ``ReceiptCompleted``.
+
+        Args:
+            principal: who decides.
+            resolution: ``retry`` or ``abandon``.
+            evidence: what the operator checked (required; on the receipt's record).
+            now: UTC-aware instant.
+
+        Raises:
+            InvalidArgumentError: an unknown resolution, or missing evidence or principal.
+            IllegalTransitionError: recovery has not given up on it (not on the attention queue).
+        """
+        now = require_utc(now, "now")
+        if resolution not in OPERATOR_RESOLUTIONS:
+            raise InvalidArgumentError(f"a receipt's resolution is one of {', '.join(OPERATOR_RESOLUTIONS)}, "
+                                       f"not {resolution!r}")
+        require_principal(principal)
+        check_operator_text("evidence", evidence, MAX_EVIDENCE_CHARS, required=True)
+        if self.state != PENDING or self.recovery_stopped_at is None:
+            raise IllegalTransitionError("resolve", self.state if self.state != PENDING else "not_stopped",
+                                         "recovery has not given up on it")
+        self._resolved(principal, resolution, evidence, now)
+        if resolution == "abandon":
+            self.complete(epoch=self.epoch, envelope=abandoned_envelope(self.id), operation_ids=[], now=now)
+
+    def _resolved(self, principal: str, resolution: str, evidence: str, now: datetime) -> None:
+        self.trigger_event(self.ReceiptResolved, scope=self.scope, principal=principal, resolution=resolution,
+                           evidence=evidence, timestamp=now)
+
     def _check_owner(self, epoch: int, command: str) -> None:
         if self.state != PENDING or epoch != self.epoch:
             raise ReceiptFencedError(self.id, command, epoch, self.epoch, self.state)
+
+
+OPERATOR_RESOLUTIONS = ("retry", "abandon")
+"""What an operator may decide for a receipt recovery gave up on (:meth:`Receipt.resolve`)."""
+ABANDONED_CODE = "command_abandoned"
+"""The error code of the answer an abandoned receipt replays."""
+
+
+def abandoned_envelope(rid: UUID) -> Envelope:
+    """The terminal answer of a receipt an operator abandoned: 409 problem+json, ``not_applied``,
+    retryable with a new key (the operator's evidence stays on the record, not in the answer)."""
+    message = ("an operator abandoned this request after its handler kept failing; nothing was applied. "
+               "Send it again with a new Idempotency-Key")
+    body = problem_body(status=409, title="Conflict", code=ABANDONED_CODE, detail=message, retryable=True,
+                        transaction_id=rid)
+    return Envelope(status=409, headers=(("content-type", PROBLEM_JSON),), body=body, outcome=NOT_APPLIED,
+                    error_code=ABANDONED_CODE, error_message=message, retryable=True, transaction_id=rid)
 
 
 def _expiry(now: datetime, lease_seconds: float) -> datetime:
@@ -374,5 +485,6 @@ def _expiry(now: datetime, lease_seconds: float) -> datetime:
 
 RECEIPT_EVENTS: tuple[type[Receipt.Event], ...] = (
     Receipt.ReceiptOpened, Receipt.ReceiptAdopted, Receipt.ReceiptLeaseRenewed, Receipt.ReceiptReleased,
-    Receipt.ReceiptCompleted, Receipt.ReceiptExpired, Receipt.ReceiptReopened)
+    Receipt.ReceiptCompleted, Receipt.ReceiptExpired, Receipt.ReceiptReopened, Receipt.ReceiptRecoveryStopped,
+    Receipt.ReceiptResolved)
 """Every receipt event class (followers select the log by their topics)."""

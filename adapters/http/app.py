@@ -300,7 +300,8 @@ def build_app() -> FastAPI:
                               "(Standard Webhooks). Errors are RFC 9457 problem+json.")
     problems.install(app)
     app.add_middleware(RequestGuard)  # every request bounded before a route parses it (issue 27)
-    for router in (health_router, metrics_router, observe.router, actions.router, console.router, callbacks.router):
+    for router in (health_router, metrics_router, observe.router, actions.router, actions.receipts_router,
+                   console.router, callbacks.router):
         app.include_router(router)
     app.include_router(commands.router)  # keyed commands with idempotency receipts (issue 15)
     return app

@@ -20,8 +20,16 @@ from pydantic import WithJsonSchema
 
 from adapters.http.auth import TokenGrant, principal_with
 from adapters.http.problems import PROBLEM_RESPONSES, Problem, reject_unknown_query
-from adapters.http.schemas import TEXT_PATTERN, OperationDetail, OperationPage, OperationSummary, TimelineEntry
+from adapters.http.schemas import (
+    TEXT_PATTERN,
+    OperationDetail,
+    OperationPage,
+    OperationSummary,
+    ReceiptAttention,
+    TimelineEntry,
+)
 from adapters.operator import show, timeline_entries
+from adapters.receipt_attention import attention_queue
 from adapters.runtime import Store
 from ledger.errors import CorruptRecordError
 from ledger.status import ExecutionState, Status
@@ -148,16 +156,15 @@ def get_evidence(request: Request, _: Reader, operation_id: OperationId) -> Any:
     return export(store_of(request), operation_id)
 
 
-@router.get("/attention", response_model=list[OperationSummary],
-            summary="The attention queue: why automated progress stopped, oldest first")
+@router.get("/attention", response_model=list[OperationSummary | ReceiptAttention],
+            summary="The attention queue: why automated progress stopped, oldest first (operations, and keyed "
+                    "commands whose receipt recovery gave up on: kind receipt, reason receipt_stuck)")
 def get_attention(
     request: Request, _: Reader,
     reason: Annotated[str | None, Query(max_length=200, pattern=TEXT_PATTERN)] = None,
     limit: Limit = 100,
 ) -> Any:
-    view = store_of(request).view
-    rows = view.attention_of(reason, limit) if reason else view.attention(limit)
-    return [r.as_json() for r in rows]
+    return attention_queue(store_of(request), limit, reason)
 
 
 @router.get("/approvals", response_model=OperationPage, summary="Operations waiting for an approver")

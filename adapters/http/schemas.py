@@ -19,6 +19,8 @@ TEXT_PATTERN = r"^[^\x00-\x1f]*$"
 class OperationSummary(BaseModel):
     """One operation's status row (the status read model), payload-free."""
 
+    kind: Literal["operation"] = Field(default="operation", description="on the attention queue: an operation "
+                                                                         "(a receipt's row is a ReceiptAttention)")
     operation_id: str
     version: int
     tenant: str
@@ -48,6 +50,53 @@ class OperationSummary(BaseModel):
     created_at: datetime
     updated_at: datetime
     attention_detail: dict[str, Any] | None = None
+
+
+class ReceiptAttention(BaseModel):
+    """A keyed command whose idempotency receipt recovery gave up on: on the attention queue as
+    ``receipt_stuck`` until an operator resolves it (``POST /v1/receipts/{id}/resolve``) or the
+    client retries with the same key (issue 31 item 4)."""
+
+    kind: Literal["receipt"]
+    receipt_id: str = Field(description="the receipt's id: the transaction id its answers carry")
+    attention: Literal["receipt_stuck"]
+    attention_detail: dict[str, Any] = Field(description="command, adoptions (recovery's runs of it), reason (the "
+                                                         "last run's error class), epoch")
+    command: str
+    principal: str = Field(description="who sent the request")
+    status: str = Field(description="the receipt's state: pending")
+    actions: list[Literal["retry", "abandon"]] = Field(description="the resolutions an operator may record")
+    created_at: datetime
+    updated_at: datetime = Field(description="when recovery gave up on it")
+
+
+class ReceiptResolveBody(BaseModel):
+    """Resolve a receipt recovery gave up on: ``retry`` (recovery runs it again at once, with a
+    fresh budget of adoptions) or ``abandon`` (answered 409 ``command_abandoned``, nothing
+    applied), with the evidence checked."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    resolution: Literal["retry", "abandon"]
+    evidence: str = Field(min_length=1, max_length=MAX_EVIDENCE_CHARS, pattern=r"\S")
+
+
+class ReceiptEvent(BaseModel):
+    """One receipt event an action recorded."""
+
+    version: int
+    at: str
+    event: str
+
+
+class ReceiptActionResult(BaseModel):
+    """What a receipt resolution recorded, and the receipt's state after it."""
+
+    receipt_id: str
+    action: Literal["resolve"]
+    resolution: Literal["retry", "abandon"]
+    status: str = Field(description="pending (retry: recovery adopts it again) or completed (abandon)")
+    recorded: list[ReceiptEvent]
 
 
 class OperationPage(BaseModel):
