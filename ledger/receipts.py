@@ -23,7 +23,6 @@ Source: issue 15 items 2, 5, 6; issue 31 item 4; docs/adr/0006-idempotency-recei
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 from uuid import UUID, uuid5
@@ -35,6 +34,27 @@ from ledger.codec import LedgerEvent
 from ledger.declarations import canonical_json
 from ledger.errors import IllegalTransitionError, InvalidArgumentError, ReceiptFencedError
 from ledger.intents import MAX_EVIDENCE_CHARS, check_operator_text, require_principal
+from ledger.receipt_answers import (
+    ABANDONED_CODE,
+    APPLIED,
+    KEPT_HEADERS,
+    NOT_APPLIED,
+    PROBLEM_JSON,
+    V1_GENERIC_BODY,
+    V1_NOT_APPLIED_BODY,
+    V1_NOT_APPLIED_MESSAGE,
+    Envelope,
+    abandoned_envelope,
+    problem_body,
+)
+
+# What this module offers, the answers included (``ledger.receipt_answers``, split from here).
+__all__ = [
+    "ABANDONED_CODE", "APPLIED", "COMPLETED", "EXPIRED", "KEPT_HEADERS", "NOT_APPLIED", "OPERATOR_RESOLUTIONS",
+    "PENDING", "PROBLEM_JSON", "RECEIPT_EVENTS", "RECEIPT_NAMESPACE", "V1_GENERIC_BODY", "V1_NOT_APPLIED_BODY",
+    "V1_NOT_APPLIED_MESSAGE", "Envelope", "Receipt", "abandoned_envelope", "problem_body", "receipt_id",
+    "request_fingerprint",
+]
 
 RECEIPT_NAMESPACE = UUID("0c6f4f2e-9a51-5d7b-8e3a-2b4f61d9c7a5")
 """Fixed uuid5 namespace of receipt ids (transaction ids). Changing it would orphan every receipt."""
@@ -47,14 +67,6 @@ COMPLETED = "completed"
 only by ReceiptExpired, after the retention."""
 EXPIRED = "expired"
 """Past its retention: no longer replayed; the same key opens a new generation (ReceiptReopened)."""
-
-APPLIED = "applied"
-"""The handler ran and its effects committed with the envelope."""
-NOT_APPLIED = "not_applied"
-"""A deterministic refusal before any effect (invalid request, unknown entity, typed refusal)."""
-
-KEPT_HEADERS = ("content-type", "location", "etag")
-"""Response headers always kept in the envelope (lower case); the handler may mark more."""
 
 
 def receipt_id(principal: str, scope: str, key: str) -> UUID:
@@ -79,60 +91,6 @@ def request_fingerprint(request: dict[str, Any]) -> str:
         ValueError: the request is not plain JSON data.
     """
     return "sha256:" + hashlib.sha256(canonical_json(request)).hexdigest()
-
-
-@dataclass(frozen=True)
-class Envelope:
-    """The complete terminal response of a command, replayed byte for byte.
-
-    Attributes:
-        status: HTTP status code.
-        headers: ``(name, value)`` pairs in order; names lower case.
-        body: the response body bytes.
-        outcome: :data:`APPLIED` or :data:`NOT_APPLIED`.
-        error_code: the typed error's code (``None`` when applied).
-        error_message: its message for people.
-        retryable: whether the client may retry the command with a *new* key and succeed.
-        transaction_id: the receipt id (``None`` on the keyless fast path).
-    """
-
-    status: int
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
-    outcome: str = APPLIED
-    error_code: str | None = None
-    error_message: str | None = None
-    retryable: bool = False
-    transaction_id: UUID | None = None
-
-
-PROBLEM_JSON = "application/problem+json"
-"""The media type of every error body (RFC 9457)."""
-
-
-def problem_body(*, status: int, title: str, code: str, detail: str, retryable: bool,
-                 transaction_id: UUID | None = None, errors: list[dict[str, Any]] | None = None,
-                 extra: dict[str, Any] | None = None) -> bytes:
-    """An RFC 9457 problem+json body with the typed members ``code`` and ``retryable`` (and the
-    transaction id when there is one, and any ``extra`` extension members, RFC 9457 §3.2),
-    compact and key-ordered so replays are byte-identical."""
-    data: dict[str, Any] = {"type": "about:blank", "title": title, "status": status, "detail": detail,
-                            "code": code, "retryable": retryable, **(extra or {})}
-    if transaction_id is not None:
-        data["transaction_id"] = str(transaction_id)
-    if errors:
-        data["errors"] = errors
-    return canonical_json(data)
-
-
-V1_GENERIC_BODY = b'{"outcome":"%s","detail":"recorded by opledger receipts v1, which kept only the outcome"}'
-"""The body an applied v1 receipt replays (``%s``: ``applied``), with status 200."""
-V1_NOT_APPLIED_MESSAGE = "the command was not applied (v1 receipt: no detail kept)"
-"""The error message of a ``not_applied`` v1 receipt (v1 kept no code, message or retryability)."""
-V1_NOT_APPLIED_BODY = problem_body(status=422, title="Invalid input", code="not_applied",
-                                   detail=V1_NOT_APPLIED_MESSAGE, retryable=False, extra={"outcome": NOT_APPLIED})
-"""The body a ``not_applied`` v1 receipt replays, with status 422: an error, so problem+json
-(RFC 9457) with ``code`` and ``retryable`` like every other error (issue 15 item 3)."""
 
 
 class Receipt(Aggregate):
@@ -462,21 +420,6 @@ class Receipt(Aggregate):
 
 OPERATOR_RESOLUTIONS = ("retry", "abandon")
 """What an operator may decide for a receipt recovery gave up on (:meth:`Receipt.resolve`)."""
-ABANDONED_CODE = "command_abandoned"
-"""The error code of the answer an abandoned receipt replays."""
-
-
-def abandoned_envelope(rid: UUID) -> Envelope:
-    """The terminal answer of a receipt an operator abandoned: 409 problem+json, ``not_applied``,
-    retryable with a new key (the operator's evidence stays on the record, not in the answer)."""
-    message = ("an operator abandoned this request after its handler kept failing; nothing was applied. "
-               "Send it again with a new Idempotency-Key")
-    body = problem_body(status=409, title="Conflict", code=ABANDONED_CODE, detail=message, retryable=True,
-                        transaction_id=rid)
-    return Envelope(status=409, headers=(("content-type", PROBLEM_JSON),), body=body, outcome=NOT_APPLIED,
-                    error_code=ABANDONED_CODE, error_message=message, retryable=True, transaction_id=rid)
-
-
 def _expiry(now: datetime, lease_seconds: float) -> datetime:
     if not lease_seconds > 0:
         raise InvalidArgumentError(f"a receipt lease must be positive seconds, not {lease_seconds!r}")
