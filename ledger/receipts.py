@@ -205,8 +205,9 @@ class Receipt(Aggregate):
         """A stopped receipt moved on; recorded before what moved it, in the same save.
         ``resolution``: ``retry`` (an operator: recovery adopts it again, with a fresh budget of
         adoptions), ``abandon`` (an operator: it is answered ``not_applied``, its
-        ``ReceiptCompleted`` follows), ``client_retry`` (the client's retry with the same key
-        adopted it) or ``completed`` (its owner completed it after all)."""
+        ``ReceiptCompleted`` follows), ``adopted`` (the client's retry with the same key adopted
+        it, or recovery under a raised limit; ``principal`` is then the adopting owner's token)
+        or ``completed`` (its owner completed it after all; its owner token)."""
 
         scope: str
         principal: str
@@ -302,8 +303,8 @@ class Receipt(Aggregate):
             raise IllegalTransitionError("adopt", self.state)
         if not self.released and self.lease_expires_at is not None and self.lease_expires_at > now:
             raise IllegalTransitionError("adopt", "owned", f"the lease of {self.owner} is live")
-        if self.recovery_stopped_at is not None:  # only the client's retry adopts a stopped receipt
-            self._resolved(self.principal, "client_retry", "", now)
+        if self.recovery_stopped_at is not None:  # the client's retry (or a raised limit) moves it on
+            self._resolved(owner, "adopted", "", now)
         self.trigger_event(self.ReceiptAdopted, owner=owner, epoch=self.epoch + 1,
                            lease_expires_at=_expiry(now, lease_seconds), timestamp=now)
         return self.epoch
