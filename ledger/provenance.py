@@ -144,9 +144,12 @@ def _editable_checkout(direct_url: dict[str, object]) -> Path | None:
 
 
 def _git(root: Path, *args: str) -> str | None:
+    # safe.directory: git refuses a repository another user owns (a CI checkout made by another
+    # account) unless told; these calls only read HEAD and the status of tracked files, and run
+    # no fsmonitor hook the repository's config may name.
+    command = ["git", "-c", f"safe.directory={root}", "-c", "core.fsmonitor=false", "-C", str(root), *args]
     try:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                              timeout=GIT_TIMEOUT_SECONDS, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=GIT_TIMEOUT_SECONDS, check=False)
     except (OSError, subprocess.SubprocessError):
         return None  # no git on this host, or it hung
     return done.stdout.strip() if done.returncode == 0 else None
