@@ -53,12 +53,13 @@ def load_receipt(app: Any, rid: UUID) -> Receipt | None:
 
 
 def receipt_row(receipt: Receipt) -> dict[str, Any]:
-    """A stuck receipt as an attention queue row (JSON-ready): ``kind`` ``receipt``, its id, the
+    """A stuck receipt as an attention queue row (JSON-ready): ``kind`` ``receipt``, its id (as
+    ``receipt_id``, and as ``id``, the entry's id a generic reader of the queue shows), the
     reason and its detail (command, adoptions, the last error, the epoch), the principal that
     sent it, ``actions`` (the resolutions an operator may record) and its times (UTC)."""
     stopped = receipt.recovery_stopped_at
     return {
-        "kind": KIND_RECEIPT, "receipt_id": str(receipt.id), "attention": RECEIPT_STUCK,
+        "kind": KIND_RECEIPT, "id": str(receipt.id), "receipt_id": str(receipt.id), "attention": RECEIPT_STUCK,
         "attention_detail": {"command": receipt.scope, "adoptions": receipt.adoptions,
                              "reason": receipt.stop_reason, "epoch": receipt.epoch},
         "command": receipt.scope, "principal": receipt.principal, "status": receipt.state,

@@ -58,6 +58,7 @@ class ReceiptAttention(BaseModel):
     client retries with the same key (issue 31 item 4)."""
 
     kind: Literal["receipt"]
+    id: str = Field(description="the entry's id, for a reader of any kind of entry: the receipt id")
     receipt_id: str = Field(description="the receipt's id: the transaction id its answers carry")
     attention: Literal["receipt_stuck"]
     attention_detail: dict[str, Any] = Field(description="command, adoptions (recovery's runs of it), reason (the "

@@ -85,7 +85,7 @@ def test_recovery_puts_a_receipt_it_gave_up_on_on_the_attention_queue_and_on_met
     assert _gauge(_metrics(desk)) == 1.0
 
     [row] = _attention(desk)
-    assert row["kind"] == "receipt" and row["receipt_id"] == str(RID) and row["attention"] == "receipt_stuck"
+    assert row["kind"] == "receipt" and row["receipt_id"] == row["id"] == str(RID) and row["attention"] == "receipt_stuck"
     assert row["attention_detail"] == {"command": "make_ticket", "adoptions": MAX_ADOPTIONS, "reason": "RuntimeError",
                                        "epoch": receipt.epoch}
     assert (row["command"], row["principal"], row["status"], row["actions"]) == (
