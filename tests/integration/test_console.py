@@ -71,14 +71,24 @@ class Console:
     base: str
     browser: Any
     shots: Path
+    errors: list[str]
+    """Script errors and Content-Security-Policy refusals in any tab (each test expects none)."""
 
     @property
     def ids(self) -> dict[str, UUID]:
         return self.desk.ids
 
+    def tab(self) -> Any:
+        """A new tab whose script errors and CSP refusals are collected in ``errors``."""
+        page = self.browser.new_page(viewport={"width": 1400, "height": 900})
+        page.on("pageerror", lambda error: self.errors.append(f"{error}"))
+        page.on("console", lambda message: self.errors.append(message.text)
+                if "Content Security Policy" in message.text else None)
+        return page
+
     def page(self, token: str, hash_: str = "attention", *, query: str = "") -> Any:
         """A new tab signed in with ``token`` on ``#hash_``, loaded."""
-        page = self.browser.new_page(viewport={"width": 1400, "height": 900})
+        page = self.tab()
         page.goto(f"{self.base}/console{query}#{hash_}")
         page.fill("#token", token)
         page.click("#login button")
@@ -112,12 +122,19 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
                 try:
-                    yield Console(desk=d, base=f"http://127.0.0.1:{port}", browser=browser, shots=tmp)
+                    yield Console(desk=d, base=f"http://127.0.0.1:{port}", browser=browser, shots=tmp, errors=[])
                 finally:
                     browser.close()
         finally:
             server.should_exit = True
             thread.join(timeout=10)
+
+
+@pytest.fixture(autouse=True)
+def _no_script_errors(console: Console) -> Iterator[None]:
+    console.errors.clear()
+    yield
+    assert console.errors == [], "script errors or CSP refusals in the console"
 
 
 def _queue_ids(page: Any) -> list[str]:
@@ -159,7 +176,7 @@ def test_pages_show_the_queue_operations_and_approvals(console: Console) -> None
 
 
 def test_a_wrong_token_is_refused_and_said_so(console: Console) -> None:
-    page = console.browser.new_page()
+    page = console.tab()
     page.goto(f"{console.base}/console#attention")
     page.wait_for_selector('body[data-signed-in="no"]')
     assert page.inner_text("#who") == "not signed in"
@@ -171,6 +188,7 @@ def test_a_wrong_token_is_refused_and_said_so(console: Console) -> None:
     assert "signed in" not in page.inner_text("#who").replace("not signed in", "")
     assert _visible_errors(page) == ["The token was refused: sign in with a configured token."]
     assert page.locator("#attention-table tbody tr").count() == 0 and page.is_visible("#login")
+    page.screenshot(path=str(console.shots / "refused.png"))
     page.fill("#token", "operator-token")
     page.click("#login button")
     page.wait_for_selector('body[data-loaded="attention"]')
@@ -192,6 +210,7 @@ def test_only_the_actions_the_role_and_the_state_allow_are_offered(console: Cons
     assert "needs the operator role; vera has viewer" in viewer.inner_text("#actions .withheld")
     operator = console.page("operator-token", f"op/{blocked}")
     assert _offered(operator) == ["resolve", "retry_settlement"]
+    operator.screenshot(path=str(console.shots / "blocked-operator.png"), full_page=True)
     assert _texts(operator, "#resolution option") == ["abandon"]  # what a blocked settlement allows
     console.open(operator, f"op/{refund}")
     assert _offered(operator) == ["cancel"]

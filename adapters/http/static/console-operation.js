@@ -136,7 +136,7 @@ function showCards(op) {
 function showBadges(op) {
   const badges = [badge(op.status)];
   if (op.outcome && op.outcome !== op.status) badges.push(badge(op.outcome));
-  if (op.attention) badges.push(badge(op.attention, "warn"));
+  if (op.attention && op.attention !== op.status) badges.push(badge(op.attention, "warn"));
   if (op.approval && op.approval !== "not_required") badges.push(badge("approval " + op.approval,
     TONES[op.approval]));
   if (op.disposition && op.disposition !== op.status) badges.push(badge(op.disposition, "muted"));

@@ -130,9 +130,12 @@ function detailText(row) {
 async function showAttention() {
   const rows = await api("/v1/attention?limit=500");
   fill("attention", "#attention-table", rows, (tr, r) => {
-    tr.append(idCell(r.operation_id), el("td", { text: r.integration }),
-      el("td", {}, badge(r.attention, "warn")), el("td", { text: ago(r.updated_at) }),
-      el("td", { text: detailText(r) }));
+    // Any reason the API names is shown as it names it; an entry that is not an operation (a
+    // receipt, say) shows its own id without a link.
+    const subject = r.operation_id ? idCell(r.operation_id) : el("td", { className: "id", text: r.id || r.key || "" });
+    tr.append(subject, el("td", { text: r.integration }),
+      el("td", {}, badge(r.attention || r.reason || "attention", "warn")),
+      el("td", { text: r.updated_at ? ago(r.updated_at) : "" }), el("td", { text: detailText(r) }));
   });
 }
 
