@@ -71,8 +71,8 @@ def seed_callbacks(app: OrdersApp, clock: FakeClock) -> dict[str, UUID]:
 
 def more_work(app: OrdersApp, clock: FakeClock, *, placed: int, finish: list[UUID]) -> list[UUID]:
     """Advance the clock a minute, place ``placed`` more orders, and run the payments ``finish``
-    names to an outcome (every fourth fails): what the metrics page sees change between two
-    samples.
+    names to an outcome (every fourth is cancelled): what the metrics page sees change between
+    two samples.
 
     Args:
         app: the desk's application.
@@ -92,12 +92,12 @@ def more_work(app: OrdersApp, clock: FakeClock, *, placed: int, finish: list[UUI
     for n, op_id in enumerate(finish):
         clock.advance(1)
         op = app.get_operation(op_id)
-        epoch = op.claim(now=clock.now(), worker_id="w2", lease_seconds=30)
-        op.start_attempt(epoch=epoch, now=clock.now(), attempt_id=uuid4(), request_fingerprint="f")
-        if n % 4 == 3:
-            op.fail(epoch=epoch, now=clock.now(), category="rejected", retryable=False,
-                    attempt_id=op.last_attempt_id, status_code=422)
+        if n % 4 == 3:  # cancelled before a worker took it (no new failure: other tests count those)
+            op.request_cancel(now=clock.now(), principal="otto", reason="customer left")
+            op.cancel(now=clock.now(), reason="customer left")
         else:
+            epoch = op.claim(now=clock.now(), worker_id="w2", lease_seconds=30)
+            op.start_attempt(epoch=epoch, now=clock.now(), attempt_id=uuid4(), request_fingerprint="f")
             op.succeed(epoch=epoch, now=clock.now(), attempt_id=op.last_attempt_id)
         app.save(op)
     return payments

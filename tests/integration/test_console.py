@@ -65,7 +65,8 @@ def _free_port() -> int:
 
 @dataclass
 class Console:
-    """The served desk, its base URL, the browser, and where screenshots go."""
+    """The served desk, its base URL, the browser, and where screenshots go. Each test uses its
+    own operations, so the tests pass in any order and split over processes (pytest-xdist)."""
 
     desk: Desk
     base: str
@@ -152,10 +153,10 @@ def _visible_errors(page: Any) -> list[str]:
 
 def test_pages_show_the_queue_operations_and_approvals(console: Console) -> None:
     page = console.page("viewer-token")
-    queue = _queue_ids(page)
-    assert str(console.ids["ambiguous"]) in queue and str(console.ids["late"]) in queue
+    queue = _queue_ids(page)  # operations no other test acts on
+    assert str(console.ids["blocked"]) in queue and str(console.ids["cancel_failed"]) in queue
     reasons = _texts(page, "#attention-table [data-badge]")
-    assert "ambiguous" in reasons and "late observation" in reasons  # any reason, in words
+    assert "settlement blocked" in reasons and "cancel failed" in reasons  # any reason, in words
     assert page.inner_text("#glance")  # the metrics at a glance
     page.screenshot(path=str(console.shots / "attention.png"), full_page=True)
     for name, table in {"operations": "#operations-table", "approvals": "#approvals-table"}.items():
@@ -239,7 +240,9 @@ def test_resolving_with_evidence_moves_it_off_the_queue(console: Console) -> Non
 
 def test_acknowledging_a_late_observation_from_the_console(console: Console) -> None:
     late = console.ids["late"]
-    page = console.page("operator-token", f"op/{late}")
+    page = console.page("operator-token", "attention")
+    assert str(late) in _queue_ids(page) and "late observation" in _texts(page, "#attention-table [data-badge]")
+    console.open(page, f"op/{late}")
     assert "late observation" in _texts(page, "#op-badges [data-badge]")
     assert _offered(page) == ["acknowledge"]
     page.fill("#ack-evidence", "provider confirms the chargeback was reversed")
