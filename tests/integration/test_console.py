@@ -179,12 +179,12 @@ def test_pages_show_the_queue_operations_and_approvals(console: Console) -> None
 def test_a_wrong_token_is_refused_and_said_so(console: Console) -> None:
     page = console.tab()
     page.goto(f"{console.base}/console#attention")
-    page.wait_for_selector('body[data-signed-in="no"]')
-    assert page.inner_text("#who") == "not signed in"
+    page.wait_for_selector("#page-attention .banner.error:has-text('Sign in with a bearer token')")
+    assert page.get_attribute("body", "data-signed-in") == "no" and page.inner_text("#who") == "not signed in"
     page.fill("#token", "wrong-token-000000000000")
     page.click("#login button")
     page.wait_for_selector('body[data-signed-in="refused"]')
-    page.wait_for_selector('body[data-loaded="error"]')
+    page.wait_for_selector("#page-attention .banner.error:has-text('The token was refused')")
     assert page.inner_text("#who") == "token refused: not signed in"
     assert "signed in" not in page.inner_text("#who").replace("not signed in", "")
     assert _visible_errors(page) == ["The token was refused: sign in with a configured token."]

@@ -170,7 +170,10 @@ async function showApprovals() {
 
 // ------------------------------------------------------------------------ routing
 
+let routes = 0; // a later navigation supersedes one still loading: only the latest reports
+
 async function route() {
+  const run = ++routes;
   const hash = location.hash.slice(1) || "attention";
   const [name, id] = hash.split("/");
   const page = name === "op" ? "operation" : name;
@@ -191,8 +194,9 @@ async function route() {
     else if (page === "operations") await showOperations(false);
     else if (page === "approvals") await showApprovals();
     else if (page === "operation") await showOperation(id);
-    document.body.dataset.loaded = hash;
+    if (run === routes) document.body.dataset.loaded = hash;
   } catch (error) {
+    if (run !== routes) return;
     say(page, error.message, true);
     document.body.dataset.loaded = "error";
   }
