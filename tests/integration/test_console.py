@@ -301,9 +301,22 @@ def test_the_metrics_page_draws_charts_from_samples(console: Console) -> None:
     rates = page.eval_on_selector_all("#chart-throughput .legend li", "items => items.map(i => i.textContent)")
     assert any(rate.startswith("succeeded") and not rate.endswith(" 0/min") for rate in rates), rates
     assert "pending" in page.inner_text("#chart-depth .legend")
+    # The quantiles are PromQL's histogram_quantile: linear inside the bucket the rank falls in,
+    # the highest finite bound when it falls in +Inf, nothing without observations.
+    buckets = [("0.5", 0), ("1", 10), ("2", 20), ("+Inf", 20)]
+    assert _quantiles(page, buckets, [0.5, 0.75, 1.0]) == [1.0, 1.5, 2.0]
+    assert _quantiles(page, [("1", 5), ("+Inf", 10)], [0.99]) == [1.0]
+    assert _quantiles(page, [("1", 0), ("+Inf", 0)], [0.5]) == [None]
     page.screenshot(path=str(console.shots / "metrics.png"), full_page=True)
     if os.environ.get("OPLEDGER_UPDATE_SCREENSHOT"):
         page.screenshot(path=str(DOCS / "console-metrics.png"), full_page=True)
+
+
+def _quantiles(page: Any, buckets: list[tuple[str, int]], qs: list[float]) -> list[float | None]:
+    samples = [{"name": "h_bucket", "labels": {"le": le}, "value": count} for le, count in buckets]
+    found: list[float | None] = page.evaluate("([samples, qs]) => qs.map(q => quantile(samples, 'h', q))",
+                                              [samples, qs])
+    return found
 
 
 def _wait_for_sample(page: Any, count: int) -> None:
