@@ -1,7 +1,7 @@
 """What the API offers an operator (issue 31 item 5): who the token is (``/v1/me``), the actions an
 operation's detail offers to the requesting token (and those withheld, with why), and the link
 to its trace. Every offered action is accepted by its route; every other one is refused or
-records nothing."""
+records nothing. And the console's page and files, served under its Content-Security-Policy."""
 
 from __future__ import annotations
 
@@ -119,3 +119,23 @@ def test_a_trace_template_is_checked_at_start(monkeypatch: pytest.MonkeyPatch) -
             load_serve_settings()
     monkeypatch.setenv("OPLEDGER_TRACE_URL_TEMPLATE", JAEGER)
     assert ServeSettings().trace_url_template == JAEGER
+
+
+def test_the_console_and_every_script_it_loads_are_served_under_its_policy() -> None:
+    import re
+
+    from adapters.http.app import build_app
+
+    client = TestClient(build_app())
+    page = client.get("/console")
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "style-src 'self'" in policy and "unsafe" not in policy
+    assert " style=" not in page.text and not re.search(r"<script(?![^>]*\ssrc=)", page.text)  # nothing inline
+    assets = re.findall(r'(?:src|href)="/console/([^"]+)"', page.text)
+    assert len(assets) == 5
+    for name in assets:
+        response = client.get(f"/console/{name}")
+        kind = "text/css" if name.endswith(".css") else "text/javascript"
+        assert response.status_code == 200 and response.headers["content-type"].startswith(kind), name
+    assert client.get("/console/console.html").status_code == 404
+    assert client.get("/console/..%2Fconsole.py").status_code == 404
