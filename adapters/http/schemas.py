@@ -166,6 +166,23 @@ class SettlesOut(BaseModel):
                                                "or settlement_denied")
 
 
+class ActionOfferOut(BaseModel):
+    """An operator action the operation's state, the token's roles and the approval policy
+    allow now (``ledger.operator_actions``; issue 31 item 5)."""
+
+    action: Literal["resolve", "retry_settlement", "cancel", "approve", "deny"] = Field(
+        description="the route under /v1/operations/{id}/ (retry_settlement: /retry-settlement)")
+    resolutions: list[str] = Field(description="for resolve: the resolutions it may record now (acknowledge for a "
+                                               "late observation); empty for the others")
+
+
+class WithheldActionOut(BaseModel):
+    """An action the operation's state allows but this token may not take here, and why."""
+
+    action: Literal["resolve", "retry_settlement", "cancel", "approve", "deny"]
+    reason: str = Field(description="e.g. needs the approver role; the approval policy's refusal; a read-only server")
+
+
 class OperationDetail(BaseModel):
     """One operation: execution and settlement separately, the outcome (kept after settlement),
     approval, attempts, epoch, remote id, source with action, trace id; payload redacted by
@@ -200,7 +217,24 @@ class OperationDetail(BaseModel):
     budgets: list[BudgetLevelOut] | None = Field(
         default=None, description="the call budgets a call of it counts against; empty when none applies")
     budget_wait: str | None = Field(default=None, description="the scope of the budget level it last waited for")
+    actions: list[ActionOfferOut] = Field(
+        default_factory=list, description="what the requesting token may do to it now (its state, roles and the "
+                                          "approval policy); empty for an operation this code cannot read")
+    withheld: list[WithheldActionOut] = Field(
+        default_factory=list, description="what its state allows but the requesting token may not do here, and why")
+    trace_url: str | None = Field(default=None, description="its trace in the tracing UI "
+                                                            "(OPLEDGER_TRACE_URL_TEMPLATE); null without either")
     error: str | None = None
+
+
+class SignedIn(BaseModel):
+    """Who the bearer token is, and what its roles allow (the console's header; issue 31 item 5)."""
+
+    principal: str = Field(description="recorded on the timeline for every action taken with this token")
+    roles: list[Literal["viewer", "operator", "approver"]]
+    actions: list[Literal["resolve", "retry_settlement", "cancel", "approve", "deny"]] = Field(
+        description="the operator actions these roles may take, where an operation's state allows them")
+    writable: bool = Field(description="false: this server opened its store read-only, actions answer 409")
 
 
 class TimelineEntry(BaseModel):
@@ -233,12 +267,13 @@ class ApproveBody(BaseModel):
 
 
 class ResolveBody(BaseModel):
-    """Resolve an ambiguous operation (``succeeded``, ``failed``, ``retry``, ``abandon``) or a
-    blocked settlement (``abandon``) with the evidence checked."""
+    """Resolve an ambiguous operation (``succeeded``, ``failed``, ``retry``, ``abandon``), accepted
+    work past its deadline (``succeeded``, ``failed``), a blocked settlement (``abandon``), a late
+    observation (``acknowledge``) or a refused write (``retry_write``) with the evidence checked."""
 
     model_config = ACTION_BODY
 
-    resolution: Literal["succeeded", "failed", "retry", "abandon", "acknowledge"]
+    resolution: Literal["succeeded", "failed", "retry", "abandon", "acknowledge", "retry_write"]
     evidence: str = Field(min_length=1, max_length=MAX_EVIDENCE_CHARS, pattern=r"\S")
 
 
