@@ -70,3 +70,37 @@ def test_the_attention_page_shows_a_stuck_receipt(served: str) -> None:
         finally:
             browser.close()
     assert errors == []
+
+
+@pytest.mark.parametrize(("token", "offered"), [("viewer-token", False), ("operator-token", True)])
+def test_an_operator_resolves_a_stuck_receipt_from_its_row(served: str, token: str, offered: bool) -> None:
+    # The receipt has no page of its own, so its resolutions sit in its row, for roles that may
+    # resolve (issue 31 item 4: "on the attention queue ... with a reason and an action").
+    sync_playwright = _require_browser()
+    errors: list[str] = []
+    questions: list[str] = []
+    rid = str(receipt_id("vera", "request_refund", KEY))
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.on("pageerror", lambda error: errors.append(f"{error}"))
+            page.on("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
+            page.goto(f"{served}/console#attention")
+            page.fill("#token", token)
+            page.click("#login button")
+            page.wait_for_selector('body[data-loaded="attention"]')
+            row = page.locator("#attention-table tbody tr", has_text=rid)
+            assert row.locator("button.receipt-resolve").count() == (1 if offered else 0)
+            if not offered:
+                return
+            row.locator("select.receipt-resolution").select_option("abandon")
+            row.locator("input.receipt-evidence").fill("the client gave up on this refund")
+            row.locator("button.receipt-resolve").click()
+            banner = page.locator("#page-attention .banner")
+            banner.wait_for(state="visible")
+            assert "ReceiptResolved" in banner.inner_text() and rid in questions[0]
+            assert page.locator("#attention-table tbody tr", has_text=rid).count() == 0  # off the queue
+        finally:
+            browser.close()
+    assert errors == []

@@ -133,10 +133,32 @@ async function showAttention() {
     // Any reason the API names is shown as it names it; an entry that is not an operation (a
     // receipt, say) shows its own id without a link.
     const subject = r.operation_id ? idCell(r.operation_id) : el("td", { className: "id", text: r.id || r.key || "" });
-    tr.append(subject, el("td", { text: r.integration }),
+    tr.append(subject, el("td", { text: r.integration || r.command || "" }),
       el("td", {}, badge(r.attention || r.reason || "attention", "warn")),
-      el("td", { text: r.updated_at ? ago(r.updated_at) : "" }), el("td", { text: detailText(r) }));
+      el("td", { text: r.updated_at ? ago(r.updated_at) : "" }), el("td", { text: detailText(r) }),
+      el("td", {}, r.kind === "receipt" ? receiptActions(r) : ""));
   });
+}
+
+// A stuck receipt has no page of its own: its resolutions (retry, abandon) sit in its row, for a
+// token whose roles may resolve on a server that writes (POST /v1/receipts/{id}/resolve).
+function receiptActions(r) {
+  if (!signedIn || !signedIn.writable || !signedIn.actions.includes("resolve") || !(r.actions || []).length) return "";
+  const select = el("select", { className: "receipt-resolution" }, ...r.actions.map((a) => el("option", { value: a, text: words(a) })));
+  const evidence = el("input", { className: "receipt-evidence", size: 24, placeholder: "what you checked" });
+  const button = el("button", { className: "receipt-resolve", type: "button", text: "Resolve" });
+  button.addEventListener("click", async () => {
+    if (!window.confirm("Resolve as " + words(select.value) + " with this evidence?\n\nreceipt " + r.id)) return;
+    try {
+      const result = await api("/v1/receipts/" + r.id + "/resolve", { method: "POST",
+        body: JSON.stringify({ resolution: select.value, evidence: evidence.value }) });
+      await showAttention(); // the queue shows the new state before the note says what changed
+      say("attention", "receipt " + r.id + ": recorded " + result.recorded.map((e) => e.event).join(", ") + "; " + words(result.status), false);
+    } catch (error) {
+      say("attention", error.message, true);
+    }
+  });
+  return el("span", { className: "receipt-actions" }, select, " ", evidence, " ", button);
 }
 
 function operationRow(tr, r) {
