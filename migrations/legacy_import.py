@@ -32,7 +32,6 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import sqlite3
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,8 +59,9 @@ from ledger.store_files import (
     fsync_path,
     integrity_problems,
 )
-from ledger.store_identity import STORE_TABLE, check_store_identity
-from migrations.drivers import memory_env
+from ledger.store_identity import check_store_identity
+from migrations.drivers import database_driver, memory_env
+from migrations.drivers.sqlite import wal_checkpoint
 from migrations.legacy_format import LegacyExport, LegacyImportError, LegacyJob, read_export
 
 IMPORT_NAMESPACE = uuid.UUID("5b0d7c8e-2f4a-4e51-9a57-6f1d2c3b4a10")
@@ -201,14 +201,13 @@ def import_json(database: Database, app_class: type[LedgerApplication], path: Pa
     """
     export, digest = read_export(path)
     marker = f"import:{digest}"
-    if database.backend != "sqlite":
+    store = database_driver(database).store_file
+    if store is None:  # a database server: no file to back up and switch
         identity = check_store_identity(database, app_class.name, store_id=store_id)
         if marker in identity:
             return ImportReport(0, 0, True, None, digest)
         _dry_run(app_class, export, now, str(path))
         return _import_postgres(database, app_class, export, now, marker, digest)
-    store = database.path
-    assert store is not None
     with StoreLock(store):
         check_store_files(store, thorough=True)
         identity = check_store_identity(database, app_class.name, store_id=store_id)
@@ -226,7 +225,7 @@ def import_json(database: Database, app_class: type[LedgerApplication], path: Pa
         failpoints.reached("import")
         scratch = store.with_name(f"{store.name}.import-{tag}.tmp")
         copy_store(store, scratch)
-        imported, skipped = _fill(Database.parse(f"sqlite:///{scratch}"), app_class, export, now, marker)
+        imported, skipped = _fill(Database.in_file(scratch), app_class, export, now, marker)
         failpoints.reached("import")
         _verify(scratch, app_class, export)
         _release_wal(scratch)  # nothing of the copy may stay in its own WAL
@@ -250,21 +249,22 @@ def _fill(database: Database, app_class: type[LedgerApplication], export: Legacy
         counts = _write(app, export.jobs, now)
     finally:
         app.close()
-    assert database.path is not None
-    conn = sqlite3.connect(database.path)
-    try:
-        with conn:
-            conn.execute(f"INSERT INTO {STORE_TABLE} VALUES (?, ?)", (marker, str(len(export.jobs))))
-    finally:
-        conn.close()
+    _record_import(database, marker, export)
     return counts
+
+
+def _record_import(database: Database, marker: str, export: LegacyExport) -> None:
+    """Record the import's marker (the file's digest: a second run of it does nothing) and the
+    number of jobs it held in the store's identity rows."""
+    database_driver(database).identity_record(defaults={marker: str(len(export.jobs))}, current={},
+                                              check=lambda rows: None)
 
 
 def _verify(scratch: Path, app_class: type[LedgerApplication], export: LegacyExport) -> None:
     problems = integrity_problems(scratch, quick=True, limit=3)
     if problems:
         raise damaged(scratch, "; ".join(problems))
-    app = app_class(env=Database.parse(f"sqlite:///{scratch}").library_env(create_table=False, read_only=True))
+    app = app_class(env=Database.in_file(scratch).library_env(create_table=False, read_only=True))
     try:
         for job in export.jobs:
             entity_id = ImportedJob.create_id(job.id)
@@ -290,11 +290,7 @@ def _release_wal(store: Path) -> None:
         raise LegacyImportError(str(store), ["another process has the store open (a reader such as `opledger "
                                              "ops list`, or a host application); stop it and run the import "
                                              "again (nothing was switched)"])
-    conn = sqlite3.connect(store)
-    try:
-        busy, frames, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    finally:
-        conn.close()
+    busy, frames = wal_checkpoint(store)
     if busy or frames > 0:
         raise LegacyImportError(str(store), ["the store's WAL could not be emptied (another process is reading "
                                              "it); stop it and run the import again (nothing was switched)"])
@@ -333,14 +329,10 @@ def _switch(scratch: Path, store: Path) -> None:
 
 def _import_postgres(database: Database, app_class: type[LedgerApplication], export: LegacyExport, now: datetime,
                      marker: str, digest: str) -> ImportReport:
-    import psycopg
-
     app = app_class(env=database.library_env(create_table=False))
     try:
         imported, skipped = _write(app, export.jobs, now)
     finally:
         app.close()
-    table = f'"{database.schema}".{STORE_TABLE}' if database.schema else STORE_TABLE
-    with psycopg.connect(database.conninfo()) as pg:
-        pg.execute(f"INSERT INTO {table} VALUES (%s, %s) ON CONFLICT (key) DO NOTHING", (marker, str(len(export.jobs))))
+    _record_import(database, marker, export)
     return ImportReport(imported, skipped, False, None, digest)

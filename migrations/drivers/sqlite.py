@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -154,3 +155,19 @@ class SQLiteDatabase(ConfiguredStore):
     def status_channel(self) -> str:
         """See ``DatabaseDriver.status_channel`` (never notified here)."""
         return "opledger_status"
+
+
+def wal_checkpoint(path: Path) -> tuple[int, int]:
+    """Checkpoint the WAL of the SQLite file at ``path`` into the file and empty it, on a
+    connection of its own (``checkpoint_wal.sql``).
+
+    Returns:
+        ``(busy, frames)``: whether a reader kept the checkpoint from finishing (1) and how many
+        frames the WAL still held; ``(0, 0)`` when it is empty now.
+    """
+    conn = sqlite3.connect(path)
+    try:
+        busy, frames, _ = conn.execute(load_queries(SQLiteDriver.name)["checkpoint_wal"]).fetchone()
+    finally:
+        conn.close()
+    return int(busy), int(frames)
