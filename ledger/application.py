@@ -125,7 +125,7 @@ class LedgerApplication(Application):
         settings = settings or Settings()
         database = settings.database
         with _owner_lock(database):
-            if database.backend == "sqlite" and database.path is not None:
+            if database.path is not None:  # a store in a file of its own
                 check_store_files(database.path, thorough=settings.open_check == "quick")
             check_store_identity(database, cls.name, store_id=settings.store_id)
         return database.library_env(create_table=False)
@@ -300,8 +300,8 @@ class LedgerApplication(Application):
 
 
 def _owner_lock(database: Database) -> AbstractContextManager[object]:
-    """The store's single-owner lock for a SQLite store (nothing for PostgreSQL)."""
-    if database.backend == "sqlite" and database.path is not None:
+    """The store's single-owner lock for a store in a file of its own (nothing for a server)."""
+    if database.path is not None:
         return StoreLock(database.path)
     return nullcontext()
 

@@ -7,6 +7,8 @@ and the chooser importing the backends make no import circle (issue 28 item 3).
 from __future__ import annotations
 
 from ledger.config import Database
+from migrations.drivers import database_driver
+from migrations.drivers.sqlite import SQLiteDatabase
 from projections.memory_view import MemoryStatusStore, MemoryStatusView
 from projections.view import StatusView
 
@@ -22,7 +24,8 @@ def open_view(database: Database | MemoryStatusStore, *, read_only: bool = False
     """
     if isinstance(database, MemoryStatusStore):
         return MemoryStatusView(database)
-    if database.backend == "sqlite":
+    driver = database_driver(database)
+    if isinstance(driver, SQLiteDatabase):  # the status view of each database-level driver
         from projections.sqlite_view import SQLiteStatusView
 
         return SQLiteStatusView(database, read_only=read_only)
