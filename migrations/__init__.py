@@ -6,7 +6,7 @@ yoyo-migrations); ``queries/`` holds one named ``.sql`` file per view method, lo
 ``migrate`` too, and never by workers (DESIGN §8, §11).
 """
 
-from migrations.queries import load_queries
+from migrations.drivers.queries import load_queries
 from migrations.runner import migrate
 
 __all__ = ["load_queries", "migrate"]

@@ -59,7 +59,6 @@ class MetricsStore:
         if not isinstance(view, SqlStatusView):
             raise ConfigurationError("the metrics read model needs an SQLite or PostgreSQL store")
         self.view = view
-        self.backend = view.backend
         self.queries = view.queries
 
     def position(self, projection: str, upstream: str) -> int:

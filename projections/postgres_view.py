@@ -22,6 +22,7 @@ from psycopg_pool import ConnectionPool
 from ledger.clock import Clock, ReferenceClock, SkewWarning
 from ledger.config import Database
 from ledger.errors import ConfigurationError
+from migrations.drivers import database_driver
 from migrations.drivers.notify import status_channel
 from projections.rows import COLUMNS, DueRow, StatusRow
 from projections.sql_view import SqlStatusView
@@ -33,11 +34,10 @@ log = structlog.get_logger("opledger.clock")
 class PostgresStatusView(SqlStatusView):
     """``StatusView`` on PostgreSQL; thread-safe through the pool."""
 
-    backend = "postgres"
 
     def __init__(self, database: Database, *, max_size: int = 4) -> None:
         max_size = min(max_size, database.pool_size)
-        super().__init__()
+        super().__init__(database_driver(database).queries)
         self._types: list[int] | None = None  # the status columns' type OIDs, read once
         self._clock: ReferenceClock | None = None  # set by lease_clock; fed by every due()
         self.channel = status_channel(database.schema)

@@ -10,7 +10,6 @@ from uuid import UUID
 
 from ledger import failpoints
 from ledger.clock import Clock
-from migrations.queries import load_queries
 from projections.rows import AttentionMark, DueRow, StatusRow, due_when_written
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, OperationFilter
 
@@ -20,11 +19,10 @@ class SqlStatusView:
     manager yielding a cursor, committing on success), ``_upsert`` and ``_from_db``; they may
     override ``_statement`` (a cursor for one reading statement)."""
 
-    backend: str = ""
     in_process: bool = False
 
-    def __init__(self) -> None:
-        self.queries = load_queries(self.backend)
+    def __init__(self, queries: Mapping[str, str]) -> None:
+        self.queries = queries
 
     # -- hooks
     def _transaction(self) -> AbstractContextManager[Any]:

@@ -12,6 +12,7 @@ from typing import Any
 from uuid import UUID
 
 from ledger.config import SQLITE_LOCK_TIMEOUT_SECONDS, Database
+from migrations.drivers import database_driver
 from projections.rows import COLUMNS, StatusRow
 from projections.sql_view import SqlStatusView
 from projections.view import MAIN_TABLE, REBUILD_TABLE
@@ -48,11 +49,10 @@ def _to_db(row: StatusRow) -> list[Any]:
 class SQLiteStatusView(SqlStatusView):
     """``StatusView`` on SQLite. Thread-safe: one connection, serialized by a lock."""
 
-    backend = "sqlite"
     in_process = True
 
     def __init__(self, database: Database, *, read_only: bool = False) -> None:
-        super().__init__()
+        super().__init__(database_driver(database).queries)
         assert database.path is not None
         uri = f"file:{database.path}" + ("?mode=ro" if read_only else "")
         self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None,

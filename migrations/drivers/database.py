@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ledger.config import Database
-from migrations.queries import HERE
+from migrations.drivers.queries import HERE, load_queries
 
 
 class ConfiguredStore:
@@ -22,3 +22,4 @@ class ConfiguredStore:
         self._database = database
         self.store_file: Path | None = database.path  # parsed SQLite URLs only have a path
         self.schema_files = HERE / self.name / "schema"
+        self.queries = load_queries(self.name)

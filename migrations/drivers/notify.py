@@ -23,7 +23,7 @@ import structlog
 from psycopg import sql
 
 from ledger.outages import backoff_seconds, is_transient
-from migrations.queries import load_queries
+from migrations.drivers.queries import load_queries
 
 log = structlog.get_logger("opledger.notify")
 

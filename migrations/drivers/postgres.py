@@ -23,7 +23,7 @@ from ledger.errors import ConfigurationError
 from ledger.store_identity import STORE_TABLE
 from migrations.drivers.database import ConfiguredStore
 from migrations.drivers.protocols import EventRow, OpenIntents, Record, ReservationHold
-from migrations.queries import load_queries
+from migrations.drivers.queries import load_queries
 
 
 def open_intents(rows: list[Any], limit: int, elsewhere: frozenset[UUID] = frozenset()) -> OpenIntents:

@@ -178,6 +178,11 @@ class DatabaseDriver(Protocol):
     schema_files: Path
     """The folder of this backend's numbered schema migrations (applied by ``opledger migrate``)."""
 
+    queries: Mapping[str, str]
+    """This backend's named statements (``migrations/<backend>/queries``), for the status view
+    of this store, which runs them."""
+    """The folder of this backend's numbered schema migrations (applied by ``opledger migrate``)."""
+
     def describe(self) -> str:
         """Where the store lives, in words for a person (no password)."""
         ...

@@ -18,7 +18,7 @@ from ledger.store_identity import STORE_TABLE
 from migrations.drivers.database import ConfiguredStore
 from migrations.drivers.owned import OwnedStore
 from migrations.drivers.protocols import EventRow, OpenIntents, Record
-from migrations.queries import load_queries
+from migrations.drivers.queries import load_queries
 
 MAX_IDS_PER_QUERY = 500
 """Ids bound in one statement, at most: keeps SQLite under its bound-parameter limit."""

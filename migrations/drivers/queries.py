@@ -7,7 +7,8 @@ from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parent.parent
+"""The ``migrations`` folder: ``<backend>/queries/*.sql`` and ``<backend>/schema/*.sql``."""
 BACKENDS = ("sqlite", "postgres")
 
 
