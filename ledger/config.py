@@ -50,7 +50,7 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _OUR_URL_PARAMETERS = frozenset({"schema", "pool_size"})
 CONNECTION_OPTIONS_ENV = "POSTGRES_CONNECTION_OPTIONS"
 """The library environment key carrying a URL's libpq parameters (JSON) to the library's pool
-(``ledger.persistence.LedgerPostgresFactory``)."""
+(``migrations.drivers.recorders.LedgerPostgresFactory``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,22 +249,22 @@ class Database:
             drops the table lock that keeps notification ids in commit order (DESIGN §8); our own
             recorder (``APPLICATION_RECORDER_TOPIC``) calls a function that keeps it. The URL's
             libpq parameters travel as JSON under ``CONNECTION_OPTIONS_ENV`` to our factory
-            (``ledger.persistence.LedgerPostgresFactory``), which gives them to the library's pool.
+            (``migrations.drivers.recorders.LedgerPostgresFactory``), which gives them to the library's pool.
         """
         env = {"CREATE_TABLE": "y" if create_table else "n"}
         if self.backend == "sqlite":
             assert self.path is not None
             name = f"file:{self.path}?mode=ro" if read_only else f"file:{self.path}"
             env.update({
-                "PERSISTENCE_MODULE": "ledger.persistence:LedgerSQLiteFactory",
+                "PERSISTENCE_MODULE": "migrations.drivers.recorders:LedgerSQLiteFactory",
                 "SQLITE_DBNAME": name,
                 "SQLITE_LOCK_TIMEOUT": str(SQLITE_LOCK_TIMEOUT_SECONDS),
             })
         else:
             env.update({
                 # The library's factory, handing the URL's libpq parameters to its pool.
-                "PERSISTENCE_MODULE": "ledger.persistence:LedgerPostgresFactory",
-                "APPLICATION_RECORDER_TOPIC": "ledger.persistence:LedgerPostgresApplicationRecorder",
+                "PERSISTENCE_MODULE": "migrations.drivers.recorders:LedgerPostgresFactory",
+                "APPLICATION_RECORDER_TOPIC": "migrations.drivers.recorders:LedgerPostgresApplicationRecorder",
                 "POSTGRES_DBNAME": self.dbname,
                 "POSTGRES_HOST": self.host,
                 "POSTGRES_PORT": str(self.port),

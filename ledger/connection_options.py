@@ -6,7 +6,7 @@ parameters libpq documents (``sslmode``, ``sslrootcert``, ``application_name``,
 parsed (a name libpq does not document, or one this module keeps out, is refused in one line
 naming it), and then given unchanged to every connection a process makes: the ``eventsourcing``
 library's pool, the read models' pool, the LISTEN connection, migrations (yoyo) and the store
-identity check (``ledger.config.Database`` carries them; ``ledger.persistence`` hands them to the
+identity check (``ledger.config.Database`` carries them; ``migrations.drivers.recorders`` hands them to the
 library's pool). libpq reads its ``PG*`` environment variables (``PGSSLMODE``,
 ``PGSSLROOTCERT``, ...) for any parameter the URL leaves out.
 

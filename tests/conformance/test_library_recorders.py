@@ -20,7 +20,12 @@ from eventsourcing.tests import persistence as lib
 from eventsourcing.utils import Environment
 
 from ledger.config import Database
-from ledger.persistence import SMALL_BATCH, LedgerPostgresApplicationRecorder, LedgerSQLiteFactory, _DurableSQLitePool
+from migrations.drivers.recorders import (
+    SMALL_BATCH,
+    LedgerPostgresApplicationRecorder,
+    LedgerSQLiteFactory,
+    _DurableSQLitePool,
+)
 from tests.conftest import drop_schema, new_postgres_url, require_postgres
 
 

@@ -12,8 +12,8 @@ from psycopg.conninfo import conninfo_to_dict
 from ledger.config import CONNECTION_OPTIONS_ENV, Database, Settings
 from ledger.connection_options import LIBPQ_PARAMETERS, one_line
 from ledger.errors import ConfigurationError
-from ledger.persistence import LedgerPostgresFactory
 from ledger.redaction import mask_url
+from migrations.drivers.recorders import LedgerPostgresFactory
 
 BASE = "postgresql://app:pa%20ss%40word@db.example:6432/shop"
 PASSWORD = "pa ss@word"
@@ -36,7 +36,7 @@ def test_libpq_parameters_are_kept_sorted_and_reach_every_rendering() -> None:
     assert yoyo.options == database.options and yoyo.schema == "s"  # yoyo passes its query to psycopg
     assert "pool_size" not in database.url(driver="psycopg")
     env = database.library_env(create_table=False)
-    assert env["PERSISTENCE_MODULE"] == "ledger.persistence:LedgerPostgresFactory"
+    assert env["PERSISTENCE_MODULE"] == "migrations.drivers.recorders:LedgerPostgresFactory"
     assert json.loads(env[CONNECTION_OPTIONS_ENV]) == dict(database.options)
 
 

@@ -1,0 +1,2 @@
+-- LedgerSQLiteFactory: read back the synchronous setting (2 is FULL).
+PRAGMA synchronous
