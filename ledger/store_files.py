@@ -25,6 +25,7 @@ import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ledger.errors import StoreDamagedError, StorePathError
 
@@ -253,6 +254,20 @@ def header_problem(path: Path) -> str | None:
     return None
 
 
+def read_only_rows(path: Path, statement: str) -> list[Any]:
+    """Run one reading ``statement`` on a read-only connection of its own to the SQLite file at
+    ``path``; return its rows.
+
+    Raises:
+        sqlite3.DatabaseError: the file cannot be opened or read (the caller tells damage apart).
+    """
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return conn.execute(statement).fetchall()
+    finally:
+        conn.close()
+
+
 def integrity_problems(path: Path, *, quick: bool = True, limit: int = 20) -> list[str]:
     """Run ``PRAGMA quick_check`` (or the slower, thorough ``integrity_check``) on a read-only
     connection.
@@ -271,11 +286,7 @@ def integrity_problems(path: Path, *, quick: bool = True, limit: int = 20) -> li
     """
     pragma = "quick_check" if quick else "integrity_check"
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            rows = conn.execute(f"PRAGMA {pragma}({int(limit)})").fetchall()
-        finally:
-            conn.close()
+        rows = read_only_rows(path, f"PRAGMA {pragma}({int(limit)})")
     except sqlite3.DatabaseError as exc:
         if is_damage(exc):
             return [str(exc)]

@@ -21,7 +21,7 @@ import sqlite3
 from ledger.codec import CODEC_VERSION
 from ledger.config import Database
 from ledger.errors import ConfigurationError, StoreIdentityError
-from ledger.store_files import check_store_path, damaged, is_damage
+from ledger.store_files import check_store_path, damaged, is_damage, read_only_rows
 
 SCHEMA_VERSION = 5
 """The read-model schema version this code expects; ``opledger migrate`` records it."""
@@ -52,11 +52,7 @@ def read_store_identity(database: Database, *, missing_ok: bool = False) -> dict
                 return {}
             raise ConfigurationError(f"no store at {database.path}; {hint}")
         try:
-            conn = sqlite3.connect(f"file:{database.path}?mode=ro", uri=True)
-            try:
-                rows = conn.execute(f"SELECT key, value FROM {STORE_TABLE}").fetchall()
-            finally:
-                conn.close()
+            rows = read_only_rows(database.path, f"SELECT key, value FROM {STORE_TABLE}")
         except sqlite3.DatabaseError as exc:
             if is_damage(exc):
                 raise damaged(database.path, str(exc)) from None
