@@ -30,7 +30,6 @@ from ledger.receipts import OPERATOR_RESOLUTIONS, PENDING, Receipt
 from projections.metrics import RECEIPTS_STUCK
 from projections.metrics_store import MetricsStore
 from projections.rows import StatusRow
-from projections.sql_view import SqlStatusView
 
 if TYPE_CHECKING:
     from adapters.runtime import Store
@@ -76,9 +75,10 @@ def stuck_receipts(store: Store, limit: int) -> list[dict[str, Any]]:
         store: an open store.
         limit: at most this many rows.
     """
-    if not isinstance(store.view, SqlStatusView):
+    metrics = MetricsStore.of(store.view)
+    if metrics is None:
         return []  # the in-memory store keeps no metrics read model
-    totals = MetricsStore(store.view).totals()
+    totals = metrics.totals()
     candidates = [UUID(receipt_id) for (name, _c, _t, _m, receipt_id), value in totals.items()
                   if name == RECEIPTS_STUCK and value > 0]
     rows = []

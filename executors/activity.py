@@ -27,7 +27,6 @@ import structlog
 from ledger import tracing
 from ledger.operation import Operation
 from projections.metrics_store import MetricsStore
-from projections.sql_view import SqlStatusView
 from projections.view import StatusView
 
 if TYPE_CHECKING:  # executors.commit logs through this module
@@ -112,8 +111,8 @@ def store_gauges(view: StatusView, now: datetime) -> dict[str, Any]:
         ``{"by_status": {...}, "oldest_pending_age_seconds": 12.5}`` (the age only when known).
     """
     line: dict[str, Any] = {"by_status": view.counts()}
-    if isinstance(view, SqlStatusView):
-        oldest = min(MetricsStore(view).gauges().oldest_pending.values(), default=None)
+    if (metrics := MetricsStore.of(view)) is not None:
+        oldest = min(metrics.gauges().oldest_pending.values(), default=None)
         if oldest is not None:
             line["oldest_pending_age_seconds"] = round((now - oldest).total_seconds(), 1)
     return line

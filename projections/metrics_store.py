@@ -55,6 +55,12 @@ class MetricsStore:
         ConfigurationError: the view is the in-memory one (it has no metrics table).
     """
 
+    @classmethod
+    def of(cls, view: StatusView) -> MetricsStore | None:
+        """The metrics rows beside ``view``, or None where its store keeps none (the in-memory
+        one): for a reader that only reports them when they exist."""
+        return cls(view) if isinstance(view, SqlStatusView) else None
+
     def __init__(self, view: StatusView) -> None:
         if not isinstance(view, SqlStatusView):
             raise ConfigurationError("the metrics read model needs an SQLite or PostgreSQL store")
