@@ -204,7 +204,7 @@ def show(store: Store, op_id: UUID) -> dict[str, Any]:
         OperationNotFoundError: no such operation.
         CorruptRecordError: its first record does not decode and it has no status row.
     """
-    row = store.view.get(op_id)
+    row = store.queries.get(op_id)
     try:
         op = store.app.get_operation(op_id)
     except CorruptRecordError as exc:

@@ -101,7 +101,7 @@ def attention_queue(store: Store, limit: int, reason: str | None = None) -> list
     """
     operations: list[StatusRow] = []
     if reason != RECEIPT_STUCK:
-        operations = store.view.attention_of(reason, limit) if reason else store.view.attention(limit)
+        operations = store.queries.attention_of(reason, limit) if reason else store.queries.attention(limit)
     rows = [{"kind": KIND_OPERATION, **row.as_json()} for row in operations]
     if reason in (None, RECEIPT_STUCK):
         rows += stuck_receipts(store, limit)

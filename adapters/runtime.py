@@ -40,7 +40,7 @@ from migrations.drivers import database_driver
 from projections.drift import report_declaration_drift
 from projections.history import check_readable_history
 from projections.status import StatusProjection
-from projections.view import StatusView
+from projections.view import OperatorQueries, StatusView
 from projections.views import open_view
 
 log = structlog.get_logger("opledger.runtime")
@@ -91,6 +91,12 @@ class Store:
     app: LedgerApplication
     view: StatusView
     owner: bool
+
+    @property
+    def queries(self) -> OperatorQueries:
+        """The status view as operators read it (the CLI, the HTTP API): the narrow protocol
+        their reads take (issue 28 item 3)."""
+        return self.view
 
     def close(self) -> None:
         self.view.close()

@@ -157,7 +157,7 @@ def list_ops(
     where = OperationFilter(status=status, outcome=outcome, integration=integration, tenant=tenant,
                             attention=attention, limit=_one_more(limit))
     with UserErrors(), _store(database_url) as store:
-        rows = _first(store.view.search(where), limit)
+        rows = _first(store.queries.search(where), limit)
         _warn_lag(store)
     if json_output:
         print_json([r.as_json() for r in rows])
@@ -233,7 +233,7 @@ def approvals(limit: int = typer.Option(100, min=1, max=MAX_ROWS), database_url:
     Approve with `opledger approve ID`, refuse with `opledger approve ID --deny --reason ...`;
     one left waiting fails when its pending deadline passes."""
     with UserErrors(), _store(database_url) as store:
-        rows = _first(store.view.search(OperationFilter(status="pending", approval="required",
+        rows = _first(store.queries.search(OperationFilter(status="pending", approval="required",
                                                         limit=_one_more(limit))), limit)
         _warn_lag(store)
     if json_output:

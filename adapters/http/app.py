@@ -241,7 +241,7 @@ metrics_router = APIRouter(tags=["metrics"])
 @health_router.get("/health", response_model=Health, summary="The server answers and its store is readable")
 def health(request: Request) -> Health:
     store: Store = request.app.state.store
-    store.view.counts()  # one read of the status view: a store that cannot answer is a 500
+    store.queries.counts()  # one read of the status view: a store that cannot answer is a 500
     return Health(status="ok", backend=store.settings.database.backend, writable=request.app.state.writable)
 
 
@@ -258,7 +258,7 @@ def ready(request: Request) -> Readiness:
     try:
         # The identity table: reachable, migrated, this application's, schema and codec current.
         identity = check_store_identity(database, store.app.name, store_id=store.settings.store_id)
-        store.view.counts()  # and the status read model answers
+        store.queries.counts()  # and the status read model answers
     except LedgerError as exc:
         raise problems.Problem(503, "Not ready", str(exc), headers={"Retry-After": str(problems.RETRY_AFTER_SECONDS)}) \
             from None

@@ -82,7 +82,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
 
 
 def _page(store: Store, where: OperationFilter) -> OperationPage:
-    rows = store.view.search(replace(where, limit=where.limit + 1))  # one more: is there a next page?
+    rows = store.queries.search(replace(where, limit=where.limit + 1))  # one more: is there a next page?
     more = len(rows) > where.limit
     rows = rows[:where.limit]
     return OperationPage(items=[OperationSummary.model_validate(r.as_json()) for r in rows],
