@@ -28,7 +28,8 @@ from eventsourcing.domain import Aggregate
 from ledger.clock import require_utc
 from ledger.codec import LedgerEvent
 from ledger.declarations import canonical_json
-from ledger.errors import IllegalTransitionError, InvalidArgumentError, ReceiptFencedError
+from ledger.errors import InvalidArgumentError, ReceiptFencedError
+from ledger.transition_errors import LeaseHeldError, NotAllowedInStateError
 
 RECEIPT_NAMESPACE = UUID("0c6f4f2e-9a51-5d7b-8e3a-2b4f61d9c7a5")
 """Fixed uuid5 namespace of receipt ids (transaction ids). Changing it would orphan every receipt."""
@@ -297,9 +298,9 @@ class Receipt(Aggregate):
         """
         now = require_utc(now, "now")
         if self.state != PENDING:
-            raise IllegalTransitionError("adopt", self.state)
+            raise NotAllowedInStateError("adopt", self.state)
         if not self.released and self.lease_expires_at is not None and self.lease_expires_at > now:
-            raise IllegalTransitionError("adopt", "owned", f"the lease of {self.owner} is live")
+            raise LeaseHeldError("adopt", "owned", f"the lease of {self.owner} is live")
         self.trigger_event(self.ReceiptAdopted, owner=owner, epoch=self.epoch + 1,
                            lease_expires_at=_expiry(now, lease_seconds), timestamp=now)
         return self.epoch
@@ -344,7 +345,7 @@ class Receipt(Aggregate):
             IllegalTransitionError: not completed.
         """
         if self.state != COMPLETED:
-            raise IllegalTransitionError("expire", self.state)
+            raise NotAllowedInStateError("expire", self.state)
         self.trigger_event(self.ReceiptExpired, timestamp=require_utc(now, "now"))
 
     def reopen(self, *, request: dict[str, Any], owner: str, now: datetime, lease_seconds: float) -> int:
@@ -355,7 +356,7 @@ class Receipt(Aggregate):
         """
         now = require_utc(now, "now")
         if self.state != EXPIRED:
-            raise IllegalTransitionError("reopen", self.state)
+            raise NotAllowedInStateError("reopen", self.state)
         self.trigger_event(self.ReceiptReopened, fingerprint=request_fingerprint(request), request=request,
                            owner=owner, epoch=self.epoch + 1, lease_expires_at=_expiry(now, lease_seconds),
                            timestamp=now)
