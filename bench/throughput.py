@@ -61,7 +61,8 @@ from bench.harness import (
     worker_env,
     writer,
 )
-from ledger.config import Settings
+from bench.wire import BareRun, bare_client, bare_result, judge_wire, nginx_partner
+from ledger.config import DEFAULT_EGRESS_PER_HOST, Settings
 
 SQLITE_TWO_WORKER_SLOTS = 512
 """Egress slots of the SQLite "2 workers" rows: one process (one owner), twice the default."""
@@ -69,8 +70,11 @@ LATENCY_SECONDS = 0.1
 """The slow fast partner's added latency: real providers answer in tens to hundreds of ms."""
 LATENCY_TARGET = 0.8
 """The latency rows' target: a 100 ms provider drains at least this share of an instant one."""
-SUFFIXES = {"fake": "", "http": ".http", "fast": ".fast", "slow": ".fast-100ms"}
+SUFFIXES = {"fake": "", "http": ".http", "fast": ".fast", "slow": ".fast-100ms", "wire": ".wire"}
 PRODUCERS = 2
+WIRE_ROWS = (("postgres", 2), ("sqlite", 1))
+"""The (backend, workers) of the ``drain.wire`` rows, each beside a ``client.bare`` of as many
+processes and the ``drain`` row of the same shape (issue 30's acceptance)."""
 TIMEOUT_SECONDS = 900.0
 PARTNER_PATH = "/bench"
 
@@ -83,7 +87,8 @@ class Config:
     backend: str
     workers: int
     # "fake": in-process, instant; "http": the reference partner (durable log); "fast" and
-    # "slow": bench.fast_partner answering at once or after LATENCY_SECONDS
+    # "slow": bench.fast_partner answering at once or after LATENCY_SECONDS; "wire": nginx
+    # answering 200 {} (bench.wire), next to nothing per request
     adapter: str = "fake"
 
     @property
@@ -103,13 +108,14 @@ class Config:
 def configs(options: Options) -> list[Config]:
     latency = [Config("drain", backend, workers, adapter=adapter)
                for backend, workers in (("postgres", 2), ("sqlite", 1)) for adapter in ("fast", "slow")]
+    wire = [Config("drain", backend, workers, adapter="wire") for backend, workers in WIRE_ROWS]
     if options.smoke:  # every kind once, the target rows only, to stay well under a minute
         return [Config(kind, backend, 2) for kind in ("drain", "e2e") for backend in ("postgres", "sqlite")] + [
-            Config("drain", "postgres", 2, adapter="http")] + latency[:2]
+            Config("drain", "postgres", 2, adapter="http")] + latency[:2] + wire[:1]
     found = [Config(kind, backend, w) for kind in ("drain", "e2e") for backend in ("postgres", "sqlite") for w in (1, 2)]
     found += [Config("drain", "postgres", 2, adapter="http"), Config("drain", "sqlite", 1, adapter="http"),
               Config("e2e", "postgres", 2, adapter="http")]
-    return found + latency
+    return found + latency + wire
 
 
 # ---------------------------------------------------------------------- opledger runs
@@ -133,12 +139,15 @@ def drain(cfg: Config, n: int, options: Options, partners: dict[str, str]) -> tu
                                 f"{cfg.name}-{cfg.backend}")
         try:
             began = wait_ready(workers)
+            meter = CpuMeter([worker.pid for worker in workers])
+            meter.start()
             done = wait_until(lambda: settled_count(view) >= n, timeout=TIMEOUT_SECONDS,
                               what=f"{n} settled ({cfg})", workers=workers)
+            cpu = meter.stop(n)
         finally:
             stop_workers(workers)
             view.close()
-    return done - began, {}
+    return done - began, {"cpu_us_per_op": cpu}
 
 
 def _produce(app, n: int, producers: int, integration: str, target: str | None) -> float:
@@ -292,13 +301,27 @@ def run(options: Options, log=print) -> list[Result]:
     cpu: dict[Config | tuple[str, int], list[dict]] = {}  # CPU per operation (end to end, PostgreSQL)
     baseline: dict[tuple[str, int], list[float]] = {(k, w): [] for k in ("drain", "e2e") for w in (1, 2)}
     ceilings: dict[str, list[float]] = {"e2e.producers_only": [], "procrastinate.defer_only": []}
+    bare: dict[Config, list[BareRun]] = {}  # the wire rows' bare client runs (bench.wire)
     with ExitStack() as stack:
         partners = {"http": stack.enter_context(_partner(options)),
                     "fast": stack.enter_context(fast_partner(0.0)),
                     "slow": stack.enter_context(fast_partner(LATENCY_SECONDS))}
+        nginx = stack.enter_context(nginx_partner())
+        if nginx is None:  # the wire rows say so; they never run against another partner
+            log("  throughput: nginx is not installed (apt-get install nginx): drain.wire and client.bare skipped")
+            all_configs = [cfg for cfg in all_configs if cfg.adapter != "wire"]
+        else:
+            partners["wire"] = nginx
         for rep in range(options.repetitions):
             # Interleaved: every configuration and its baseline once per repetition.
             for cfg in all_configs:
+                if cfg.adapter == "wire":  # the ceiling first, against the same nginx
+                    run = bare_client(f"{partners['wire']}{PARTNER_PATH}", n, threads=DEFAULT_EGRESS_PER_HOST,
+                                      processes=cfg.processes, secret=SECRET)
+                    bare.setdefault(cfg, []).append(run)
+                    log(f"  throughput rep {rep + 1}: client.bare       {cfg.backend:<8} processes={cfg.processes} "
+                        f"{rate(run.requests, run.seconds):8.1f} requests/s  CPU µs/call {run.cpu_us_per_call:.0f}"
+                        + (f"  ({run.errors} errors)" if run.errors else ""))
                 size = n
                 runner = drain if cfg.kind == "drain" else (e2e_postgres if cfg.backend == "postgres" else e2e_sqlite)
                 seconds, extra = runner(cfg, size, options, partners)
@@ -336,6 +359,7 @@ def run(options: Options, log=print) -> list[Result]:
                 unit="jobs/s" if name.startswith("procrastinate") else "ops/s", n=n,
                 note=f"diagnostic: {PRODUCERS} producer threads, one transaction each, no worker running: "
                      "the ceiling of the end-to-end row"))
+    results += [bare_result(cfg.backend, cfg.workers, cfg.processes, runs, n) for cfg, runs in bare.items()]
     for cfg in all_configs:
         stats = Stats.of(samples[cfg])
         ratio, baseline_name = None, None
@@ -363,6 +387,8 @@ def run(options: Options, log=print) -> list[Result]:
             result.note = f"bench.fast_partner, {LATENCY_SECONDS * 1000:.0f} ms per answer, no log"
         elif cfg.adapter == "fast":
             result.note = "bench.fast_partner, instant, no log"
+        elif cfg.adapter == "wire":
+            judge_wire(result, samples.get(Config("drain", cfg.backend, cfg.workers), []), bare.get(cfg, []))
         if cfg.backend == "sqlite" and cfg.workers == 2:
             result.note = "one process (SQLite has one owner), more egress threads"
         results.append(result)

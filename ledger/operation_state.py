@@ -34,6 +34,8 @@ class OperationState:
     integration_version: int
     integration_digest: str
     code_digest: str
+    opledger_version: str
+    opledger_commit: str
     delivery_mode: DeliveryMode
     max_attempts: int
     deadlines: dict[str, float]

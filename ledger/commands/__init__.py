@@ -17,6 +17,7 @@ from ledger.commands.attempt import AttemptCommands
 from ledger.commands.intent import IntentCommands
 from ledger.commands.lease import LeaseCommands
 from ledger.commands.operator import (
+    RESOLUTIONS,
     RESOLUTIONS_FOR_AMBIGUOUS,
     RESOLUTIONS_FOR_BLOCKED,
     RESOLUTIONS_FOR_LATE_OBSERVATION,
@@ -28,6 +29,7 @@ from ledger.commands.remote import RemoteCommands
 from ledger.commands.settlement import SETTLEMENT_BLOCK_CODES, SettlementCommands
 
 __all__ = [
+    "RESOLUTIONS",
     "RESOLUTIONS_FOR_AMBIGUOUS",
     "RESOLUTIONS_FOR_BLOCKED",
     "RESOLUTIONS_FOR_LATE_OBSERVATION",

@@ -42,6 +42,16 @@ E = ExecutionState
 class ApprovalCommands(CommandBase):
     """The approval commands of the ``Operation`` aggregate."""
 
+    def approval_request(self, approver: str, roles: Collection[str], purpose: str = "") -> ApprovalRequest:
+        """What an approval policy decides on when ``approver`` with ``roles`` asks to approve
+        this operation (``purpose``: the declaration's, "execute <integration>" when empty). Pure.
+
+        Source: issue 14 item 2.
+        """
+        return ApprovalRequest(integration=self.integration_name, purpose=purpose_of(self.integration_name, purpose),
+                               intended_by=self.principal, approver=approver, roles=roles_of(roles),
+                               tenant=self.tenant)
+
     def grant_approval(self, *, now: datetime, principal: str, roles: Collection[str] = (),
                        purpose: str = "", valid_seconds: float = DEFAULT_APPROVAL_VALID_SECONDS,
                        fingerprint: str | None = None, policy: ApprovalPolicy = default_policy) -> None:
@@ -76,9 +86,7 @@ class ApprovalCommands(CommandBase):
                                        f"{self.fingerprint!r}: look at the operation again")
         purpose = purpose_of(self.integration_name, purpose)
         check_operator_text("purpose", purpose, MAX_PURPOSE_CHARS)
-        refusal = policy(ApprovalRequest(integration=self.integration_name, purpose=purpose,
-                                         intended_by=self.principal, approver=principal,
-                                         roles=roles_of(roles), tenant=self.tenant))
+        refusal = policy(self.approval_request(principal, roles, purpose))
         if refusal is not None:
             raise ApprovalRefusedError(f"approval of operation {self.id} refused: {refusal}")
         self.trigger_event(self.ApprovalGranted, timestamp=now, principal=principal, fingerprint=self.fingerprint,

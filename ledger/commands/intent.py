@@ -23,6 +23,7 @@ from ledger.intents import (
     check_intent,
     check_payload,
 )
+from ledger.provenance import BuildInfo, build_info
 from ledger.status import ExecutionState
 from ledger.time_limits import require_intent_times
 
@@ -49,6 +50,7 @@ class IntentCommands(CommandBase):
         code_digest: str = "",
         source_action: str = "",
         on_behalf_of: Sequence[Delegation] = (),
+        build: BuildInfo | None = None,
     ) -> Operation:
         """Record the intent of an external effect (event ``Intended``).
 
@@ -65,6 +67,8 @@ class IntentCommands(CommandBase):
             source_action: the name of the entity's command or event that authorized it.
             on_behalf_of: the delegation chain: ``principal`` acts on behalf of the first
                 link's principal, which acts for the next, and so on (issue 32 item 4).
+            build: the opledger recording it (version, commit); this process's by default
+                (``ledger.provenance.build_info``; issue 31 item 2).
 
         Returns:
             The new operation, with one pending ``Intended`` event. Its id is derived
@@ -81,6 +85,7 @@ class IntentCommands(CommandBase):
         check_intent(integration, source, target, principal, traceparent)
         chain = check_delegation(on_behalf_of, source_action)
         require_intent_times(integration, now)
+        build = build or build_info()
         return cls._create(
             cls.Intended,
             id=operation_id(source, integration.name),
@@ -106,4 +111,6 @@ class IntentCommands(CommandBase):
             effect_index=source.effect_index,
             source_action=source_action,
             on_behalf_of=chain,
+            opledger_version=build.version,
+            opledger_commit=build.commit,
         )

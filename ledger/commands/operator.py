@@ -15,9 +15,7 @@ from typing import TYPE_CHECKING
 from ledger import decisions, lifecycle
 from ledger.clock import require_utc
 from ledger.commands.base import CommandBase
-from ledger.errors import (
-    InvalidArgumentError,
-)
+from ledger.errors import IllegalTransitionError, InvalidArgumentError
 from ledger.facts import FactKind, storable_fact
 from ledger.intents import (
     MAX_EVIDENCE_CHARS,
@@ -50,6 +48,9 @@ RESOLUTIONS_FOR_REMOTE_UNKNOWN = ("succeeded", "failed")
 RESOLUTIONS_FOR_REFUSED_WRITE = ("retry_write",)
 """An operator fixed what refused a write for the operation (``WriteRefused``, attention
 ``write_refused``): workers take it again from its recorded state, nothing else changes (issue 35)."""
+RESOLUTIONS = tuple(dict.fromkeys(RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED + RESOLUTIONS_FOR_LATE_OBSERVATION
+                                  + RESOLUTIONS_FOR_REMOTE_UNKNOWN + RESOLUTIONS_FOR_REFUSED_WRITE))
+"""Every resolution ``Operation.resolve`` knows, in the order an operator is offered them."""
 
 
 class OperatorCommands(CommandBase):
@@ -130,33 +131,10 @@ class OperatorCommands(CommandBase):
         self.trigger_event(self.WriteRefused, timestamp=require_utc(now), kind=kind,
                            error=storable_fact(error, FactKind.DETAIL), epoch=epoch)
 
-    def resolve(self, *, now: datetime, principal: str, resolution: str, evidence: str) -> None:
-        """Record an operator's decision with evidence (``Resolved``).
-
-        Args:
-            resolution: for an ambiguous operation ``succeeded``, ``failed``, ``retry`` (the
-                operator asserts nothing applied; needs an attempt left) or ``abandon``; for
-                accepted work past its deadline (``remote_unknown``) ``succeeded`` or ``failed``;
-                for a blocked settlement ``retry_settlement`` or ``abandon``; for a late
-                observation (``LateObservationRecorded``) ``acknowledge``, which keeps the
-                outcome; for a write the store refused (``WriteRefused``) ``retry_write``, which
-                changes nothing but lets workers take the operation again. Every resolution
-                clears a late observation and a refused write.
-            evidence: what the operator checked (required, shown on the timeline).
-
-        Raises:
-            IllegalTransitionError: nothing to resolve, or a resolution that does not fit.
-        """
-        if not isinstance(evidence, str) or not evidence.strip():
-            raise InvalidArgumentError("evidence is required: say what was checked")
-        check_operator_text("evidence", evidence, MAX_EVIDENCE_CHARS, required=True)
-        require_principal(principal)
-        known = (RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED + RESOLUTIONS_FOR_LATE_OBSERVATION
-                 + RESOLUTIONS_FOR_REFUSED_WRITE)
-        if resolution not in known:
-            raise InvalidArgumentError(f"unknown resolution {resolution!r}: one of {', '.join(dict.fromkeys(known))}")
+    def _resolution_problem(self, resolution: str) -> tuple[type[IllegalTransitionError], str] | None:
+        # The rule ``resolve`` enforces, with the error class of the part that refused.
         if self.disposition == "abandoned":
-            raise AlreadyAbandonedError("resolve", self.status.value, "already abandoned")
+            return AlreadyAbandonedError, "already abandoned"
         allowed: tuple[str, ...]
         if self.execution in lifecycle.RESOLVABLE_EXECUTION:
             allowed = RESOLUTIONS_FOR_AMBIGUOUS
@@ -173,11 +151,58 @@ class OperatorCommands(CommandBase):
         if self.write_refused is not None:
             allowed += RESOLUTIONS_FOR_REFUSED_WRITE
         if not allowed:
-            raise NothingToResolveError("resolve", self.status.value, "nothing to resolve")
+            return NothingToResolveError, "nothing to resolve"
         if resolution not in allowed:
-            raise ResolutionDoesNotFitError("resolve", self.status.value,
-                                         f"resolution must be one of {', '.join(allowed)}")
+            return ResolutionDoesNotFitError, f"resolution must be one of {', '.join(allowed)}"
         if resolution == "retry" and decisions.attempts_left(self) == 0:
-            raise NoAttemptLeftError("resolve", self.status.value, "no attempt left to retry with")
+            return NoAttemptLeftError, "no attempt left to retry with"
+        return None
+
+    def resolution_refusal(self, resolution: str) -> str | None:
+        """Why ``resolution`` does not fit the operation now, or None when ``resolve`` may record it.
+
+        The one rule :meth:`resolve` enforces and an operator's tools ask before offering a
+        resolution (``ledger.operator_actions``). Pure: reads the aggregate's state only.
+
+        Args:
+            resolution: a known resolution (``RESOLUTIONS_FOR_*``).
+
+        Returns:
+            None, or the refusal's detail: ``already abandoned``, ``nothing to resolve``,
+            ``resolution must be one of ...`` or ``no attempt left to retry with``.
+
+        Source: issue 12 items 2-3; issue 31 item 5 (the console offers only what this allows).
+        """
+        problem = self._resolution_problem(resolution)
+        return None if problem is None else problem[1]
+
+    def resolve(self, *, now: datetime, principal: str, resolution: str, evidence: str) -> None:
+        """Record an operator's decision with evidence (``Resolved``).
+
+        Args:
+            resolution: for an ambiguous operation ``succeeded``, ``failed``, ``retry`` (the
+                operator asserts nothing applied; needs an attempt left) or ``abandon``; for
+                accepted work past its deadline (``remote_unknown``) ``succeeded`` or ``failed``;
+                for a blocked settlement ``retry_settlement`` or ``abandon``; for a late
+                observation (``LateObservationRecorded``) ``acknowledge``, which keeps the
+                outcome; for a write the store refused (``WriteRefused``) ``retry_write``, which
+                changes nothing but lets workers take the operation again. Every resolution
+                clears a late observation and a refused write.
+            evidence: what the operator checked (required, shown on the timeline).
+
+        Raises:
+            AlreadyAbandonedError, NothingToResolveError, ResolutionDoesNotFitError,
+            NoAttemptLeftError (all ``IllegalTransitionError``): as
+            :meth:`resolution_refusal` says.
+        """
+        if not isinstance(evidence, str) or not evidence.strip():
+            raise InvalidArgumentError("evidence is required: say what was checked")
+        check_operator_text("evidence", evidence, MAX_EVIDENCE_CHARS, required=True)
+        require_principal(principal)
+        if resolution not in RESOLUTIONS:
+            raise InvalidArgumentError(f"unknown resolution {resolution!r}: one of {', '.join(RESOLUTIONS)}")
+        problem = self._resolution_problem(resolution)
+        if problem is not None:
+            raise problem[0]("resolve", self.status.value, problem[1])
         self.trigger_event(self.Resolved, timestamp=require_utc(now), principal=principal,
                            resolution=resolution, evidence=evidence)

@@ -185,7 +185,7 @@ def test_an_intent_announced_during_a_pass_is_claimed_right_after_that_pass(rig:
 @pytest.mark.postgres
 def test_the_tail_offers_only_intents_no_worker_has_moved_on(rig: tuple) -> None:
     # Two workers end to end: the tail left out nothing another worker had claimed, so each
-    # worker loaded the other's claims only to find them held (docs/performance.md, round of
+    # worker loaded the other's claims only to find them held (docs/performance-history.md, round of
     # 2026-12-02, later).
     clock, app, view, worker = rig
     ids = [app.make(f"op-{i}") for i in range(3)]
@@ -221,7 +221,7 @@ def test_a_read_says_how_far_every_intent_it_left_out_was_closed(rig: tuple) -> 
 @pytest.mark.postgres
 def test_the_next_read_starts_past_intents_another_worker_closed(rig: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
     # Two workers end to end: each read of the tail scanned every event since the projection's
-    # position again, since only this worker's own claims moved the cursor (docs/performance.md).
+    # position again, since only this worker's own claims moved the cursor (docs/performance-history.md).
     clock, app, view, worker = rig
     ids = [app.make(f"op-{i}") for i in range(3)]
     for op_id in ids:
@@ -280,7 +280,7 @@ def test_a_pickup_reads_and_reserves_at_once_and_leaves_out_what_another_worker_
 @pytest.mark.postgres
 def test_the_due_work_pass_reserves_only_operations_that_have_not_moved_on(rig: tuple) -> None:
     # Two workers: the due-work pass of one loaded each operation the other had just claimed
-    # (the view lags), only to find its lease held (docs/performance.md, round of 2026-12-03).
+    # (the view lags), only to find its lease held (docs/performance-history.md, round of 2026-12-03).
     clock, app, view, _ = rig
     ids = [app.make(f"op-{i}") for i in range(3)]
     version = app.get_operation(ids[0]).version

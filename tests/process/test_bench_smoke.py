@@ -4,12 +4,14 @@ it only checks that every scenario ran and reported its figures (issue: benchmar
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from bench.wire import nginx_binary
 from tests.conftest import require_postgres
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,6 +31,13 @@ def test_bench_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     names = {r["name"].split(".")[0] for r in results}
     assert {"cocommit", "drain", "e2e", "procrastinate", "projection", "recovery", "memory", "simulation",
             "pickup"} <= names, names
+    rows = {r["name"] for r in results}
+    if nginx_binary() is not None or os.environ.get("CI"):  # CI installs nginx (.ci/run)
+        assert {"drain.wire", "client.bare"} <= rows, rows
+        wire = next(r for r in results if r["name"] == "drain.wire")
+        assert wire["ratio"] is not None and wire["extra"]["vs_client_bare"] is not None
+    else:
+        assert "drain.wire" not in rows and "nginx is not installed" in run.stdout
     for result in results:
         assert FIELDS <= set(result), result
         assert result["median"] is not None and result["min"] <= result["median"] <= result["max"]

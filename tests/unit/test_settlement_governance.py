@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
-from uuid import uuid4
+from uuid import UUID
 
 import pytest
 
@@ -20,7 +20,8 @@ from ledger.settlement import (
 )
 from tests.apps import Thing, Ticket
 
-A1, A2 = uuid4(), uuid4()
+# Fixed ids, so each parametrized test has the same id in every process (pytest-xdist compares them).
+A1, A2 = UUID(int=1), UUID(int=2)
 
 
 @pytest.mark.parametrize(("declared", "entity_type", "matches"), [
