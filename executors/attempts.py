@@ -22,12 +22,11 @@ from executors.secrets import MissingSecretError, SecretResolver, attempt_reques
 from executors.unsure import landed
 from ledger.application import LedgerApplication
 from ledger.budgets import CallWindow
-from ledger.decisions import Lookup, cancels_unsent
+from ledger.decisions import ClaimStep, Lookup, claim_plan
 from ledger.declarations import RetryPolicy
 from ledger.egress import Adapter, EgressRequest
 from ledger.errors import ConfigurationError, UnknownIntegrationError
 from ledger.operation import Operation
-from ledger.status import ExecutionState as E
 
 
 @dataclass
@@ -79,8 +78,8 @@ class ClaimChanges:
                 planned.op = op
                 plan.calls[op.id] = planned
                 return []
-            cancels = cancels_unsent(op)
-            sends = op.execution is not E.DISPATCHING and not cancels and op.attempts < op.max_attempts
+            step = claim_plan(op)  # what this claim does next: asked, never restated
+            sends = step is ClaimStep.SEND
             try:
                 policy = self.app.registry.get(op.integration_name, op.integration_version).retry
                 adapter = self.adapter(op)
@@ -91,11 +90,11 @@ class ClaimChanges:
                 plan.deferred[op.id] = str(exc)
                 raise
             epoch = op.claim(now=now, worker_id=self.worker_id, lease_seconds=self.lease_seconds)
-            if cancels and op.execution is E.CLAIMED:
+            if step is ClaimStep.CANCEL:
                 op.cancel(now=now, epoch=epoch)
-            elif op.execution is E.DISPATCHING:
+            elif step is ClaimStep.RECOVER:
                 self._recover(op, epoch, policy, adapter, now, plan)
-            elif request is None:
+            elif step is ClaimStep.EXHAUST or request is None:
                 op.exhaust_budget(epoch=epoch, now=now, last_attempt_possibly_applied=False)
             else:
                 op.start_attempt(epoch=epoch, now=now, attempt_id=request.attempt_id,

@@ -36,12 +36,11 @@ from eventsourcing.domain import Aggregate
 from executors.commit import Change
 from ledger.application import LedgerApplication
 from ledger.budgets import BudgetLevel, CallWindow, LevelWindow, budget_levels, limiting_level, window_bounds, window_id
-from ledger.decisions import cancels_unsent
+from ledger.decisions import claim_makes_call
 from ledger.declarations import CallBudget, Integration
-from ledger.errors import IllegalTransitionError, UnknownIntegrationError
-from ledger.modes import AfterLostResponse, rules_for
+from ledger.errors import UnknownIntegrationError
 from ledger.operation import Operation
-from ledger.status import ExecutionState as E
+from ledger.transition_errors import CallBudgetUsedUpError
 
 SEND_MARGIN_SECONDS = 0.25
 """A call counted in a window leaves at least this long before the window ends (at most
@@ -124,12 +123,7 @@ def claim_budget(app: LedgerApplication, op: Operation, now: datetime) -> Budget
     """The call budgets a claim of ``op`` at ``now`` may make a call against, or None (no
     budget applies, or the claim makes no call: only a send, or the lookup a reclaim of a
     ``look_up`` mode may make, is a call). Ask it of the operation the claim change sees."""
-    if op.execution is E.DISPATCHING:
-        # The open attempt is decided by the mode (executors.recovery), cancellation requested
-        # or not: only a look_up mode asks the provider.
-        if rules_for(op.delivery_mode).after_lost_response is not AfterLostResponse.LOOK_UP:
-            return None
-    elif cancels_unsent(op) or op.execution not in (E.PENDING, E.CLAIMED) or op.attempts >= op.max_attempts:
+    if not claim_makes_call(op):  # ledger.decisions.claim_plan: a send, or a look_up mode's lookup
         return None
     try:
         declaration = app.registry.get(op.integration_name, op.integration_version)
@@ -214,7 +208,7 @@ def budgeted(app: LedgerApplication, claim: Change, plan: _Plan, now: datetime,
         taken = take_calls(app, budget, op.id, now, windows, call.kind)
         if isinstance(taken, LevelWindow):  # not after check_calls in this run; never sent unbudgeted
             plan.calls.pop(op.id, None)
-            raise IllegalTransitionError("claim", op.execution.value,
+            raise CallBudgetUsedUpError("claim", op.execution.value,
                                          f"call budget {taken.level.scope} is used up until {taken.end.isoformat()}")
         call.send_by = budget.send_by
         return [*taken, *others]

@@ -1,60 +1,64 @@
-"""Pure decisions: what is due for an operation now, and what to record after an attempt
-(DESIGN §5, §7; STYLE rules 4 and 16).
+"""Pure decisions: what is due for an operation now, what a claim of it does next, and (re-
+exported from ``ledger.outcome_decisions`` and ``ledger.settlement_decisions``) what to record
+after an attempt or a settlement try (DESIGN §5, §7; STYLE rules 4 and 16).
 
 Every question of the form "what should happen to this operation" is answered here, once, from
-values: the executor services, ``Operation.next_due_at``, the status projection's ``next_due_at``
-and the docs ask these functions and never restate them with status comparisons. Each takes
-``now`` (UTC-aware) and, where jitter applies, the random source as arguments, so the
-deterministic simulator and the table tests drive them directly.
+values: the executor services, the aggregate's command guards, ``Operation.next_due_at``, the
+status projection's ``next_due_at``, the protocol model (``docs/model/``) and the docs ask these
+functions and never restate them with status comparisons. Each takes ``now`` (UTC-aware) and,
+where jitter applies, the random source as arguments, so the deterministic simulator and the
+table tests drive them directly.
 
-Source: DESIGN §4-§7; docs/adr/0002-executor-services.md (the decision table).
+Source: DESIGN §4-§7; docs/adr/0002-executor-services.md (the decision table); issue 33 item 1.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from datetime import datetime
-from types import SimpleNamespace
-from typing import Protocol
-from uuid import UUID
 
-from tenacity.wait import wait_exponential
-
-from ledger.declarations import DeliveryMode, RetryPolicy
-from ledger.identity import Source
 from ledger.modes import AfterLostResponse, rules_for
-from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
+from ledger.operation_state import OperationState
+from ledger.outcome_decisions import (
+    AwaitCallback,
+    Decision,
+    GiveUp,
+    Lookup,
+    RandomSource,
+    Record,
+    Retry,
+    after_lookup,
+    backoff_seconds,
+    decide,
+)
+from ledger.settlement_decisions import (
+    BlockSettlement,
+    OutcomeRef,
+    RecordedOutcome,
+    RetrySettlement,
+    SettlementDecision,
+    SettlementSource,
+    after_settlement_failure,
+    settlement_fence_problem,
+    settlement_order,
+    settlement_try_left,
+)
 from ledger.status import ACTIVE_STATES, APPROVAL_REQUIRED, ExecutionState, SettlementState
 from ledger.time_limits import later
 
+__all__ = [
+    "CANCEL", "CLAIM", "POLL", "RECLAIM", "SETTLE", "AwaitCallback", "BlockSettlement", "Cancel", "Claim",
+    "ClaimStep", "Decision", "ExceedDeadline", "GiveUp", "Lookup", "MarkRemoteUnknown", "OperationState",
+    "OutcomeRef", "Poll", "RandomSource", "Reclaim", "Record", "RecordedOutcome", "Retry", "RetrySettlement",
+    "Settle", "SettlementDecision", "SettlementSource", "Wait", "Work", "after_lookup", "after_settlement_failure",
+    "attempts_left", "backoff_seconds", "cancels_unsent", "claim_makes_call", "claim_plan", "claimable_at",
+    "deadline_at", "deadline_ends_ambiguous", "decide", "due_at", "due_work", "late_callback_contradicts",
+    "may_need_egress", "needs_follower", "settlement_fence_problem", "settlement_order", "settlement_try_left",
+    "time_problem",
+]
+
 E = ExecutionState
-
-
-class RandomSource(Protocol):
-    """The part of ``random.Random`` that jitter needs (the simulator passes its seeded one)."""
-
-    def random(self) -> float: ...
-
-
-class OperationState(Protocol):
-    """The fields of an operation that :func:`due_work` reads (``ledger.operation.Operation``)."""
-
-    execution: ExecutionState
-    settlement: SettlementState
-    approval: str
-    cancel_requested: bool
-    possibly_applied: bool
-    state_entered_at: datetime
-    deadlines: dict[str, float]
-    due_at: datetime
-    lease_expires_at: datetime | None
-    budget_wait_until: datetime | None
-    settlement_due_at: datetime | None
-    follow: str | None
-    follow_until: datetime | None
-    remote_overdue: bool
-    cancel_refused: bool
-    write_refused: str | None
 
 
 # ---------------------------------------------------------------------------- due work
@@ -161,18 +165,37 @@ def due_at(op: OperationState) -> datetime | None:
 
 
 def _start_at(op: OperationState) -> datetime | None:
-    # When a worker may take the operation (claim, reclaim or cancel), deadlines aside.
-    if op.execution is E.PENDING:
-        if cancels_unsent(op) or op.approval != APPROVAL_REQUIRED:
-            return op.due_at
-        return None
+    # When a worker may take the operation (claim, reclaim, poll or cancel), deadlines aside.
+    if op.execution is E.PENDING and cancels_unsent(op):
+        return op.due_at  # cancelled without a claim, approved or not
     if op.execution is E.ACCEPTED:
         if not needs_follower(op):
             return None  # waits for its callback, its deadline or an operator
-        return op.lease_expires_at or op.state_entered_at  # a poller's lease, or at once
-    # Claimed or dispatching: once no lease is held and a recorded call budget wait
-    # (``BudgetWaited``, issue 14 item 1) is over; a holder that gave its lease up with a wait
-    # leaves only the wait.
+        return claimable_at(op) or op.state_entered_at  # a poller's lease, or at once
+    return claimable_at(op)
+
+
+def claimable_at(op: OperationState) -> datetime | None:
+    """From when (UTC) ``Operation.claim`` accepts a claim of ``op``.
+
+    Pending: its ``due_at`` once approved or not awaiting approval (a ``BudgetWaited`` moves
+    ``due_at`` to the next window); None while it awaits its approval. Claimed, dispatching or
+    accepted: the later of the lease's expiry and a recorded call budget wait's end
+    (``BudgetWaited``, issue 14 item 1; a holder that gave its lease up with a wait leaves only
+    the wait); None when neither holds it (claimable at once). The claim command's guard and
+    :func:`due_work` both read this, so what is due and what may be claimed cannot disagree.
+    Pure.
+
+    Args:
+        op: the operation's current state (an active one; others are never claimable).
+
+    Returns:
+        The instant, or None as above.
+
+    Source: DESIGN §7; docs/adr/0001-operation-lifecycle.md (``claim``).
+    """
+    if op.execution is E.PENDING:
+        return None if op.approval == APPROVAL_REQUIRED else op.due_at
     times = [t for t in (op.lease_expires_at, op.budget_wait_until) if t is not None]
     return max(times) if times else None
 
@@ -233,6 +256,79 @@ def due_work(op: OperationState, now: datetime) -> Work:
     return RECLAIM
 
 
+# ---------------------------------------------------------------------------- what a claim does
+
+class ClaimStep(enum.Enum):
+    """What a claim of an operation does next, in the same commit (:func:`claim_plan`)."""
+
+    SEND = "send"
+    """Start an attempt (``AttemptStarted``) and hand its call to egress after the commit."""
+    RECOVER = "recover"
+    """Decide the attempt a previous holder left open, by delivery mode (``decide`` with
+    ``worker_lost``): a retry, a recorded outcome, or a lookup (a call) first."""
+    CANCEL = "cancel"
+    """Record ``Cancelled``: cancellation was requested and nothing sent may have applied."""
+    EXHAUST = "exhaust"
+    """Record ``BudgetExhausted``: no attempt is left."""
+    FOLLOW = "follow"
+    """Hold accepted work under a poll lease (``executors.polling``); no call at the claim."""
+    NOTHING = "nothing"
+    """Not claimable in this state (terminal, ambiguous): the claim itself is refused."""
+
+
+def attempts_left(op: OperationState) -> int:
+    """Attempts the operation may still start (its recorded ``max_attempts`` less those
+    started; never below 0). Source: DESIGN §4 invariant 2."""
+    return max(0, op.max_attempts - op.attempts)
+
+
+def claim_plan(op: OperationState) -> ClaimStep:
+    """What a claim of ``op`` does next, decided on the state the claim change sees (the claim
+    service, its call budget and the model all ask this; none restates it).
+
+    First match wins: accepted work is followed; an open attempt (dispatching) is recovered,
+    cancellation requested or not (the attempt may have applied: the mode decides); an unsent
+    cancellation (:func:`cancels_unsent`) is recorded; with no attempt left the budget is
+    exhausted; otherwise an attempt is sent. Pure.
+
+    Args:
+        op: the operation's current state.
+
+    Returns:
+        A :class:`ClaimStep`.
+
+    Source: DESIGN §7; docs/adr/0002-executor-services.md; issue 33 item 1.
+    """
+    if op.execution is E.ACCEPTED:
+        return ClaimStep.FOLLOW
+    if op.execution is E.DISPATCHING:
+        return ClaimStep.RECOVER
+    if op.execution not in (E.PENDING, E.CLAIMED):
+        return ClaimStep.NOTHING
+    if cancels_unsent(op):
+        return ClaimStep.CANCEL
+    if attempts_left(op) == 0:
+        return ClaimStep.EXHAUST
+    return ClaimStep.SEND
+
+
+def claim_makes_call(op: OperationState) -> bool:
+    """Whether the claim of ``op`` makes a call to the provider, which a call budget must
+    cover: a send, or the lookup that recovering an open attempt of a ``look_up`` mode makes
+    (``ledger.modes``). Pure. Source: issue 14 item 1."""
+    step = claim_plan(op)
+    if step is ClaimStep.RECOVER:
+        return rules_for(op.delivery_mode).after_lost_response is AfterLostResponse.LOOK_UP
+    return step is ClaimStep.SEND
+
+
+def deadline_ends_ambiguous(op: OperationState) -> bool:
+    """Whether a passed deadline ends ``op`` ambiguous rather than failed: an attempt is open
+    (dispatching), the provider has the work (accepted), or an earlier attempt may have applied.
+    Source: docs/adr/0001-operation-lifecycle.md ("Deadlines, state by state")."""
+    return op.possibly_applied or op.execution in (E.DISPATCHING, E.ACCEPTED)
+
+
 def may_need_egress(execution: ExecutionState, settlement: SettlementState, cancel_requested: bool) -> bool:
     """Whether due work in this state may take an egress slot (``Claim`` or ``Reclaim``).
 
@@ -248,147 +344,6 @@ def may_need_egress(execution: ExecutionState, settlement: SettlementState, canc
     # a slot. Accepted work is claimed for polling without a slot: its polls ask for one when due.
     del cancel_requested  # kept in the signature: callers pass what the row holds
     return execution in (E.CLAIMED, E.DISPATCHING, E.PENDING)
-
-
-# ---------------------------------------------------------------------------- after an attempt
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """Record ``outcome`` as the attempt's result (a terminal or accepted fact)."""
-
-    outcome: Outcome
-
-
-@dataclass(frozen=True, slots=True)
-class Retry:
-    """Close the attempt and schedule another at ``at`` (UTC), keeping the closed attempt's
-    evidence: its HTTP status (if any) and its bounded, redacted detail (issue 34 item 5)."""
-
-    at: datetime
-    category: FailureCategory
-    reason: str
-    possibly_applied: bool
-    status_code: int | None = None
-    detail: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class GiveUp:
-    """No attempt left: record ``BudgetExhausted``, with the last attempt's status and detail."""
-
-    last_attempt_possibly_applied: bool
-    status_code: int | None = None
-    detail: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Lookup:
-    """Ask the provider whether it received the operation, then decide again."""
-
-
-@dataclass(frozen=True, slots=True)
-class AwaitCallback:
-    """The provider reports by calling us: treat the request as accepted and wait for the
-    authenticated callback until the ``accepted`` deadline (DESIGN §5, ``callback`` mode)."""
-
-    reason: str
-
-
-Decision = Record | Retry | GiveUp | Lookup | AwaitCallback
-
-
-def backoff_seconds(policy: RetryPolicy, attempt_number: int, rng: RandomSource) -> float:
-    """Delay before attempt ``attempt_number + 1``, seconds.
-
-    Exponential (``base * 2**(n-1)``, capped at ``max_backoff_seconds``, via tenacity), then
-    reduced by up to ``jitter`` of itself so that retries of many operations spread out.
-
-    Args:
-        policy: the declared retry policy.
-        attempt_number: attempts used so far (1-based; values below 1 count as 1).
-        rng: the random source for jitter (required, so the simulator's seed decides it).
-    """
-    curve = wait_exponential(multiplier=policy.base_backoff_seconds, max=policy.max_backoff_seconds)
-    delay = curve(SimpleNamespace(attempt_number=max(1, attempt_number)))  # type: ignore[arg-type]
-    return float(delay) * (1.0 - policy.jitter * rng.random())
-
-
-def decide(*, outcome: Outcome, mode: DeliveryMode, policy: RetryPolicy, attempts: int, now: datetime,
-           rng: RandomSource, after_lookup: bool = False) -> Decision:
-    """Decide what to record for one attempt's outcome.
-
-    Args:
-        outcome: what the adapter (or a lookup) returned; a worker lost mid-attempt is
-            ``Ambiguous(reason="worker_lost")``.
-        mode: the integration's delivery mode (its rules: ``ledger.modes``).
-        policy: the retry policy (budget and backoff).
-        attempts: attempts used so far, including this one.
-        now: UTC-aware instant.
-        rng: random source for jitter.
-        after_lookup: the outcome came from a ``recoverable_remote_id`` lookup.
-
-    Returns:
-        ``Record``, ``Retry``, ``GiveUp``, ``Lookup`` or ``AwaitCallback``. Source: DESIGN §5.
-    """
-    if isinstance(outcome, (Succeeded, Accepted)):
-        return Record(outcome)
-    if isinstance(outcome, Failed):
-        if not outcome.retryable:
-            return Record(outcome)
-        return _retry_or_give_up(policy, attempts, now, rng, outcome, outcome.detail or outcome.category.value,
-                                 possibly_applied=False, hint=outcome.retry_after)
-    assert isinstance(outcome, Ambiguous)
-    rule = rules_for(mode).after_lost_response
-    if rule is AfterLostResponse.RETRY:
-        # The provider dedupes on the stable key (or there is no effect): the same key is safe.
-        return _retry_or_give_up(policy, attempts, now, rng, outcome, outcome.reason,
-                                 possibly_applied=True, hint=None)
-    if rule is AfterLostResponse.LOOK_UP and not after_lookup:
-        return Lookup()
-    if rule is AfterLostResponse.AWAIT_CALLBACK:
-        return AwaitCallback(outcome.reason)
-    return Record(outcome)
-
-
-def after_lookup(*, found: Outcome | None, policy: RetryPolicy, attempts: int, now: datetime,
-                 rng: RandomSource) -> Decision:
-    """Decide from a ``recoverable_remote_id`` lookup.
-
-    Args:
-        found: the provider's answer: ``None`` means it never received the operation, so
-            another attempt is safe; a ``Failed`` means the lookup could not be made and is
-            recorded as ``Ambiguous(lookup_failed)``; anything else is recorded as found (an
-            ``Ambiguous`` when the lookup itself failed).
-        policy, attempts, now, rng: as :func:`decide`.
-    """
-    if found is None:
-        not_received = Failed(FailureCategory.TIMEOUT, retryable=True, detail="provider did not receive it")
-        return _retry_or_give_up(policy, attempts, now, rng, not_received, not_received.detail,
-                                 possibly_applied=False, hint=None)
-    if isinstance(found, Failed):
-        # A lookup that could not be made (refused, not sent) says nothing about the attempt,
-        # which may have applied: ambiguous, never a terminal failure.
-        return Record(Ambiguous(reason="lookup_failed", category=found.category, status_code=found.status_code,
-                                detail=found.detail))
-    return Record(found)
-
-
-def _retry_or_give_up(policy: RetryPolicy, attempts: int, now: datetime, rng: RandomSource,
-                      outcome: Failed | Ambiguous, reason: str, *, possibly_applied: bool,
-                      hint: float | None) -> Decision:
-    if attempts >= policy.max_attempts:
-        return GiveUp(last_attempt_possibly_applied=possibly_applied, status_code=outcome.status_code,
-                      detail=outcome.detail)
-    delay = backoff_seconds(policy, attempts, rng)
-    if hint is not None:
-        delay = max(delay, hint)  # Retry-After says when the provider can take it again
-    at = later(now, delay)
-    if at is None:
-        # No retry can be scheduled (a Retry-After beyond year 9999): the attempt's outcome is
-        # the operation's, recorded as it came (failed, or ambiguous if it may have applied).
-        return Record(outcome)
-    return Retry(at=at, category=outcome.category, reason=reason, possibly_applied=possibly_applied,
-                 status_code=outcome.status_code, detail=outcome.detail)
 
 
 # ---------------------------------------------------------------------------- late callbacks
@@ -416,106 +371,3 @@ def late_callback_contradicts(recorded: ExecutionState, reported: str) -> bool:
     if reported == "failed":
         return recorded in (E.SUCCEEDED, E.AMBIGUOUS)
     return False
-
-
-# ---------------------------------------------------------------------------- settlement
-
-class SettlementSource(Protocol):
-    """The fields of an operation that :func:`settlement_order` reads."""
-
-    @property
-    def id(self) -> UUID: ...
-
-    @property
-    def source(self) -> Source: ...
-
-
-def settlement_order(op: SettlementSource) -> tuple[int, UUID]:
-    """Which of one entity's settlements goes first when several are due at once: the lowest
-    effect index (the order the transition intended its effects in), then the operation id.
-    Settlements of one entity are applied one per batch (they would conflict on its version),
-    so this fixes the order however many workers there are and however they crashed.
-
-    Source: issue 17 ("deterministic recovery"); docs/adr/0002-executor-services.md.
-    """
-    return op.source.effect_index, op.id
-
-
-@dataclass(frozen=True, slots=True)
-class RetrySettlement:
-    """Record ``SettlementFailed`` and try the action again at ``at`` (UTC), without egress."""
-
-    at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class BlockSettlement:
-    """Record ``SettlementBlocked``: the tries are used up; an operator decides."""
-
-
-SettlementDecision = RetrySettlement | BlockSettlement
-
-
-def after_settlement_failure(*, tries_used: int, max_tries: int, backoff_seconds: float,
-                             now: datetime) -> SettlementDecision:
-    """Decide what follows a failed settlement action.
-
-    Args:
-        tries_used: settlement tries already recorded as failed, before this one.
-        max_tries: the declaration's ``settlement.max_attempts``.
-        backoff_seconds: the declaration's ``settlement.backoff_seconds`` (doubled per try).
-        now: UTC-aware instant.
-
-    Returns:
-        ``BlockSettlement`` once this failure uses the last try, else ``RetrySettlement``.
-
-    Source: DESIGN §7 ("settlement retries with backoff, and ends in SettlementBlocked").
-    """
-    if tries_used + 1 >= max_tries:
-        return BlockSettlement()
-    at = later(now, backoff_seconds * (2 ** tries_used))
-    return BlockSettlement() if at is None else RetrySettlement(at)
-
-
-@dataclass(frozen=True, slots=True)
-class OutcomeRef:
-    """The outcome a settler settles: the attempt whose outcome it read (None when the
-    operation ended without an attempt: cancelled, denied or past its deadline while pending)
-    and the fencing epoch under which that outcome was recorded."""
-
-    attempt_id: UUID | None
-    epoch: int | None
-
-
-class RecordedOutcome(Protocol):
-    """The fields of an operation that :func:`settlement_fence_problem` reads."""
-
-    outcome_attempt_id: UUID | None
-    outcome_epoch: int | None
-
-
-def settlement_fence_problem(op: RecordedOutcome, settles: OutcomeRef) -> str | None:
-    """Why a settler may not settle ``settles`` on ``op``, or None when it may. Pure.
-
-    A settlement applies one recorded outcome: the one of the attempt the ledger recorded it
-    for, under the epoch it was recorded in. A settler that read another (a zombie worker
-    holding a copy from before a takeover, a retried change on a fresh load that now holds a
-    different outcome) is refused before the entity's action runs, so its entity is never
-    changed.
-
-    Args:
-        op: the operation as stored now.
-        settles: the outcome the settler read.
-
-    Returns:
-        None, or the reason (its epoch is stale; its attempt is not the recorded outcome's).
-
-    Source: issue 32 item 3 ("fenced settlement"); DESIGN §4 invariants 4 and 5.
-    """
-    if settles.epoch != op.outcome_epoch:
-        return (f"it settles the outcome read under epoch {settles.epoch}, but the recorded outcome is of "
-                f"epoch {op.outcome_epoch} (stale)")
-    if settles.attempt_id != op.outcome_attempt_id:
-        return (f"it settles the outcome of attempt {settles.attempt_id}, but the recorded outcome is of "
-                f"attempt {op.outcome_attempt_id}")
-    return None

@@ -1,12 +1,15 @@
 """The transition table: which command may run from which state.
 
-This table is the single source of the lifecycle's rules: the ``Operation`` aggregate checks it,
-the table-driven tests are generated from it, and docs/adr/0001-operation-lifecycle.md renders
-it. Commands not listed in ``BY_EXECUTION`` are governed by ``BY_SETTLEMENT``.
+Computed from the machine-readable table ``ledger.transitions`` (from state, command, event,
+guards, to state), the single source of the lifecycle's rules: the ``Operation`` aggregate
+checks these sets, the table-driven tests are generated from them, the protocol model is
+generated from the table, and docs/adr/0001-operation-lifecycle.md renders it. Commands not
+listed in ``BY_EXECUTION`` are governed by ``BY_SETTLEMENT``.
 """
 
 from __future__ import annotations
 
+from ledger import transitions
 from ledger.status import ACTIVE_STATES
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState as S
@@ -14,36 +17,23 @@ from ledger.status import SettlementState as S
 ACTIVE: frozenset[E] = ACTIVE_STATES
 """Non-terminal, non-ambiguous execution states; each has a deadline."""
 
+_SETTLEMENT_COMMANDS = ("fail_settlement", "block_settlement", "settle")
+_OTHER = ("intend", "resolve", "note_refused_write")  # the constructor; ``RESOLVABLE_*``; every state
+
 BY_EXECUTION: dict[str, frozenset[E]] = {
-    "grant_approval": frozenset({E.PENDING}),
-    "deny_approval": frozenset({E.PENDING}),
-    "void_approval": frozenset({E.PENDING}),
-    # From a leased state: by its holder (with its epoch), or unleased once the lease lapsed.
-    "wait_for_budget": frozenset({E.PENDING, E.CLAIMED, E.DISPATCHING}),
-    "claim": ACTIVE,  # from claimed/dispatching/accepted only once the lease has expired
-    "flag_declaration_mismatch": ACTIVE,
-    "renew_lease": frozenset({E.CLAIMED, E.DISPATCHING, E.ACCEPTED}),
-    "start_attempt": frozenset({E.CLAIMED}),
-    "accept": frozenset({E.DISPATCHING}),
-    "observe_remote_status": frozenset({E.ACCEPTED}),
-    "mark_remote_unknown": frozenset({E.ACCEPTED}),
-    "receive_callback": frozenset({E.DISPATCHING, E.ACCEPTED}),
-    "succeed": frozenset({E.DISPATCHING, E.ACCEPTED}),
-    "fail": frozenset({E.CLAIMED, E.DISPATCHING, E.ACCEPTED}),
-    "mark_ambiguous": frozenset({E.DISPATCHING, E.ACCEPTED}),
-    "schedule_retry": frozenset({E.DISPATCHING}),
-    "request_cancel": ACTIVE,
-    "cancel": frozenset({E.PENDING, E.CLAIMED, E.ACCEPTED}),
-    "cancel_failed": frozenset({E.DISPATCHING, E.ACCEPTED}),
-    "exceed_deadline": ACTIVE,
-    "exhaust_budget": frozenset({E.CLAIMED, E.DISPATCHING}),
+    command: frozenset(s for s in transitions.sources(command, E) if isinstance(s, E))
+    for command in transitions.commands() if command not in _SETTLEMENT_COMMANDS + _OTHER
 }
+"""The execution states each command may be called from: the ``source`` column of
+``ledger.transitions.TRANSITIONS``. ``claim`` from claimed, dispatching or accepted needs the
+lease to have expired (recovery takes it over); ``wait_for_budget`` from a leased state is
+recorded by its holder (with its epoch), or unleased once the lease lapsed."""
 
 BY_SETTLEMENT: dict[str, frozenset[S]] = {
-    "fail_settlement": frozenset({S.PENDING}),
-    "block_settlement": frozenset({S.PENDING}),
-    "settle": frozenset({S.PENDING}),
+    command: frozenset(s for s in transitions.sources(command, S) if isinstance(s, S))
+    for command in _SETTLEMENT_COMMANDS
 }
+"""The settlement states each settlement command may be called from (the same table)."""
 
 RESOLVABLE_EXECUTION: frozenset[E] = frozenset({E.AMBIGUOUS})
 RESOLVABLE_SETTLEMENT: frozenset[S] = frozenset({S.BLOCKED})

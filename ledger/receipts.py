@@ -32,7 +32,7 @@ from eventsourcing.domain import Aggregate
 from ledger.clock import require_utc
 from ledger.codec import LedgerEvent
 from ledger.declarations import canonical_json
-from ledger.errors import IllegalTransitionError, InvalidArgumentError, ReceiptFencedError
+from ledger.errors import InvalidArgumentError, ReceiptFencedError
 from ledger.intents import MAX_EVIDENCE_CHARS, check_operator_text, require_principal
 from ledger.receipt_answers import (
     ABANDONED_CODE,
@@ -47,6 +47,7 @@ from ledger.receipt_answers import (
     abandoned_envelope,
     problem_body,
 )
+from ledger.transition_errors import LeaseHeldError, NotAllowedInStateError, NothingToResolveError
 
 # What this module offers, the answers included (``ledger.receipt_answers``, split from here).
 __all__ = [
@@ -300,9 +301,9 @@ class Receipt(Aggregate):
         """
         now = require_utc(now, "now")
         if self.state != PENDING:
-            raise IllegalTransitionError("adopt", self.state)
+            raise NotAllowedInStateError("adopt", self.state)
         if not self.released and self.lease_expires_at is not None and self.lease_expires_at > now:
-            raise IllegalTransitionError("adopt", "owned", f"the lease of {self.owner} is live")
+            raise LeaseHeldError("adopt", "owned", f"the lease of {self.owner} is live")
         if self.recovery_stopped_at is not None:  # the client's retry (or a raised limit) moves it on
             self._resolved(owner, "adopted", "", now)
         self.trigger_event(self.ReceiptAdopted, owner=owner, epoch=self.epoch + 1,
@@ -351,7 +352,7 @@ class Receipt(Aggregate):
             IllegalTransitionError: not completed.
         """
         if self.state != COMPLETED:
-            raise IllegalTransitionError("expire", self.state)
+            raise NotAllowedInStateError("expire", self.state)
         self.trigger_event(self.ReceiptExpired, timestamp=require_utc(now, "now"))
 
     def reopen(self, *, request: dict[str, Any], owner: str, now: datetime, lease_seconds: float) -> int:
@@ -362,7 +363,7 @@ class Receipt(Aggregate):
         """
         now = require_utc(now, "now")
         if self.state != EXPIRED:
-            raise IllegalTransitionError("reopen", self.state)
+            raise NotAllowedInStateError("reopen", self.state)
         self.trigger_event(self.ReceiptReopened, fingerprint=request_fingerprint(request), request=request,
                            owner=owner, epoch=self.epoch + 1, lease_expires_at=_expiry(now, lease_seconds),
                            timestamp=now)
@@ -376,7 +377,7 @@ class Receipt(Aggregate):
             IllegalTransitionError: not pending, or already stopped.
         """
         if self.state != PENDING or self.recovery_stopped_at is not None:
-            raise IllegalTransitionError("stop_recovery", "stopped" if self.state == PENDING else self.state)
+            raise NotAllowedInStateError("stop_recovery", "stopped" if self.state == PENDING else self.state)
         self.trigger_event(self.ReceiptRecoveryStopped, scope=self.scope, epoch=self.epoch, adoptions=adoptions,
                            reason=self.release_reason or "lease_expired", timestamp=require_utc(now, "now"))
 
@@ -404,8 +405,8 @@ class Receipt(Aggregate):
         require_principal(principal)
         check_operator_text("evidence", evidence, MAX_EVIDENCE_CHARS, required=True)
         if self.state != PENDING or self.recovery_stopped_at is None:
-            raise IllegalTransitionError("resolve", self.state if self.state != PENDING else "not_stopped",
-                                         "recovery has not given up on it")
+            raise NothingToResolveError("resolve", self.state if self.state != PENDING else "not_stopped",
+                                        "recovery has not given up on it")
         self._resolved(principal, resolution, evidence, now)
         if resolution == "abandon":
             self.complete(epoch=self.epoch, envelope=abandoned_envelope(self.id), operation_ids=[], now=now)
