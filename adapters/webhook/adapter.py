@@ -34,7 +34,7 @@ from adapters.webhook.excerpt import (
     secrets_of,
 )
 from adapters.webhook.secret import MAKE_SECRET, MAX_SECRET_BYTES, MIN_SECRET_BYTES, SECRET_PREFIX, secret_problem
-from adapters.webhook.transport import EgressLoop, ExchangeLimits, exchange, monotonic_deadline
+from adapters.webhook.transport import EgressLoop, ExchangeLimits, exchange
 from ledger.clock import Clock, require_utc
 from ledger.declarations import canonical_json
 from ledger.egress import EgressRequest
@@ -241,15 +241,14 @@ class WebhookAdapter:
                   secrets: tuple[str, ...]) -> HttpExchange:
         # One total deadline for connect, TLS, sending, headers, redirects and the body: an
         # endpoint dripping bytes cannot stretch the attempt (issue 14 item 6).
-        deadline = monotonic_deadline(timeout_seconds)
-
         def stalled() -> HttpExchange:
             return HttpExchange(failure=TransportFailure.TIMEOUT, sent=True,
                                 excerpt=self._text("the egress loop did not end the call by its deadline", secrets))
 
         return self._transport.run(
-            lambda session: exchange(session, method, url, content=content, headers=headers, deadline=deadline,
-                                     follow_redirects=follow_redirects, secrets=secrets, limits=self._limits),
+            lambda session, deadline: exchange(session, method, url, content=content, headers=headers,
+                                               deadline=deadline, follow_redirects=follow_redirects,
+                                               secrets=secrets, limits=self._limits),
             seconds=timeout_seconds, on_stall=stalled)
 
     def _text(self, text: str, secrets: tuple[str, ...]) -> str:

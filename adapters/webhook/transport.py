@@ -38,7 +38,7 @@ from yarl import URL
 from adapters.webhook.classify import MAX_REDIRECTS, HttpExchange, TransportFailure
 from adapters.webhook.excerpt import excerpt, redact
 
-__all__ = ["EgressLoop", "ExchangeLimits", "exchange", "failure_of", "header_text", "monotonic_deadline", "tls_context"]
+__all__ = ["EgressLoop", "ExchangeLimits", "exchange", "failure_of", "header_text", "tls_context"]
 
 _T = TypeVar("_T")
 
@@ -94,13 +94,15 @@ class EgressLoop:
         self._thread: threading.Thread | None = None
         self._session: aiohttp.ClientSession | None = None
 
-    def run(self, work: Callable[[aiohttp.ClientSession], Coroutine[Any, Any, _T]], *, seconds: float,
+    def run(self, work: Callable[[aiohttp.ClientSession, float], Coroutine[Any, Any, _T]], *, seconds: float,
             on_stall: Callable[[], _T]) -> _T:
-        """Run ``work(session)`` on the loop and wait for its result.
+        """Run ``work(session, deadline)`` on the loop and wait for its result.
 
         Args:
-            work: makes the coroutine to run, given the session.
-            seconds: the call's total deadline; the coroutine bounds itself by it.
+            work: makes the coroutine to run, given the session and the call's deadline
+                (``time.monotonic()``, ``seconds`` from when the loop is ready: starting it on
+                the adapter's first call is not charged to that call).
+            seconds: the call's total deadline, seconds; the coroutine bounds itself by it.
             on_stall: the result when the loop has not finished the coroutine
                 ``CLOSE_GRACE_SECONDS`` past ``seconds`` (it is cancelled).
 
@@ -108,7 +110,7 @@ class EgressLoop:
             What the coroutine returned; it should return values, never raise.
         """
         loop, session = self._started()
-        future = asyncio.run_coroutine_threadsafe(work(session), loop)
+        future = asyncio.run_coroutine_threadsafe(work(session, time.monotonic() + seconds), loop)
         try:
             return future.result(timeout=max(seconds, 0.0) + CLOSE_GRACE_SECONDS)
         except TimeoutError:
@@ -292,8 +294,3 @@ async def _read_bounded(response: aiohttp.ClientResponse, deadline: float, limit
     except (TimeoutError, aiohttp.ClientError, OSError):
         return bytes(buffer[:limit]), False
     return bytes(buffer[:limit]), False
-
-
-def monotonic_deadline(seconds: float) -> float:
-    """The instant ``seconds`` from now on the loop's clock (``time.monotonic``)."""
-    return time.monotonic() + seconds
