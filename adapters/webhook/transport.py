@@ -93,6 +93,7 @@ class EgressLoop:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._pid = 0  # the process whose thread runs the loop: a forked child starts its own
 
     def run(self, work: Callable[[aiohttp.ClientSession, float], Coroutine[Any, Any, _T]], *, seconds: float,
             on_stall: Callable[[], _T]) -> _T:
@@ -119,12 +120,12 @@ class EgressLoop:
 
     def _started(self) -> tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession]:
         with self._lock:
-            if self._loop is None or self._session is None:
+            if self._loop is None or self._session is None or self._pid != os.getpid():
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(target=loop.run_forever, name="egress-loop", daemon=True)
                 thread.start()
                 self._session = asyncio.run_coroutine_threadsafe(_open_session(), loop).result()
-                self._loop, self._thread = loop, thread
+                self._loop, self._thread, self._pid = loop, thread, os.getpid()
             return self._loop, self._session
 
     @property

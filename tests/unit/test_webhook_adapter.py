@@ -325,3 +325,32 @@ def test_every_thread_shares_the_adapters_one_session(wall_clock: FakeClock) -> 
         assert len({id(session) for session in sessions}) == 1
     finally:
         adapter.close()
+
+
+def test_hostile_response_headers_are_read_as_text(wall_clock: FakeClock) -> None:
+    # Bytes that are not UTF-8 and an encoded lone surrogate in header values: read as Latin-1
+    # text, never a crash nor a lone surrogate in what is stored.
+    target = _raw_server(lambda conn: conn.sendall(
+        b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: \xff\xfe\r\nLocation: /x\xed\xa0\x80\r\n"
+        b"Content-Length: 4\r\n\r\n\xff\xfe\x00z"))
+    outcome = adapter_for(lambda r: httpx.Response(200), wall_clock).send(egress(target=target))
+    assert isinstance(outcome, Failed) and outcome.status_code == 429 and outcome.retry_after is None, outcome
+    outcome.detail.encode("utf-8")  # storable text
+
+
+def test_credentials_headers_do_not_follow_a_redirect_to_another_origin(wall_clock: FakeClock) -> None:
+    seen: list[httpx.Request] = []
+    port = PARTNER[0].server.server_port
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.host == "127.0.0.1":  # the same server under another origin's name
+            return httpx.Response(307, headers={"Location": f"http://localhost:{port}/final"})
+        return httpx.Response(200)
+
+    adapter = adapter_for(handle, wall_clock)
+    outcome = adapter.send(egress(mode=DeliveryMode.IDEMPOTENT, headers={"Authorization": "Bearer t0ken"}))
+    assert outcome == Succeeded(status_code=200)
+    assert [r.url.host for r in seen] == ["127.0.0.1", "localhost"]
+    assert seen[0].headers["authorization"] == "Bearer t0ken" and "authorization" not in seen[1].headers
+    assert seen[1].headers["webhook-signature"] == seen[0].headers["webhook-signature"]
