@@ -1,13 +1,16 @@
 """Evidence export: a self-describing JSON document of what the ledger recorded about one
 operation, and its verification against the store.
 
-The document holds the opledger version and code digest, the integration's declaration and its
-digest (as recorded at intent, and now), the redacted timeline with each record's position and
-sha256, the host entity's transitions the settlement caused (their topics, versions and sha256:
-host events carry unclassified data, so their fields stay out), and the trace ids. Verifying
-hashes the stored records again and names each one that differs, is missing, or is new.
+The document holds the exporting opledger's version, commit and code digest (the intent's own,
+recorded when it was made, are in the summary's ``authority`` and on the ``Intended`` entry),
+the integration's declaration and its digest (as recorded at intent, and now), the redacted
+timeline with each record's position and sha256, the host entity's transitions the settlement
+caused (their topics, versions and sha256: host events carry unclassified data, so their fields
+stay out), and every trace id its records name (the intent's and each later record's
+``traceparent``). Verifying hashes the stored records again and names each one that differs, is
+missing, or is new.
 
-Source: issue 13 item 5.
+Source: issue 13 item 5; issue 31 item 2 (provenance).
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import cache
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -25,6 +27,7 @@ from eventsourcing.application import AggregateNotFoundError
 from adapters.operator import describe, event_entry, show, trace_id
 from ledger.errors import CorruptRecordError, InvalidArgumentError, UnknownIntegrationError
 from ledger.operation import Operation
+from ledger.provenance import build_info
 
 if TYPE_CHECKING:
     from adapters.runtime import Store
@@ -52,13 +55,6 @@ def record_digest(originator_id: UUID | str, version: int, topic: str, state: by
     return "sha256:" + hashlib.sha256(head + bytes(state)).hexdigest()
 
 
-def _version() -> str:
-    try:
-        return metadata.version("opledger")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def export(store: Store, op_id: UUID) -> dict[str, Any]:
     """The evidence document of one operation (JSON-ready).
 
@@ -73,7 +69,7 @@ def export(store: Store, op_id: UUID) -> dict[str, Any]:
     return {
         "kind": KIND, "format_version": FORMAT_VERSION,
         "generated_at": app.clock.now().isoformat(),
-        "opledger": {"version": _version(), "code_digest": code_digest()},
+        "opledger": _exporter(),
         "store": {"backend": store.settings.database.backend, "application": app.name},
         "operation": summary,
         "declaration": _declaration(app, summary),
@@ -81,6 +77,14 @@ def export(store: Store, op_id: UUID) -> dict[str, Any]:
         "settlement_transitions": _entity_records(store, summary, settled_versions),
         "trace_ids": sorted({t for t in map(trace_id, traceparents) if t}),
     }
+
+
+def _exporter() -> dict[str, str]:
+    """The opledger making the document: version, commit and where the commit came from
+    (``ledger.provenance.build_info``), and the digest of its ``ledger`` code."""
+    build = build_info()
+    return {"version": build.version, "commit": build.commit, "commit_source": build.commit_source,
+            "code_digest": code_digest()}
 
 
 def _timeline(app: Any, records: list[Any]) -> tuple[list[dict[str, Any]], list[Any]]:

@@ -115,7 +115,9 @@ def describe(app: Any, op: Operation, row: StatusRow | None) -> dict[str, Any]:
 def authority(op: Operation) -> dict[str, Any]:
     """The chain of authority recorded with the intent and handed to the settlement action
     (``ledger.SettlementOutcome``): the source action, the principal and whom it acted for,
-    the trace, the declaration's and the host module's digests (issue 32 item 4)."""
+    the trace, the declaration's and the host module's digests (issue 32 item 4), and the
+    opledger version and commit that recorded the intent (issue 31 item 2; None for intents
+    recorded before it)."""
     return {
         "source_action": op.source_action or None,
         "principal": op.principal,
@@ -123,6 +125,7 @@ def authority(op: Operation) -> dict[str, Any]:
         "principal_chain": [op.principal, *(link["principal"] for link in op.on_behalf_of)],
         "traceparent": op.traceparent, "trace_id": trace_id(op.traceparent),
         "integration_digest": op.integration_digest, "code_digest": op.code_digest or None,
+        "opledger_version": op.opledger_version or None, "opledger_commit": op.opledger_commit or None,
     }
 
 

@@ -6,7 +6,11 @@ Pending receipts are found by following the notification log's receipt events
 (:class:`ReceiptLog`); each is looked at again when its lease would expire. Recovery runs in its
 own thread, apart from renewal, so neither starves the other.
 
-Source: issue 15 item 5; DESIGN §7 ("recovery is the normal path").
+A receipt adopted ``max_adoptions`` times without completing is given up on
+(``ReceiptRecoveryStopped``, ``ledger.receipt_decisions.recovery_gives_up``): it is on the
+attention queue as ``receipt_stuck`` until an operator resolves it or the client retries.
+
+Source: issue 15 item 5; issue 31 item 4; DESIGN §7 ("recovery is the normal path").
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 import structlog
+from eventsourcing.persistence import IntegrityError
 from eventsourcing.utils import get_topic
 
 from ledger.application import LedgerApplication
 from ledger.errors import CommandIncompleteError, ReceiptPendingError
+from ledger.receipt_decisions import recovery_gives_up
 from ledger.receipt_runner import ReceiptRunner
-from ledger.receipts import PENDING, RECEIPT_EVENTS
+from ledger.receipts import PENDING, RECEIPT_EVENTS, Receipt
 
 log = structlog.get_logger("opledger.receipts")
 
@@ -76,11 +82,12 @@ class ReceiptRecoveryConfig:
 @dataclass
 class RecoveryCounts:
     """``recovered`` (adopted and completed), ``failed`` (adopted, still incomplete), ``waiting``
-    (owned by a live lease)."""
+    (owned by a live lease), ``stopped`` (given up on this pass: now on the attention queue)."""
 
     recovered: int = 0
     failed: int = 0
     waiting: int = 0
+    stopped: int = 0
 
 
 class ReceiptRecoveryService:
@@ -124,6 +131,10 @@ class ReceiptRecoveryService:
                     self.pending[rid] = receipt.lease_expires_at
                     counts.waiting += 1
                     continue
+                if recovery_gives_up(receipt, now, self.config.max_adoptions):
+                    counts.stopped += self._stop(receipt, now)
+                    self.pending[rid] = now + timedelta(seconds=self.runner.lease_seconds)
+                    continue
                 answer = self.runner.recover(rid, max_adoptions=self.config.max_adoptions)
                 if answer is None:
                     self.pending[rid] = now + timedelta(seconds=self.runner.lease_seconds)
@@ -139,6 +150,18 @@ class ReceiptRecoveryService:
                 self.pending[rid] = now + timedelta(seconds=self.runner.lease_seconds)
                 log.warning("receipt recovery failed", receipt_id=str(rid), error=f"{type(exc).__name__}: {exc}")
         return counts
+
+    def _stop(self, receipt: Receipt, now: datetime) -> int:
+        """Record that recovery gives up on ``receipt`` (issue 31 item 4); 1 when recorded, 0
+        when another process moved it first (it is looked at again on a later pass)."""
+        receipt.stop_recovery(adoptions=receipt.adoptions, now=now)
+        try:
+            self.runner.app.save(receipt)
+        except IntegrityError:
+            return 0
+        log.warning("receipt recovery gave up; the receipt is on the attention queue", receipt_id=str(receipt.id),
+                    command=receipt.scope, adoptions=receipt.adoptions, reason=receipt.stop_reason)
+        return 1
 
     def run(self, stop: threading.Event) -> None:
         """Recover every ``interval_seconds`` until ``stop`` is set (the loop only)."""

@@ -37,6 +37,7 @@ from ledger.identity import Source, fingerprint, operation_id
 from ledger.intents import Delegation
 from ledger.operation import Operation
 from ledger.persistence import StoreLock
+from ledger.provenance import BuildInfo, build_info, module_digest
 from ledger.settlement import entity_type_problem, settlement_target_problems
 from ledger.store_files import check_store_files
 from ledger.store_identity import check_store_identity
@@ -92,6 +93,10 @@ class LedgerApplication(Application):
         _check_settlement_targets(self.registry)
         self.global_budget: CallBudget | None = _global_budget(type(self).global_call_budget)
         self.clock: Clock = clock or SystemClock()
+        # Provenance, found once at start (issue 31 item 2): the host module that declares the
+        # integrations (this class's), and the opledger that records the intents.
+        self.code_digest: str = module_digest(type(self).__module__)
+        self.build: BuildInfo = build_info()
         if env is None and "PERSISTENCE_MODULE" not in os.environ and "PERSISTENCE_MODULE" not in type(self).env:
             settings = Settings()
             # Own the store (SQLite) from before the checks read it until the factory holds its share.
@@ -197,7 +202,9 @@ class LedgerApplication(Application):
             traceparent: W3C trace context of the authorizing request.
             tenant: defaults to the class attribute ``tenant`` when None; an empty tenant is refused.
             now: UTC-aware instant; defaults to the application's clock.
-            code_digest: digest of the code that issued the intent (the host module's).
+            code_digest: digest of the code that issued the intent; by default the host
+                module's, computed at start (``self.code_digest``: the module declaring this
+                application class and its integrations; ``ledger.provenance.module_digest``).
             source_action: the command or event that authorized it; defaults to the name of
                 the entity's last pending event (``Order.Placed`` -> ``"Placed"``).
             on_behalf_of: the delegation chain (``ledger.Delegation(principal, role)``, the
@@ -254,9 +261,10 @@ class LedgerApplication(Application):
                 target=resolved_target,
                 principal=principal,
                 traceparent=stored_traceparent,
-                code_digest=code_digest,
+                code_digest=code_digest or self.code_digest,
                 source_action=source_action,
                 on_behalf_of=on_behalf_of,
+                build=self.build,
             )
         except BaseException as exc:
             span.set_attribute(tracing.ERROR_TYPE, type(exc).__name__)

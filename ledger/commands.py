@@ -47,6 +47,7 @@ from ledger.intents import (
 )
 from ledger.modes import Follow, rules_for
 from ledger.outcomes import FailureCategory
+from ledger.provenance import BuildInfo, build_info
 from ledger.refusals import WriteKind
 from ledger.status import (
     APPROVAL_DENIED,
@@ -76,6 +77,9 @@ RESOLUTIONS_FOR_REMOTE_UNKNOWN = ("succeeded", "failed")
 RESOLUTIONS_FOR_REFUSED_WRITE = ("retry_write",)
 """An operator fixed what refused a write for the operation (``WriteRefused``, attention
 ``write_refused``): workers take it again from its recorded state, nothing else changes (issue 35)."""
+RESOLUTIONS = tuple(dict.fromkeys(RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED + RESOLUTIONS_FOR_LATE_OBSERVATION
+                                  + RESOLUTIONS_FOR_REMOTE_UNKNOWN + RESOLUTIONS_FOR_REFUSED_WRITE))
+"""Every resolution ``Operation.resolve`` knows, in the order an operator is offered them."""
 
 
 class OperationCommands:
@@ -95,6 +99,8 @@ class OperationCommands:
     integration_version: int
     integration_digest: str
     code_digest: str
+    opledger_version: str
+    opledger_commit: str
     delivery_mode: DeliveryMode
     max_attempts: int
     deadlines: dict[str, float]
@@ -214,6 +220,7 @@ class OperationCommands:
         code_digest: str = "",
         source_action: str = "",
         on_behalf_of: Sequence[Delegation] = (),
+        build: BuildInfo | None = None,
     ) -> Operation:
         """Record the intent of an external effect (event ``Intended``).
 
@@ -230,6 +237,8 @@ class OperationCommands:
             source_action: the name of the entity's command or event that authorized it.
             on_behalf_of: the delegation chain: ``principal`` acts on behalf of the first
                 link's principal, which acts for the next, and so on (issue 32 item 4).
+            build: the opledger recording it (version, commit); this process's by default
+                (``ledger.provenance.build_info``; issue 31 item 2).
 
         Returns:
             The new operation, with one pending ``Intended`` event. Its id is derived
@@ -246,6 +255,7 @@ class OperationCommands:
         check_intent(integration, source, target, principal, traceparent)
         chain = check_delegation(on_behalf_of, source_action)
         require_intent_times(integration, now)
+        build = build or build_info()
         return cls._create(
             cls.Intended,
             id=operation_id(source, integration.name),
@@ -271,6 +281,8 @@ class OperationCommands:
             effect_index=source.effect_index,
             source_action=source_action,
             on_behalf_of=chain,
+            opledger_version=build.version,
+            opledger_commit=build.commit,
         )
 
     # ------------------------------------------------------------------ guards
@@ -298,6 +310,16 @@ class OperationCommands:
                                          f"attempt {attempt_id} is not the operation's latest attempt")
 
     # ------------------------------------------------------------------ commands
+
+    def approval_request(self, approver: str, roles: Collection[str], purpose: str = "") -> ApprovalRequest:
+        """What an approval policy decides on when ``approver`` with ``roles`` asks to approve
+        this operation (``purpose``: the declaration's, "execute <integration>" when empty). Pure.
+
+        Source: issue 14 item 2.
+        """
+        return ApprovalRequest(integration=self.integration_name, purpose=purpose_of(self.integration_name, purpose),
+                               intended_by=self.principal, approver=approver, roles=roles_of(roles),
+                               tenant=self.tenant)
 
     def grant_approval(self, *, now: datetime, principal: str, roles: Collection[str] = (),
                        purpose: str = "", valid_seconds: float = DEFAULT_APPROVAL_VALID_SECONDS,
@@ -333,9 +355,7 @@ class OperationCommands:
                                        f"{self.fingerprint!r}: look at the operation again")
         purpose = purpose_of(self.integration_name, purpose)
         check_operator_text("purpose", purpose, MAX_PURPOSE_CHARS)
-        refusal = policy(ApprovalRequest(integration=self.integration_name, purpose=purpose,
-                                         intended_by=self.principal, approver=principal,
-                                         roles=roles_of(roles), tenant=self.tenant))
+        refusal = policy(self.approval_request(principal, roles, purpose))
         if refusal is not None:
             raise ApprovalRefusedError(f"approval of operation {self.id} refused: {refusal}")
         self.trigger_event(self.ApprovalGranted, timestamp=now, principal=principal, fingerprint=self.fingerprint,
@@ -913,6 +933,46 @@ class OperationCommands:
         self.trigger_event(self.WriteRefused, timestamp=require_utc(now), kind=kind,
                            error=storable_fact(error, FactKind.DETAIL), epoch=epoch)
 
+    def resolution_refusal(self, resolution: str) -> str | None:
+        """Why ``resolution`` does not fit the operation now, or None when ``resolve`` may record it.
+
+        The one rule :meth:`resolve` enforces and an operator's tools ask before offering a
+        resolution (``ledger.operator_actions``). Pure: reads the aggregate's state only.
+
+        Args:
+            resolution: a known resolution (``RESOLUTIONS_FOR_*``).
+
+        Returns:
+            None, or the refusal's detail: ``already abandoned``, ``nothing to resolve``,
+            ``resolution must be one of ...`` or ``no attempt left to retry with``.
+
+        Source: issue 12 items 2-3; issue 31 item 5 (the console offers only what this allows).
+        """
+        if self.disposition == "abandoned":
+            return "already abandoned"
+        allowed: tuple[str, ...]
+        if self.execution in lifecycle.RESOLVABLE_EXECUTION:
+            allowed = RESOLUTIONS_FOR_AMBIGUOUS
+        elif self.execution is E.ACCEPTED and self.remote_overdue:
+            # remote_unknown: the operator may say how it ended (issue 12 item 2); the provider
+            # may still be running it, so neither retry nor abandon.
+            allowed = RESOLUTIONS_FOR_REMOTE_UNKNOWN
+        elif self.settlement in lifecycle.RESOLVABLE_SETTLEMENT:
+            allowed = RESOLUTIONS_FOR_BLOCKED
+        else:
+            allowed = ()
+        if self.late_observation is not None and self.execution not in lifecycle.RESOLVABLE_EXECUTION:
+            allowed += RESOLUTIONS_FOR_LATE_OBSERVATION
+        if self.write_refused is not None:
+            allowed += RESOLUTIONS_FOR_REFUSED_WRITE
+        if not allowed:
+            return "nothing to resolve"
+        if resolution not in allowed:
+            return f"resolution must be one of {', '.join(allowed)}"
+        if resolution == "retry" and self.attempts >= self.max_attempts:
+            return "no attempt left to retry with"
+        return None
+
     def resolve(self, *, now: datetime, principal: str, resolution: str, evidence: str) -> None:
         """Record an operator's decision with evidence (``Resolved``).
 
@@ -934,33 +994,10 @@ class OperationCommands:
             raise InvalidArgumentError("evidence is required: say what was checked")
         check_operator_text("evidence", evidence, MAX_EVIDENCE_CHARS, required=True)
         require_principal(principal)
-        known = (RESOLUTIONS_FOR_AMBIGUOUS + RESOLUTIONS_FOR_BLOCKED + RESOLUTIONS_FOR_LATE_OBSERVATION
-                 + RESOLUTIONS_FOR_REFUSED_WRITE)
-        if resolution not in known:
-            raise InvalidArgumentError(f"unknown resolution {resolution!r}: one of {', '.join(dict.fromkeys(known))}")
-        if self.disposition == "abandoned":
-            raise IllegalTransitionError("resolve", self.status.value, "already abandoned")
-        allowed: tuple[str, ...]
-        if self.execution in lifecycle.RESOLVABLE_EXECUTION:
-            allowed = RESOLUTIONS_FOR_AMBIGUOUS
-        elif self.execution is E.ACCEPTED and self.remote_overdue:
-            # remote_unknown: the operator may say how it ended (issue 12 item 2); the provider
-            # may still be running it, so neither retry nor abandon.
-            allowed = RESOLUTIONS_FOR_REMOTE_UNKNOWN
-        elif self.settlement in lifecycle.RESOLVABLE_SETTLEMENT:
-            allowed = RESOLUTIONS_FOR_BLOCKED
-        else:
-            allowed = ()
-        if self.late_observation is not None and self.execution not in lifecycle.RESOLVABLE_EXECUTION:
-            allowed += RESOLUTIONS_FOR_LATE_OBSERVATION
-        if self.write_refused is not None:
-            allowed += RESOLUTIONS_FOR_REFUSED_WRITE
-        if not allowed:
-            raise IllegalTransitionError("resolve", self.status.value, "nothing to resolve")
-        if resolution not in allowed:
-            raise IllegalTransitionError("resolve", self.status.value,
-                                         f"resolution must be one of {', '.join(allowed)}")
-        if resolution == "retry" and self.attempts >= self.max_attempts:
-            raise IllegalTransitionError("resolve", self.status.value, "no attempt left to retry with")
+        if resolution not in RESOLUTIONS:
+            raise InvalidArgumentError(f"unknown resolution {resolution!r}: one of {', '.join(RESOLUTIONS)}")
+        refusal = self.resolution_refusal(resolution)
+        if refusal is not None:
+            raise IllegalTransitionError("resolve", self.status.value, refusal)
         self.trigger_event(self.Resolved, timestamp=require_utc(now), principal=principal,
                            resolution=resolution, evidence=evidence)

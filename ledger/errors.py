@@ -266,6 +266,11 @@ class OperationNotFoundError(LedgerError, _MessageKeyError):
     """No operation with this id is recorded. Fix: check the id (``opledger ops list``)."""
 
 
+class ReceiptNotFoundError(LedgerError, _MessageKeyError):
+    """No idempotency receipt with this id is recorded. Fix: check the id (``opledger
+    attention`` lists the receipts recovery gave up on, by ``receipt_id``)."""
+
+
 class SettlementError(LedgerError):
     """A settlement action could not be applied to the source entity (DESIGN §1.5).
 

@@ -103,9 +103,12 @@ class Operation(OperationCommands, Aggregate):
         Class version 2 added the chain of authority (issue 32 item 4): ``source_action``, the
         name of the entity's event that authorized the intent, and ``on_behalf_of``, the
         delegation chain (each link ``{"principal": ..., "role": ...}``, the principal first
-        acted for first); version 1 records upcast with ``""`` and no delegation."""
+        acted for first); version 1 records upcast with ``""`` and no delegation. Class version 3
+        added provenance (issue 31 item 2): ``opledger_version`` and ``opledger_commit``, the
+        opledger that recorded it (``ledger.provenance.build_info``); older records upcast with
+        ``""`` (not recorded)."""
 
-        class_version = 2
+        class_version = 3
         tenant: str
         principal: str
         traceparent: str | None
@@ -127,11 +130,18 @@ class Operation(OperationCommands, Aggregate):
         effect_index: int
         source_action: str
         on_behalf_of: list[dict[str, str]]
+        opledger_version: str
+        opledger_commit: str
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
             state["source_action"] = ""  # not recorded before issue 32
             state["on_behalf_of"] = []
+
+        @staticmethod
+        def upcast_v2_v3(state: dict[str, Any]) -> None:
+            state["opledger_version"] = ""  # not recorded before issue 31
+            state["opledger_commit"] = ""
 
         def apply(self, op: Operation) -> None:
             op.tenant = self.tenant
@@ -143,6 +153,8 @@ class Operation(OperationCommands, Aggregate):
             op.integration_version = self.integration_version
             op.integration_digest = self.integration_digest
             op.code_digest = self.code_digest
+            op.opledger_version = self.opledger_version
+            op.opledger_commit = self.opledger_commit
             op.delivery_mode = _DELIVERY_MODES.get(self.delivery_mode) or DeliveryMode(self.delivery_mode)
             op.max_attempts = self.max_attempts
             op.deadlines = dict(self.deadlines)

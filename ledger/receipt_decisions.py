@@ -194,3 +194,25 @@ def expirable(receipt: Receipt, now: datetime, retention_seconds: float) -> bool
     if receipt.state != COMPLETED or receipt.completed_at is None:
         return False
     return receipt.completed_at + timedelta(seconds=retention_seconds) <= require_utc(now, "now")
+
+
+def recovery_gives_up(receipt: Receipt, now: datetime, max_adoptions: int) -> bool:
+    """Whether recovery stops adopting ``receipt`` and hands it to an operator. Pure.
+
+    The rule: a pending receipt nobody owns (its lease expired, or its owner released it) that
+    recovery already adopted ``max_adoptions`` times, and that is not already stopped. Its handler
+    threw on every run; running it again unattended would only repeat that, so it goes on the
+    attention queue (``receipt_stuck``) instead of waiting silently for the client's retry.
+
+    Args:
+        receipt: the stored receipt.
+        now: UTC-aware instant (on PostgreSQL, the database's clock).
+        max_adoptions: the recovery service's limit (``OPLEDGER_RECEIPT_MAX_ADOPTIONS``).
+
+    Source: issue 31 item 4 ("stuck receipts are operator work"); issue 15 item 5.
+    """
+    now = require_utc(now, "now")
+    if receipt.state != PENDING or receipt.recovery_stopped_at is not None:
+        return False
+    owned = not receipt.released and receipt.lease_expires_at is not None and receipt.lease_expires_at > now
+    return not owned and receipt.adoptions >= max_adoptions

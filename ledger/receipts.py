@@ -12,13 +12,17 @@ Life of a receipt (guards in the command methods, ``apply`` only assigns; STYLE 
                  │  ▲ ReceiptLeaseRenewed / ReceiptReleased / ReceiptAdopted (epoch+1)          │
                  └──┘                                                       └─ReceiptReopened─▶ pending
 
-Source: issue 15 items 2, 5, 6; docs/adr/0006-idempotency-receipts.md.
+A pending receipt that recovery adopted ``max_adoptions`` times without completing it gets
+``ReceiptRecoveryStopped``: it is on the attention queue (``receipt_stuck``) until it moves on,
+which ``ReceiptResolved`` records first (an operator's ``retry`` or ``abandon``, the client's
+retry adopting it, or its owner completing it after all).
+
+Source: issue 15 items 2, 5, 6; issue 31 item 4; docs/adr/0006-idempotency-receipts.md.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 from uuid import UUID, uuid5
@@ -29,6 +33,28 @@ from ledger.clock import require_utc
 from ledger.codec import LedgerEvent
 from ledger.declarations import canonical_json
 from ledger.errors import IllegalTransitionError, InvalidArgumentError, ReceiptFencedError
+from ledger.intents import MAX_EVIDENCE_CHARS, check_operator_text, require_principal
+from ledger.receipt_answers import (
+    ABANDONED_CODE,
+    APPLIED,
+    KEPT_HEADERS,
+    NOT_APPLIED,
+    PROBLEM_JSON,
+    V1_GENERIC_BODY,
+    V1_NOT_APPLIED_BODY,
+    V1_NOT_APPLIED_MESSAGE,
+    Envelope,
+    abandoned_envelope,
+    problem_body,
+)
+
+# What this module offers, the answers included (``ledger.receipt_answers``, split from here).
+__all__ = [
+    "ABANDONED_CODE", "APPLIED", "COMPLETED", "EXPIRED", "KEPT_HEADERS", "NOT_APPLIED", "OPERATOR_RESOLUTIONS",
+    "PENDING", "PROBLEM_JSON", "RECEIPT_EVENTS", "RECEIPT_NAMESPACE", "V1_GENERIC_BODY", "V1_NOT_APPLIED_BODY",
+    "V1_NOT_APPLIED_MESSAGE", "Envelope", "Receipt", "abandoned_envelope", "problem_body", "receipt_id",
+    "request_fingerprint",
+]
 
 RECEIPT_NAMESPACE = UUID("0c6f4f2e-9a51-5d7b-8e3a-2b4f61d9c7a5")
 """Fixed uuid5 namespace of receipt ids (transaction ids). Changing it would orphan every receipt."""
@@ -41,14 +67,6 @@ COMPLETED = "completed"
 only by ReceiptExpired, after the retention."""
 EXPIRED = "expired"
 """Past its retention: no longer replayed; the same key opens a new generation (ReceiptReopened)."""
-
-APPLIED = "applied"
-"""The handler ran and its effects committed with the envelope."""
-NOT_APPLIED = "not_applied"
-"""A deterministic refusal before any effect (invalid request, unknown entity, typed refusal)."""
-
-KEPT_HEADERS = ("content-type", "location", "etag")
-"""Response headers always kept in the envelope (lower case); the handler may mark more."""
 
 
 def receipt_id(principal: str, scope: str, key: str) -> UUID:
@@ -75,60 +93,6 @@ def request_fingerprint(request: dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(request)).hexdigest()
 
 
-@dataclass(frozen=True)
-class Envelope:
-    """The complete terminal response of a command, replayed byte for byte.
-
-    Attributes:
-        status: HTTP status code.
-        headers: ``(name, value)`` pairs in order; names lower case.
-        body: the response body bytes.
-        outcome: :data:`APPLIED` or :data:`NOT_APPLIED`.
-        error_code: the typed error's code (``None`` when applied).
-        error_message: its message for people.
-        retryable: whether the client may retry the command with a *new* key and succeed.
-        transaction_id: the receipt id (``None`` on the keyless fast path).
-    """
-
-    status: int
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
-    outcome: str = APPLIED
-    error_code: str | None = None
-    error_message: str | None = None
-    retryable: bool = False
-    transaction_id: UUID | None = None
-
-
-PROBLEM_JSON = "application/problem+json"
-"""The media type of every error body (RFC 9457)."""
-
-
-def problem_body(*, status: int, title: str, code: str, detail: str, retryable: bool,
-                 transaction_id: UUID | None = None, errors: list[dict[str, Any]] | None = None,
-                 extra: dict[str, Any] | None = None) -> bytes:
-    """An RFC 9457 problem+json body with the typed members ``code`` and ``retryable`` (and the
-    transaction id when there is one, and any ``extra`` extension members, RFC 9457 §3.2),
-    compact and key-ordered so replays are byte-identical."""
-    data: dict[str, Any] = {"type": "about:blank", "title": title, "status": status, "detail": detail,
-                            "code": code, "retryable": retryable, **(extra or {})}
-    if transaction_id is not None:
-        data["transaction_id"] = str(transaction_id)
-    if errors:
-        data["errors"] = errors
-    return canonical_json(data)
-
-
-V1_GENERIC_BODY = b'{"outcome":"%s","detail":"recorded by opledger receipts v1, which kept only the outcome"}'
-"""The body an applied v1 receipt replays (``%s``: ``applied``), with status 200."""
-V1_NOT_APPLIED_MESSAGE = "the command was not applied (v1 receipt: no detail kept)"
-"""The error message of a ``not_applied`` v1 receipt (v1 kept no code, message or retryability)."""
-V1_NOT_APPLIED_BODY = problem_body(status=422, title="Invalid input", code="not_applied",
-                                   detail=V1_NOT_APPLIED_MESSAGE, retryable=False, extra={"outcome": NOT_APPLIED})
-"""The body a ``not_applied`` v1 receipt replays, with status 422: an error, so problem+json
-(RFC 9457) with ``code`` and ``retryable`` like every other error (issue 15 item 3)."""
-
-
 class Receipt(Aggregate):
     """The receipt of one keyed request (DESIGN §3 'receipt'). Build with :meth:`open`."""
 
@@ -151,6 +115,7 @@ class Receipt(Aggregate):
             r.principal, r.scope, r.key = self.principal, self.scope, self.key
             r.generation = 1
             r.adoptions = 0
+            r.release_reason = r.stop_reason = r.recovery_stopped_at = None
             r._begin(self.fingerprint, self.request, self.owner, self.epoch, self.lease_expires_at)
 
     class ReceiptAdopted(Event):
@@ -181,6 +146,7 @@ class Receipt(Aggregate):
 
         def apply(self, r: Receipt) -> None:
             r.released = True
+            r.release_reason = self.reason
 
     class ReceiptCompleted(Event):
         """Terminal: the complete envelope, co-committed with the handler's effects."""
@@ -221,6 +187,40 @@ class Receipt(Aggregate):
                                   error_message=self.error_message, retryable=self.retryable,
                                   transaction_id=r.id)
 
+    class ReceiptRecoveryStopped(Event):
+        """Recovery gave up: it adopted the receipt ``adoptions`` times and the handler never
+        completed (``reason``: the last release's, e.g. the exception's class name). ``scope``
+        (the command) is repeated here so a reader needs no other record to label it."""
+
+        scope: str
+        epoch: int
+        adoptions: int
+        reason: str
+
+        def apply(self, r: Receipt) -> None:
+            r.recovery_stopped_at = self.timestamp
+            r.stop_reason = self.reason
+
+    class ReceiptResolved(Event):
+        """A stopped receipt moved on; recorded before what moved it, in the same save.
+        ``resolution``: ``retry`` (an operator: recovery adopts it again, with a fresh budget of
+        adoptions), ``abandon`` (an operator: it is answered ``not_applied``, its
+        ``ReceiptCompleted`` follows), ``adopted`` (the client's retry with the same key adopted
+        it, or recovery under a raised limit; ``principal`` is then the adopting owner's token)
+        or ``completed`` (its owner completed it after all; its owner token)."""
+
+        scope: str
+        principal: str
+        resolution: str
+        evidence: str
+
+        def apply(self, r: Receipt) -> None:
+            r.recovery_stopped_at = None
+            r.stop_reason = None
+            if self.resolution == "retry":
+                r.adoptions = 0
+                r.released = True
+
     class ReceiptExpired(Event):
         """Past retention: the envelope is no longer replayed."""
 
@@ -259,6 +259,9 @@ class Receipt(Aggregate):
         self.envelope: Envelope | None = None
         self.completed_at: datetime | None = None
         self.operation_ids: list[UUID] = []
+        self.release_reason: str | None = None
+        self.recovery_stopped_at: datetime | None = None
+        self.stop_reason: str | None = None
 
     def _begin(self, fingerprint: str, request: dict[str, Any], owner: str, epoch: int,
                lease_expires_at: datetime) -> None:
@@ -300,6 +303,8 @@ class Receipt(Aggregate):
             raise IllegalTransitionError("adopt", self.state)
         if not self.released and self.lease_expires_at is not None and self.lease_expires_at > now:
             raise IllegalTransitionError("adopt", "owned", f"the lease of {self.owner} is live")
+        if self.recovery_stopped_at is not None:  # the client's retry (or a raised limit) moves it on
+            self._resolved(owner, "adopted", "", now)
         self.trigger_event(self.ReceiptAdopted, owner=owner, epoch=self.epoch + 1,
                            lease_expires_at=_expiry(now, lease_seconds), timestamp=now)
         return self.epoch
@@ -331,6 +336,8 @@ class Receipt(Aggregate):
             ReceiptFencedError: another epoch owns it, or it is no longer pending.
         """
         self._check_owner(epoch, "complete")
+        if self.recovery_stopped_at is not None:  # its owner finished after recovery gave up
+            self._resolved(self.owner, "completed", "", require_utc(now, "now"))
         self.trigger_event(self.ReceiptCompleted, epoch=epoch, status=envelope.status,
                         headers=[list(h) for h in envelope.headers],
                         body=envelope.body, outcome=envelope.outcome, error_code=envelope.error_code,
@@ -361,11 +368,59 @@ class Receipt(Aggregate):
                            timestamp=now)
         return self.epoch
 
+    def stop_recovery(self, *, adoptions: int, now: datetime) -> None:
+        """Record that recovery gives up on this receipt (``ReceiptRecoveryStopped``); it is then
+        on the attention queue. Recovery decides when (``ledger.receipt_decisions.recovery_gives_up``).
+
+        Raises:
+            IllegalTransitionError: not pending, or already stopped.
+        """
+        if self.state != PENDING or self.recovery_stopped_at is not None:
+            raise IllegalTransitionError("stop_recovery", "stopped" if self.state == PENDING else self.state)
+        self.trigger_event(self.ReceiptRecoveryStopped, scope=self.scope, epoch=self.epoch, adoptions=adoptions,
+                           reason=self.release_reason or "lease_expired", timestamp=require_utc(now, "now"))
+
+    def resolve(self, *, principal: str, resolution: str, evidence: str, now: datetime) -> None:
+        """An operator's decision on a receipt recovery gave up on: ``retry`` (recovery adopts
+        it again at once, with a fresh budget of adoptions: after the handler's fault is fixed)
+        or ``abandon`` (it is completed ``not_applied``, 409 ``command_abandoned``, retryable
+        with a new key; the client's retry with this key gets that answer). Nothing the
+        handler did was committed: a handler's effects commit only with ``ReceiptCompleted``.
+
+        Args:
+            principal: who decides.
+            resolution: ``retry`` or ``abandon``.
+            evidence: what the operator checked (required; on the receipt's record).
+            now: UTC-aware instant.
+
+        Raises:
+            InvalidArgumentError: an unknown resolution, or missing evidence or principal.
+            IllegalTransitionError: recovery has not given up on it (not on the attention queue).
+        """
+        now = require_utc(now, "now")
+        if resolution not in OPERATOR_RESOLUTIONS:
+            raise InvalidArgumentError(f"a receipt's resolution is one of {', '.join(OPERATOR_RESOLUTIONS)}, "
+                                       f"not {resolution!r}")
+        require_principal(principal)
+        check_operator_text("evidence", evidence, MAX_EVIDENCE_CHARS, required=True)
+        if self.state != PENDING or self.recovery_stopped_at is None:
+            raise IllegalTransitionError("resolve", self.state if self.state != PENDING else "not_stopped",
+                                         "recovery has not given up on it")
+        self._resolved(principal, resolution, evidence, now)
+        if resolution == "abandon":
+            self.complete(epoch=self.epoch, envelope=abandoned_envelope(self.id), operation_ids=[], now=now)
+
+    def _resolved(self, principal: str, resolution: str, evidence: str, now: datetime) -> None:
+        self.trigger_event(self.ReceiptResolved, scope=self.scope, principal=principal, resolution=resolution,
+                           evidence=evidence, timestamp=now)
+
     def _check_owner(self, epoch: int, command: str) -> None:
         if self.state != PENDING or epoch != self.epoch:
             raise ReceiptFencedError(self.id, command, epoch, self.epoch, self.state)
 
 
+OPERATOR_RESOLUTIONS = ("retry", "abandon")
+"""What an operator may decide for a receipt recovery gave up on (:meth:`Receipt.resolve`)."""
 def _expiry(now: datetime, lease_seconds: float) -> datetime:
     if not lease_seconds > 0:
         raise InvalidArgumentError(f"a receipt lease must be positive seconds, not {lease_seconds!r}")
@@ -374,5 +429,6 @@ def _expiry(now: datetime, lease_seconds: float) -> datetime:
 
 RECEIPT_EVENTS: tuple[type[Receipt.Event], ...] = (
     Receipt.ReceiptOpened, Receipt.ReceiptAdopted, Receipt.ReceiptLeaseRenewed, Receipt.ReceiptReleased,
-    Receipt.ReceiptCompleted, Receipt.ReceiptExpired, Receipt.ReceiptReopened)
+    Receipt.ReceiptCompleted, Receipt.ReceiptExpired, Receipt.ReceiptReopened, Receipt.ReceiptRecoveryStopped,
+    Receipt.ReceiptResolved)
 """Every receipt event class (followers select the log by their topics)."""

@@ -28,6 +28,7 @@ from ledger.budgets import CallWindow, scope_labels, scope_level
 from ledger.errors import CorruptRecordError
 from ledger.operation import Operation
 from ledger.outcomes import FailureCategory
+from ledger.receipts import Receipt
 from ledger.refusals import WriteKind
 from ledger.status import ExecutionState
 from ledger.topics import topics_of
@@ -95,6 +96,14 @@ _COUNTED: dict[type, str] = {
 """Events counted one for one, by the counter they add to."""
 _WINDOW_TOPICS = topics_of([CallWindow.Opened, CallWindow.CallTaken])
 """Call budget window events, folded into ``opledger_budget_calls``."""
+_RECEIPT_TOPICS = topics_of([Receipt.ReceiptRecoveryStopped, Receipt.ReceiptResolved])
+"""Receipt events that put a receipt on the attention queue and take it off, folded into
+:data:`RECEIPTS_STUCK`."""
+RECEIPTS_STUCK = "opledger_receipts_stuck"
+"""Receipts recovery gave up on, one row per receipt: name, the command (in the integration
+column), no tenant or mode, the receipt id as detail; 1 while it is stuck, 0 after. Read by the
+attention queue (``adapters.receipt_attention``) and summed by command into the gauge of that
+name (``adapters.http.metrics``). Issue 31 item 4."""
 _OUTCOME_EVENTS = (Operation.Succeeded, Operation.Failed, Operation.Ambiguous, Operation.Accepted,
                    Operation.RetryScheduled, Operation.BudgetExhausted)
 
@@ -298,7 +307,8 @@ class MetricsProjection:
     def _read(self, position: int, limit: int) -> list[tuple[int, UUID, int, str, bytes]]:
         if len(self._ids) > 100_000:
             self._ids.clear()
-        return select_records(self.app, position, limit, read_topics() + _WINDOW_TOPICS, self._ids)
+        return select_records(self.app, position, limit, read_topics() + _WINDOW_TOPICS + _RECEIPT_TOPICS,
+                              self._ids)
 
     def _fold(self, records: Iterable[tuple[int, UUID, int, str, bytes]]) -> dict[LabelKey, float]:
         increments: dict[LabelKey, float] = defaultdict(float)
@@ -307,6 +317,9 @@ class MetricsProjection:
                 continue
             if topic in _WINDOW_TOPICS:
                 self._fold_window(increments, op_id, version, topic, state)
+                continue
+            if topic in _RECEIPT_TOPICS:
+                self._fold_receipt(increments, op_id, version, topic, state)
                 continue
             try:
                 event = self._decode(op_id, version, topic, state)
@@ -352,6 +365,20 @@ class MetricsProjection:
         if isinstance(event, CallWindow.CallTaken):
             integration, tenant = scope_labels(scope)
             increments[("opledger_budget_calls", integration, tenant, "", scope_level(scope).value)] += 1.0
+
+    def _fold_receipt(self, increments: dict[LabelKey, float], receipt_id: UUID, version: int, topic: str,
+                      state: bytes) -> None:
+        """A receipt recovery gave up on (+1), or one that moved on after it did (-1): each
+        event names its command, and ``ReceiptResolved`` is recorded only for a stopped receipt,
+        so no other record is read. One that does not decode is skipped (logged)."""
+        try:
+            event = self._decode(receipt_id, version, topic, state)
+        except CorruptRecordError as exc:
+            log.warning("metrics skip a receipt record that does not decode", receipt_id=str(receipt_id),
+                        version=version, error=str(exc))
+            return
+        step = 1.0 if isinstance(event, Receipt.ReceiptRecoveryStopped) else -1.0
+        increments[(RECEIPTS_STUCK, event.scope, "", "", str(receipt_id))] += step
 
     def _before(self, op_id: UUID, version: int) -> Operation | None:
         """The operation just before its event ``version`` (None before its first)."""

@@ -74,5 +74,5 @@ def desk(database_url: str, *, app: FastAPI | None = None, **config: Any) -> Ite
     ids, clock = seeded(database_url)
     settings = Settings(database_url=database_url, app=APP_TOPIC)
     with open_store(settings, write=True, clock=clock) as store:
-        app = attach(app or build_app(), store=store, config=ServeConfig(tokens=TOKENS, **config), clock=clock)
+        app = attach(app or build_app(), store=store, config=ServeConfig(**{"tokens": TOKENS, **config}), clock=clock)
         yield Desk(ids=ids, store=store, app=app, clock=clock, database_url=database_url)

@@ -1,7 +1,7 @@
 """Unknown ``OPLEDGER_*`` variables, reported when a command starts.
 
 Every ``OPLEDGER_*`` name opledger reads is known here: the fields of each settings class
-(``ledger.config.Settings``; ``serve``'s ``ServeSettings``, ``HttpLimits`` and
+(``ledger.config.Settings``, ``ledger.provenance.ProvenanceSettings``; ``serve``'s ``ServeSettings``, ``HttpLimits`` and
 ``ReceiptSettings``), the ``OPLEDGER_SECRET_<NAME>`` family (secrets, callback secrets
 included), the few variables read directly (the fault injection point, the reference
 partner's secrets) and those the test suite and the benchmarks read. A set variable outside
@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 from ledger.config import Settings
 from ledger.failpoints import FAILPOINT_ENV
+from ledger.provenance import ProvenanceSettings
 from ledger.setting_names import UnknownSetting, env_names, unknown_settings
 
 __all__ = ["FAMILIES", "READ_DIRECTLY", "known_names", "unknown_environment"]
@@ -45,8 +46,8 @@ def known_names() -> frozenset[str]:
     from adapters.http.commands import ReceiptSettings
     from adapters.http.limits import HttpLimits
 
-    return (env_names(Settings) | env_names(ServeSettings) | env_names(HttpLimits) | env_names(ReceiptSettings)
-            | READ_DIRECTLY)
+    return (env_names(Settings) | env_names(ProvenanceSettings) | env_names(ServeSettings) | env_names(HttpLimits)
+            | env_names(ReceiptSettings) | READ_DIRECTLY)
 
 
 def unknown_environment(environ: Mapping[str, str] | None = None) -> list[UnknownSetting]:
@@ -61,6 +62,7 @@ def unknown_environment(environ: Mapping[str, str] | None = None) -> list[Unknow
     Source: issue 34 item 3.
     """
     environ = os.environ if environ is None else environ
-    if not unknown_settings(environ, known=env_names(Settings) | READ_DIRECTLY, prefixes=FAMILIES):
+    core = env_names(Settings) | env_names(ProvenanceSettings) | READ_DIRECTLY
+    if not unknown_settings(environ, known=core, prefixes=FAMILIES):
         return []  # the common case, without importing the HTTP server's settings
     return unknown_settings(environ, known=known_names(), prefixes=FAMILIES)

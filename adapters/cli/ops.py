@@ -31,8 +31,15 @@ from adapters.cli.common import (
     settings,
 )
 from adapters.operator import OperatorAction, perform, show, timeline_entries
+from adapters.receipt_attention import (
+    KIND_OPERATION,
+    KIND_RECEIPT,
+    attention_queue,
+    load_receipt,
+    perform_on_receipt,
+)
 from ledger.codec import LEDGER_TOPIC_PREFIX
-from ledger.errors import CorruptRecordError
+from ledger.errors import CorruptRecordError, OperationNotFoundError
 from ledger.status import ExecutionState, Status
 from projections.loading import select_records
 from projections.rows import StatusRow, read_topics
@@ -48,6 +55,7 @@ projections_app = typer.Typer(help="Maintain read models.", no_args_is_help=True
 ROW_COLUMNS = ("operation_id", "integration", "status", "execution", "attempts", "attention", "updated_at")
 ATTENTION_COLUMNS = ("operation_id", "integration", "attention", "attention_detail", "ambiguity_reason",
                      "failure_category", "attempts", "updated_at")
+RECEIPT_COLUMNS = ("receipt_id", "command", "attention", "attention_detail", "principal", "updated_at")
 APPROVAL_COLUMNS = ("operation_id", "integration", "tenant", "source_entity_type", "source_entity_id", "created_at")
 LAG_SCAN = 10_000  # ledger records counted past the view's position before saying "at least"
 
@@ -65,12 +73,13 @@ def _uuid(text: str) -> UUID:
         fail(f"{text!r} is not an operation id (a UUID)")
 
 
-def _rows_table(rows: list[StatusRow], title: str, columns: tuple[str, ...] = ROW_COLUMNS) -> Table:
-    table = Table(title=title)
+def _rows_table(rows: list[StatusRow] | list[dict[str, Any]], title: str, columns: tuple[str, ...] = ROW_COLUMNS,
+                caption: str | None = None) -> Table:
+    table = Table(title=title, caption=caption)
     for column in columns:
         table.add_column(column, no_wrap=column.endswith("_id"))
     for row in rows:
-        data = row.as_json()
+        data = dict(row) if isinstance(row, dict) else row.as_json()
         data["attention_detail"] = _detail_text(data["attention_detail"])
         table.add_row(*(cell(data[c]) for c in columns))
     return table
@@ -198,14 +207,22 @@ def timeline(operation_id: str, database_url: str = DatabaseOption, json_output:
 
 def attention(limit: int = typer.Option(100, min=1, max=MAX_ROWS), database_url: str = DatabaseOption,
               json_output: bool = JsonOption, wide: bool = WideOption) -> None:
-    """The operator attention queue: why automated progress stopped, oldest first."""
+    """The operator attention queue: why automated progress stopped, oldest first. Operations,
+    and the keyed commands whose receipt recovery gave up on (receipt_stuck; resolve them with
+    `opledger resolve RECEIPT_ID --resolution retry|abandon --evidence ...`)."""
     with UserErrors(), _store(database_url) as store:
-        rows = _first(store.view.attention(_one_more(limit)), limit)
+        rows = _first(attention_queue(store, _one_more(limit)), limit)
         _warn_lag(store)
     if json_output:
-        print_json([r.as_json() for r in rows])
-    else:
-        print_table(_rows_table(rows, f"needs attention ({len(rows)})", ATTENTION_COLUMNS), wide=wide)
+        print_json(rows)
+        return
+    operations = [r for r in rows if r["kind"] == KIND_OPERATION]
+    receipts = [r for r in rows if r["kind"] == KIND_RECEIPT]
+    print_table(_rows_table(operations, f"needs attention ({len(operations)})", ATTENTION_COLUMNS), wide=wide)
+    if receipts:
+        print_table(_rows_table(receipts, f"keyed commands needing attention ({len(receipts)})", RECEIPT_COLUMNS,
+                                caption="opledger resolve RECEIPT_ID --resolution retry|abandon --evidence \"...\""),
+                    wide=wide)
 
 
 def approvals(limit: int = typer.Option(100, min=1, max=MAX_ROWS), database_url: str = DatabaseOption,
@@ -227,7 +244,16 @@ def approvals(limit: int = typer.Option(100, min=1, max=MAX_ROWS), database_url:
 def _act(database_url: str | None, operation_id: str, action: OperatorAction, json_output: bool) -> None:
     op_id = _uuid(operation_id)
     with UserErrors(), _store(database_url, write=True) as store:
-        result = perform(store, op_id, action)
+        try:
+            result = perform(store, op_id, action)
+        except OperationNotFoundError:
+            # A receipt recovery gave up on is resolved by its id too (attention receipt_stuck).
+            if action.kind != "resolve" or load_receipt(store.app, op_id) is None:
+                raise
+            _print_receipt_result(perform_on_receipt(store, op_id, principal=action.principal,
+                                                     resolution=action.resolution, evidence=action.evidence),
+                                  json_output)
+            return
     if json_output:
         print_json(result)
         return
@@ -235,6 +261,16 @@ def _act(database_url: str | None, operation_id: str, action: OperatorAction, js
     console.print(f"operation {op_id}: recorded {events}; status {result['status']}", highlight=False)
     if action.kind == "cancel" and result["status"] in _CANCEL_NEXT:
         console.print(_CANCEL_NEXT[result["status"]], highlight=False)
+
+
+def _print_receipt_result(result: dict[str, Any], json_output: bool) -> None:
+    if json_output:
+        print_json(result)
+        return
+    events = ", ".join(entry["event"] for entry in result["recorded"])
+    after = ("recovery adopts it again at once" if result["resolution"] == "retry"
+             else "a retry with its key is answered 409 command_abandoned")
+    console.print(f"receipt {result['receipt_id']}: recorded {events}; {after}", highlight=False)
 
 
 _CANCEL_NEXT = {
@@ -252,13 +288,14 @@ def resolve(
     operation_id: str,
     resolution: str = typer.Option(
         ..., help="succeeded | failed | retry | abandon | retry_settlement | acknowledge (a late observation) | "
-                  "retry_write (a refused write)"),
+                  "retry_write (a refused write); for a receipt: retry | abandon"),
     evidence: str = typer.Option(..., help="what you checked (shown on the timeline)"),
     principal: str = typer.Option("operator", help="who decides"),
     database_url: str = DatabaseOption,
     json_output: bool = JsonOption,
 ) -> None:
-    """Record an operator's decision on an ambiguous operation or a blocked settlement."""
+    """Record an operator's decision on an ambiguous operation or a blocked settlement, or on a
+    keyed command's receipt that recovery gave up on (receipt_stuck: retry | abandon)."""
     _act(database_url, operation_id, OperatorAction("resolve", principal, resolution=resolution, evidence=evidence),
          json_output)
 

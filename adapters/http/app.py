@@ -28,6 +28,7 @@ from adapters.http.callback_auth import DEFAULT_TOLERANCE_SECONDS, MAX_TOLERANCE
 from adapters.http.guard import RequestGuard
 from adapters.http.limits import DEFAULT_BODY_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES
 from adapters.http.metrics import DEFAULT_TOP_TENANTS, LedgerCollector, render
+from adapters.http.operator_view import check_trace_template
 from adapters.http.schemas import Health, Liveness, Readiness
 from adapters.runtime import Store
 from executors.secrets import EnvironmentSecrets, SecretProvider
@@ -70,6 +71,9 @@ class ServeSettings(BaseSettings):
             seconds (Standard Webhooks: five minutes); 1 to 3,600.
         http_public: allow binding an interface other than loopback (``--public`` says the same);
             ``/metrics`` and ``/health`` are then open to whoever reaches it (:func:`check_bind`).
+        trace_url_template: the tracing UI's URL of one trace, with ``{trace_id}`` where its id
+            goes (``http://localhost:16686/trace/{trace_id}`` for Jaeger); an operation's detail
+            and the console link its trace there. Empty: no link (issue 31 item 5).
 
     Every token must be at least ``MIN_TOKEN_CHARS`` characters long.
     """
@@ -82,6 +86,12 @@ class ServeSettings(BaseSettings):
     http_port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     callback_tolerance_seconds: float = Field(default=DEFAULT_TOLERANCE_SECONDS, ge=1, le=MAX_TOLERANCE_SECONDS)
     http_public: bool = False
+    trace_url_template: str = Field(default="", max_length=2000)
+
+    @field_validator("trace_url_template")
+    @classmethod
+    def _trace_link(cls, template: str) -> str:
+        return check_trace_template(template)
 
     @field_validator("api_tokens")
     @classmethod
@@ -211,6 +221,7 @@ class ServeConfig:
         body_timeout_seconds: how long a client may take to send a request body, seconds
             (``adapters.http.limits``).
         max_header_bytes: the request line and headers together, bytes (431 beyond).
+        trace_url_template: see ``ServeSettings.trace_url_template``.
     """
 
     tokens: Mapping[str, TokenGrant] = field(default_factory=dict)
@@ -220,6 +231,7 @@ class ServeConfig:
     callback_secrets: SecretProvider | None = None
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    trace_url_template: str = ""
 
 
 health_router = APIRouter(tags=["health"])
@@ -286,6 +298,7 @@ def attach(app: FastAPI, *, store: Store, config: ServeConfig | None = None, clo
     app.state.callback_secrets = config.callback_secrets or EnvironmentSecrets()
     app.state.body_timeout_seconds = config.body_timeout_seconds
     app.state.max_header_bytes = config.max_header_bytes
+    app.state.trace_url_template = check_trace_template(config.trace_url_template)
     app.state.collector = LedgerCollector(store=MetricsStore(store.view), now=clock.now,
                                           top_tenants=config.top_tenants)
     return app
@@ -300,7 +313,8 @@ def build_app() -> FastAPI:
                               "(Standard Webhooks). Errors are RFC 9457 problem+json.")
     problems.install(app)
     app.add_middleware(RequestGuard)  # every request bounded before a route parses it (issue 27)
-    for router in (health_router, metrics_router, observe.router, actions.router, console.router, callbacks.router):
+    for router in (health_router, metrics_router, observe.router, actions.router, actions.receipts_router,
+                   console.router, callbacks.router):
         app.include_router(router)
     app.include_router(commands.router)  # keyed commands with idempotency receipts (issue 15)
     return app

@@ -16,7 +16,9 @@ from fastapi.responses import HTMLResponse, Response
 
 router = APIRouter(tags=["console"], include_in_schema=False)
 _STATIC = files("adapters.http") / "static"
-_TYPES = {"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
+_SCRIPT = "text/javascript; charset=utf-8"
+_TYPES = {"console.js": _SCRIPT, "console-format.js": _SCRIPT, "console-operation.js": _SCRIPT,
+          "console-charts.js": _SCRIPT, "console.css": "text/css; charset=utf-8"}
 # The page loads only its own script and style, and talks only to this server.
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")

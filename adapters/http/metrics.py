@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from projections.metrics import COUNTERS, DETAIL_LABEL, HISTOGRAMS, LATENCY_BUCKETS_SECONDS
+from projections.metrics import COUNTERS, DETAIL_LABEL, HISTOGRAMS, LATENCY_BUCKETS_SECONDS, RECEIPTS_STUCK
 from projections.metrics_store import Gauges, LabelKey, MetricsStore
 
 OTHER_TENANT = "other"
@@ -60,6 +60,7 @@ class LedgerCollector(Collector):
         yield from self._counters(totals, fold)
         yield from self._histograms(totals, fold)
         yield from self._gauges(gauges, fold)
+        yield _receipts_stuck(totals)
 
     def _counters(self, totals: dict[LabelKey, float], fold: Callable[[str], str]) -> Iterator[Metric]:
         for name, help_text in COUNTERS.items():
@@ -120,6 +121,23 @@ class LedgerCollector(Collector):
         for labels, value in sorted(ages.items()):
             oldest.add_metric(list(labels), value)
         yield oldest
+
+
+def _receipts_stuck(totals: dict[LabelKey, float]) -> Metric:
+    """``opledger_receipts_stuck{command}``: keyed commands whose receipt recovery gave up on, now
+    (the attention queue's ``receipt_stuck``; ``projections.metrics.RECEIPTS_STUCK``). A gauge
+    folded from the log rather than read at scrape time: what puts a receipt there and takes it
+    off are records, not the clock. Issue 31 item 4."""
+    family = GaugeMetricFamily(RECEIPTS_STUCK, "keyed commands whose receipt recovery gave up on "
+                                               "(on the attention queue as receipt_stuck), by command",
+                               labels=["command"])
+    by_command: dict[str, float] = defaultdict(float)
+    for (name, command, _t, _m, _receipt), value in totals.items():
+        if name == RECEIPTS_STUCK:
+            by_command[command] += value
+    for command, value in sorted(by_command.items()):
+        family.add_metric([command], max(value, 0.0))
+    return family
 
 
 def render(collector: LedgerCollector) -> bytes:

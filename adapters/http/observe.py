@@ -1,5 +1,6 @@
-"""The read-only observe API: operations (filtered, paginated by cursor), one operation, its
-timeline, the attention and approval queues, an entity's operations. Any role may read.
+"""The read-only observe API: operations (filtered, paginated by cursor), one operation (with
+the actions the token may take on it), its timeline, the attention and approval queues, an
+entity's operations, and who the token is (``/v1/me``). Any role may read.
 
 Source: issue 13 item 2; DESIGN §9.
 """
@@ -19,9 +20,19 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import WithJsonSchema
 
 from adapters.http.auth import TokenGrant, principal_with
+from adapters.http.operator_view import offers_for, role_actions, trace_link
 from adapters.http.problems import PROBLEM_RESPONSES, Problem, reject_unknown_query
-from adapters.http.schemas import TEXT_PATTERN, OperationDetail, OperationPage, OperationSummary, TimelineEntry
+from adapters.http.schemas import (
+    TEXT_PATTERN,
+    OperationDetail,
+    OperationPage,
+    OperationSummary,
+    ReceiptAttention,
+    SignedIn,
+    TimelineEntry,
+)
 from adapters.operator import show, timeline_entries
+from adapters.receipt_attention import attention_queue
 from adapters.runtime import Store
 from ledger.errors import CorruptRecordError
 from ledger.status import ExecutionState, Status
@@ -124,9 +135,20 @@ def list_operations(
     return _page(store_of(request), where)
 
 
-@router.get("/operations/{operation_id}", response_model=OperationDetail, summary="One operation")
-def get_operation(request: Request, _: Reader, operation_id: OperationId) -> Any:
-    return show(store_of(request), operation_id)
+@router.get("/me", response_model=SignedIn, summary="Who the bearer token is, and what its roles allow")
+def get_me(request: Request, grant: Reader) -> SignedIn:
+    return SignedIn(principal=grant.principal, roles=grant.roles, actions=role_actions(grant),
+                    writable=request.app.state.writable)
+
+
+@router.get("/operations/{operation_id}", response_model=OperationDetail,
+            summary="One operation, with the actions the token may take on it now")
+def get_operation(request: Request, grant: Reader, operation_id: OperationId) -> Any:
+    store = store_of(request)
+    detail = show(store, operation_id)
+    detail.update(offers_for(store, operation_id, grant, writable=request.app.state.writable))
+    detail["trace_url"] = trace_link(request.app.state.trace_url_template, detail.get("trace_id"))
+    return detail
 
 
 @router.get("/operations/{operation_id}/timeline", response_model=list[TimelineEntry],
@@ -148,16 +170,15 @@ def get_evidence(request: Request, _: Reader, operation_id: OperationId) -> Any:
     return export(store_of(request), operation_id)
 
 
-@router.get("/attention", response_model=list[OperationSummary],
-            summary="The attention queue: why automated progress stopped, oldest first")
+@router.get("/attention", response_model=list[OperationSummary | ReceiptAttention],
+            summary="The attention queue: why automated progress stopped, oldest first (operations, and keyed "
+                    "commands whose receipt recovery gave up on: kind receipt, reason receipt_stuck)")
 def get_attention(
     request: Request, _: Reader,
     reason: Annotated[str | None, Query(max_length=200, pattern=TEXT_PATTERN)] = None,
     limit: Limit = 100,
 ) -> Any:
-    view = store_of(request).view
-    rows = view.attention_of(reason, limit) if reason else view.attention(limit)
-    return [r.as_json() for r in rows]
+    return attention_queue(store_of(request), limit, reason)
 
 
 @router.get("/approvals", response_model=OperationPage, summary="Operations waiting for an approver")

@@ -27,6 +27,7 @@ from ledger.errors import (
     LedgerError,
     OperationNotFoundError,
     OperatorActionRefusedError,
+    ReceiptNotFoundError,
     StoreLockedError,
     WriteRefusedError,
 )
@@ -100,6 +101,8 @@ def translate(exc: LedgerError) -> Problem:
     """A ledger error as the problem an HTTP client should see."""
     if isinstance(exc, OperationNotFoundError):
         return Problem(404, "Not found", str(exc), code="operation_not_found")
+    if isinstance(exc, ReceiptNotFoundError):
+        return Problem(404, "Not found", str(exc), code="receipt_not_found")
     if isinstance(exc, OperatorActionRefusedError):
         return Problem(409, "Conflict", str(exc), code="action_refused")
     if isinstance(exc, StoreLockedError):

@@ -19,6 +19,8 @@ TEXT_PATTERN = r"^[^\x00-\x1f]*$"
 class OperationSummary(BaseModel):
     """One operation's status row (the status read model), payload-free."""
 
+    kind: Literal["operation"] = Field(default="operation", description="on the attention queue: an operation "
+                                                                         "(a receipt's row is a ReceiptAttention)")
     operation_id: str
     version: int
     tenant: str
@@ -48,6 +50,54 @@ class OperationSummary(BaseModel):
     created_at: datetime
     updated_at: datetime
     attention_detail: dict[str, Any] | None = None
+
+
+class ReceiptAttention(BaseModel):
+    """A keyed command whose idempotency receipt recovery gave up on: on the attention queue as
+    ``receipt_stuck`` until an operator resolves it (``POST /v1/receipts/{id}/resolve``) or the
+    client retries with the same key (issue 31 item 4)."""
+
+    kind: Literal["receipt"]
+    id: str = Field(description="the entry's id, for a reader of any kind of entry: the receipt id")
+    receipt_id: str = Field(description="the receipt's id: the transaction id its answers carry")
+    attention: Literal["receipt_stuck"]
+    attention_detail: dict[str, Any] = Field(description="command, adoptions (recovery's runs of it), reason (the "
+                                                         "last run's error class), epoch")
+    command: str
+    principal: str = Field(description="who sent the request")
+    status: str = Field(description="the receipt's state: pending")
+    actions: list[Literal["retry", "abandon"]] = Field(description="the resolutions an operator may record")
+    created_at: datetime
+    updated_at: datetime = Field(description="when recovery gave up on it")
+
+
+class ReceiptResolveBody(BaseModel):
+    """Resolve a receipt recovery gave up on: ``retry`` (recovery runs it again at once, with a
+    fresh budget of adoptions) or ``abandon`` (answered 409 ``command_abandoned``, nothing
+    applied), with the evidence checked."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    resolution: Literal["retry", "abandon"]
+    evidence: str = Field(min_length=1, max_length=MAX_EVIDENCE_CHARS, pattern=r"\S")
+
+
+class ReceiptEvent(BaseModel):
+    """One receipt event an action recorded."""
+
+    version: int
+    at: str
+    event: str
+
+
+class ReceiptActionResult(BaseModel):
+    """What a receipt resolution recorded, and the receipt's state after it."""
+
+    receipt_id: str
+    action: Literal["resolve"]
+    resolution: Literal["retry", "abandon"]
+    status: str = Field(description="pending (retry: recovery adopts it again) or completed (abandon)")
+    recorded: list[ReceiptEvent]
 
 
 class OperationPage(BaseModel):
@@ -100,7 +150,11 @@ class AuthorityOut(BaseModel):
     traceparent: str | None
     trace_id: str | None
     integration_digest: str = Field(description="the declaration the operation runs under")
-    code_digest: str | None = Field(description="the host module that intended it, as the host gave it")
+    code_digest: str | None = Field(description="the host module that intended it: the digest the host gave, "
+                                                "or by default the module declaring its application")
+    opledger_version: str | None = Field(default=None, description="the opledger version that recorded the intent")
+    opledger_commit: str | None = Field(default=None, description="the commit that opledger was built from "
+                                                                  "(unknown when it could not tell)")
 
 
 class SettlesOut(BaseModel):
@@ -110,6 +164,23 @@ class SettlesOut(BaseModel):
     epoch: int | None = Field(description="the fencing epoch the outcome was recorded under")
     blocked_by: str | None = Field(description="the rule that blocked the settlement: settlement_entity_mismatch "
                                                "or settlement_denied")
+
+
+class ActionOfferOut(BaseModel):
+    """An operator action the operation's state, the token's roles and the approval policy
+    allow now (``ledger.operator_actions``; issue 31 item 5)."""
+
+    action: Literal["resolve", "retry_settlement", "cancel", "approve", "deny"] = Field(
+        description="the route under /v1/operations/{id}/ (retry_settlement: /retry-settlement)")
+    resolutions: list[str] = Field(description="for resolve: the resolutions it may record now (acknowledge for a "
+                                               "late observation); empty for the others")
+
+
+class WithheldActionOut(BaseModel):
+    """An action the operation's state allows but this token may not take here, and why."""
+
+    action: Literal["resolve", "retry_settlement", "cancel", "approve", "deny"]
+    reason: str = Field(description="e.g. needs the approver role; the approval policy's refusal; a read-only server")
 
 
 class OperationDetail(BaseModel):
@@ -146,7 +217,24 @@ class OperationDetail(BaseModel):
     budgets: list[BudgetLevelOut] | None = Field(
         default=None, description="the call budgets a call of it counts against; empty when none applies")
     budget_wait: str | None = Field(default=None, description="the scope of the budget level it last waited for")
+    actions: list[ActionOfferOut] = Field(
+        default_factory=list, description="what the requesting token may do to it now (its state, roles and the "
+                                          "approval policy); empty for an operation this code cannot read")
+    withheld: list[WithheldActionOut] = Field(
+        default_factory=list, description="what its state allows but the requesting token may not do here, and why")
+    trace_url: str | None = Field(default=None, description="its trace in the tracing UI "
+                                                            "(OPLEDGER_TRACE_URL_TEMPLATE); null without either")
     error: str | None = None
+
+
+class SignedIn(BaseModel):
+    """Who the bearer token is, and what its roles allow (the console's header; issue 31 item 5)."""
+
+    principal: str = Field(description="recorded on the timeline for every action taken with this token")
+    roles: list[Literal["viewer", "operator", "approver"]]
+    actions: list[Literal["resolve", "retry_settlement", "cancel", "approve", "deny"]] = Field(
+        description="the operator actions these roles may take, where an operation's state allows them")
+    writable: bool = Field(description="false: this server opened its store read-only, actions answer 409")
 
 
 class TimelineEntry(BaseModel):
@@ -179,12 +267,13 @@ class ApproveBody(BaseModel):
 
 
 class ResolveBody(BaseModel):
-    """Resolve an ambiguous operation (``succeeded``, ``failed``, ``retry``, ``abandon``) or a
-    blocked settlement (``abandon``) with the evidence checked."""
+    """Resolve an ambiguous operation (``succeeded``, ``failed``, ``retry``, ``abandon``), accepted
+    work past its deadline (``succeeded``, ``failed``), a blocked settlement (``abandon``), a late
+    observation (``acknowledge``) or a refused write (``retry_write``) with the evidence checked."""
 
     model_config = ACTION_BODY
 
-    resolution: Literal["succeeded", "failed", "retry", "abandon", "acknowledge"]
+    resolution: Literal["succeeded", "failed", "retry", "abandon", "acknowledge", "retry_write"]
     evidence: str = Field(min_length=1, max_length=MAX_EVIDENCE_CHARS, pattern=r"\S")
 
 

@@ -174,7 +174,8 @@ def _http_services(store: Store, listener: HttpListener, stop: threading.Event, 
                                                      writable=writable,
                                                      callback_tolerance_seconds=serve.callback_tolerance_seconds,
                                                      body_timeout_seconds=listener.limits.body_timeout_seconds,
-                                                     max_header_bytes=listener.limits.max_header_bytes))
+                                                     max_header_bytes=listener.limits.max_header_bytes,
+                                                     trace_url_template=serve.trace_url_template))
     if writable:  # keyed commands (issue 15): the runner, owner-lease renewal, recovery, retention
         runner, receipt_threads = start_receipt_services(
             store, listener.receipts, stop, max_clock_skew_seconds=store.settings.max_clock_skew_seconds)

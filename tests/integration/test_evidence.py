@@ -129,3 +129,58 @@ def test_verify_refuses_what_is_not_evidence(tmp_path: Path, database_url: str,
     deep.write_text("[" * 100_000)  # too deep for the decoder: one line, not a RecursionError
     result = run("evidence", "verify", str(deep))
     assert result.exit_code == 2 and "cannot read" in result.stderr
+
+
+def test_the_evidence_of_a_demo_operation_names_its_provenance_and_trace(
+        database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 31 item 2: the opledger version and commit, the host module's digest (by default, the
+    # module declaring the application), and the trace the order was placed in.
+    from adapters.demo.orders import OrdersApp
+    from ledger.provenance import build_info, module_digest
+    from migrations import migrate
+
+    database = Database.parse(database_url)
+    migrate(database, OrdersApp)
+    trace = "0af7651916cd43dd8448eb211c80319c"
+    app = OrdersApp(env=database.library_env(create_table=False))
+    try:
+        _, (payment, _note) = app.place_order(customer_email="a@example.com", amount_cents=1200,
+                                              payments_url="http://127.0.0.1:9/pay", notify_url="http://127.0.0.1:9/n",
+                                              traceparent=f"00-{trace}-b7ad6b7169203331-01")
+    finally:
+        app.close()
+    monkeypatch.setenv("OPLEDGER_APP", "adapters.demo.orders:OrdersApp")
+    monkeypatch.setenv("OPLEDGER_DATABASE_URL", database_url)
+    out = tmp_path / "demo-evidence.json"
+    exported = run("evidence", str(payment), "--out", str(out))
+    assert exported.exit_code == 0, exported.output
+    document = json.loads(out.read_text())
+
+    build = build_info()
+    host_digest = module_digest("adapters.demo.orders")
+    assert host_digest.startswith("sha256:") and len(host_digest) == len("sha256:") + 64
+    # A test run from a checkout (CI: `pip install -e .` in a fresh clone) knows its commit.
+    assert build.commit_source == "git" and len(build.commit.removesuffix("-dirty")) == 40
+    exporter = document["opledger"]
+    assert (exporter["version"], exporter["commit"], exporter["commit_source"]) == (build.version, build.commit, "git")
+    authority = document["operation"]["authority"]
+    assert (authority["opledger_version"], authority["opledger_commit"]) == (build.version, build.commit)
+    assert document["operation"]["code_digest"] == authority["code_digest"] == host_digest
+    intended = document["timeline"][0]
+    assert intended["event"] == "Intended"
+    assert (intended["details"]["opledger_commit"], intended["details"]["code_digest"]) == (build.commit, host_digest)
+    assert document["trace_ids"] == [trace]
+
+    ok = run("evidence", "verify", str(out), "--json")
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["matches"] is True
+    # The recorded provenance is what the records say: an edited commit is found.
+    edited = json.loads(out.read_text())
+    edited["operation"]["authority"]["opledger_commit"] = "0" * 40
+    edited["timeline"][0]["details"]["opledger_commit"] = "0" * 40
+    (tmp_path / "edited.json").write_text(json.dumps(edited))
+    lied = run("evidence", "verify", str(tmp_path / "edited.json"), "--json")
+    assert lied.exit_code == 1, lied.output
+    assert {p["problem"] for p in json.loads(lied.stdout)["problems"]} == {
+        "the document shows other content than the record (details)",
+        "the summary differs from the records (authority)"}

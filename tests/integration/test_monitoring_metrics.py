@@ -14,12 +14,28 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.desk import desk
+from ledger.receipts import Receipt
+from projections.metrics import MetricsProjection
+from projections.metrics_store import MetricsStore
+from tests.desk import Desk, desk
 from tests.monitoring import as_promql, dashboard_queries, rule_expressions, rules, unexposed
+
+
+def _stuck_receipt(d: Desk) -> None:
+    """A keyed command's receipt recovery gave up on (``opledger_receipts_stuck``), folded."""
+    clock = d.clock
+    receipt = Receipt.open(principal="vera", scope="request_refund", key="k", owner="serve:gone", now=clock.now(),
+                           lease_seconds=5, request={"route": "r", "command": "request_refund", "principal": "vera",
+                                                     "body": {}, "body_error": None})
+    receipt.release(epoch=1, reason="RuntimeError", now=clock.now())
+    receipt.stop_recovery(adoptions=0, now=clock.now())
+    d.store.app.save(receipt)
+    MetricsProjection(app=d.store.app, store=MetricsStore(d.store.view)).catch_up()
 
 
 def test_every_metric_and_label_the_rules_and_the_dashboard_name_is_on_metrics(database_url: str) -> None:
     with desk(database_url) as d, TestClient(d.app) as client:
+        _stuck_receipt(d)
         response = client.get("/metrics")
     assert response.status_code == 200
     recorded = {rule["record"] for rule in rules() if "record" in rule}

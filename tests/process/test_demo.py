@@ -44,6 +44,30 @@ def test_demo_loses_nothing_and_applies_nothing_twice(tmp_path: Path) -> None:
     # The first worker was killed mid-poll: the workspace it was polling until the cancel (and
     # any other still running then) was resumed by the second worker, read from the ledger.
     assert "ws-cancelled" in flow["resumed_by_another_worker"]
+    _evidence_names_its_provenance(tmp_path, env, summary["example_timeline"]["operation_id"])
+
+
+def _evidence_names_its_provenance(tmp_path: Path, env: dict[str, str], operation_id: str) -> None:
+    """The evidence of a demo operation names the commit, a non-empty host module digest and its
+    trace ids, and still verifies (issue 31 item 2)."""
+    env = {**env, "OPLEDGER_DATABASE_URL": f"sqlite:///{tmp_path / '.opledger' / 'demo.db'}",
+           "OPLEDGER_APP": "adapters.demo.orders:OrdersApp"}
+    out = tmp_path / "evidence.json"
+    exported = subprocess.run([sys.executable, "-m", "adapters.cli", "evidence", operation_id, "--out", str(out)],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert exported.returncode == 0, exported.stderr
+    document = json.loads(out.read_text())
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    authority = document["operation"]["authority"]
+    if head.returncode == 0:  # run from a checkout, as CI does: the commit is known
+        assert document["opledger"]["commit"].removesuffix("-dirty") == head.stdout.strip()
+        assert authority["opledger_commit"] == document["opledger"]["commit"]
+    assert authority["code_digest"].startswith("sha256:") and len(authority["code_digest"]) == 71
+    assert document["trace_ids"] and all(len(t) == 32 for t in document["trace_ids"])
+    verified = subprocess.run([sys.executable, "-m", "adapters.cli", "evidence", "verify", str(out), "--json"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert json.loads(verified.stdout)["matches"] is True
 
 
 def test_a_serve_that_dies_before_its_health_check_is_waited_for_only_when_asked(tmp_path: Path) -> None:

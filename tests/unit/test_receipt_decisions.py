@@ -131,3 +131,49 @@ def test_refusal_of_tells_deterministic_refusals_from_thrown_errors(exc: Excepti
     """Tryout R4: the one rule for which errors raised in a handler are terminal."""
     refusal = refusal_of(exc)
     assert (None if refusal is None else (refusal.status, refusal.code)) == expected
+
+
+def _adopted(times: int, *, release: bool) -> Receipt:
+    receipt = opened(lease=10)
+    for n in range(times):
+        receipt.adopt(owner=f"r{n}", now=T0 + timedelta(seconds=20 * (n + 1)), lease_seconds=10)
+    if release:
+        receipt.release(epoch=receipt.epoch, reason="RuntimeError", now=T0 + timedelta(seconds=20 * times + 1))
+    return receipt
+
+
+@pytest.mark.parametrize(("adoptions", "release", "at", "gives_up"), [
+    (2, True, 20 * 2 + 2, True),  # adopted the limit, released: stop
+    (2, False, 20 * 2 + 11, True),  # adopted the limit, its lease expired: stop
+    (2, False, 20 * 2 + 5, False),  # its last adopter still holds a live lease
+    (1, True, 20 + 2, False),  # under the limit: recovery adopts it again
+    (3, True, 20 * 3 + 2, True),  # a client's retry adopted it past the limit
+])
+def test_recovery_gives_up_on_a_receipt_adopted_its_limit_that_nobody_owns(
+        adoptions: int, release: bool, at: float, gives_up: bool) -> None:
+    from ledger.receipt_decisions import recovery_gives_up
+
+    receipt = _adopted(adoptions, release=release)
+    assert recovery_gives_up(receipt, T0 + timedelta(seconds=at), 2) is gives_up
+
+
+def test_a_stopped_receipt_is_not_stopped_twice_and_only_a_stopped_one_is_resolved() -> None:
+    from ledger.errors import IllegalTransitionError
+    from ledger.receipt_decisions import recovery_gives_up
+
+    receipt = _adopted(2, release=True)
+    now = T0 + timedelta(seconds=60)
+    with pytest.raises(IllegalTransitionError):
+        receipt.resolve(principal="otto", resolution="retry", evidence="checked", now=now)
+    receipt.stop_recovery(adoptions=2, now=now)
+    assert (receipt.recovery_stopped_at, receipt.stop_reason) == (now, "RuntimeError")
+    assert recovery_gives_up(receipt, now, 2) is False
+    with pytest.raises(IllegalTransitionError):
+        receipt.stop_recovery(adoptions=2, now=now)
+    for resolution, evidence, message in [("succeeded", "x", "retry, abandon"), ("retry", " ", "evidence"),
+                                          ("abandon", "x" * 5000, "limit")]:
+        with pytest.raises(InvalidArgumentError, match=message):
+            receipt.resolve(principal="otto", resolution=resolution, evidence=evidence, now=now)
+    receipt.resolve(principal="otto", resolution="retry", evidence="fixed", now=now)
+    assert (receipt.adoptions, receipt.released, receipt.recovery_stopped_at) == (0, True, None)
+    assert recovery_gives_up(receipt, now, 2) is False

@@ -46,7 +46,8 @@ def test_every_read_variable_is_known() -> None:
                 "OPLEDGER_TEST_POSTGRES_URL": "x", "OPLEDGER_BENCH_COMMIT": "x", "opledger_lease_seconds": "5",
                 "OPLEDGER_FAILPOINT": "x", "OPLEDGER_PARTNER_SECRET": "x", "HOME": "/root"}
     assert unknown_environment(environ) == []
-    assert {"OPLEDGER_HTTP_HOST", "OPLEDGER_HTTP_KEEP_ALIVE_SECONDS", "OPLEDGER_RECEIPT_MAX_BODY_BYTES"} <= known_names()
+    assert {"OPLEDGER_HTTP_HOST", "OPLEDGER_HTTP_KEEP_ALIVE_SECONDS", "OPLEDGER_RECEIPT_MAX_BODY_BYTES",
+            "OPLEDGER_TRACE_URL_TEMPLATE"} <= known_names()
 
 
 def test_the_message_says_it_is_ignored() -> None:

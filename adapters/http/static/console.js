@@ -1,124 +1,170 @@
 // opledger operator console: a static page over the observe API (docs/adr/0003-operator-console.md).
-// Every value from the server is shown with textContent, never parsed as HTML.
+// The session, the routing between pages, and the list pages. Every value from the server is
+// shown with textContent, never parsed as HTML.
 "use strict";
 
 const STATUSES = ["pending", "claimed", "dispatching", "accepted", "succeeded", "failed", "ambiguous",
   "cancelled", "settled", "settlement_blocked"];
 const OUTCOMES = ["succeeded", "failed", "ambiguous", "cancelled"];
+const TOKEN_KEY = "opledger-token";
 let nextCursor = null;
+let signedIn = null; // /v1/me of the token in this tab, or null
 
-const $ = (selector) => document.querySelector(selector);
-
-function say(text, isError) {
-  const box = $("#message");
-  box.textContent = text;
-  box.className = isError ? "error" : "";
+class ApiError extends Error {
+  constructor(status, detail) {
+    super(status + " " + detail);
+    this.status = status;
+  }
 }
 
 async function api(path, options) {
   const headers = { "Accept": "application/json" };
-  const token = sessionStorage.getItem("opledger-token");
+  const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) headers["Authorization"] = "Bearer " + token;
   if (options && options.body) headers["Content-Type"] = "application/json";
   const response = await fetch(path, Object.assign({ headers }, options || {}));
   const body = await response.json().catch(() => null);
   if (!response.ok) {
-    const detail = body && (body.detail || body.title) || response.statusText;
-    throw new Error(response.status + " " + detail);
+    if (response.status === 401 && token) refused();
+    throw new ApiError(response.status, body && (body.detail || body.title) || response.statusText);
   }
   return body;
 }
 
-function cell(row, text, className) {
-  const td = document.createElement("td");
-  td.textContent = text === null || text === undefined ? "" : String(text);
-  if (className) td.className = className;
-  row.appendChild(td);
-  return td;
+// ------------------------------------------------------------------------ the session
+
+function showSession(state) {
+  document.body.dataset.signedIn = state;
+  const who = $("#who");
+  who.replaceChildren();
+  who.className = state;
+  if (state === "yes") {
+    who.append(el("span", { className: "principal", text: signedIn.principal }));
+    for (const role of signedIn.roles) who.append(" ", badge(role, "role"));
+    if (!signedIn.writable) who.append(" ", badge("read-only server", "warn"));
+  } else {
+    who.textContent = state === "refused" ? "token refused: not signed in" : "not signed in";
+  }
+  $("#login").hidden = state === "yes";
+  $("#sign-out").hidden = state !== "yes";
 }
 
-function idCell(row, id) {
-  const td = cell(row, "", "id");
-  const link = document.createElement("a");
-  link.href = "#op/" + id;
-  link.textContent = id;
-  td.appendChild(link);
+function refused() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  signedIn = null;
+  showSession("refused");
 }
 
-function age(iso) {
-  const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
-  if (seconds < 120) return Math.round(seconds) + " s";
-  if (seconds < 7200) return Math.round(seconds / 60) + " min";
-  if (seconds < 172800) return Math.round(seconds / 3600) + " h";
-  return Math.round(seconds / 86400) + " d";
+async function checkSession() {
+  if (!sessionStorage.getItem(TOKEN_KEY)) {
+    signedIn = null;
+    if (document.body.dataset.signedIn !== "refused") showSession("no");
+    return;
+  }
+  try {
+    signedIn = await api("/v1/me");
+    showSession("yes");
+  } catch (error) {
+    if (error.status !== 401) throw error;
+  }
 }
 
-function fill(tableId, rows, addRow) {
+// ------------------------------------------------------------------------ list pages
+
+function idCell(id) {
+  return el("td", { className: "id" }, el("a", { href: "#op/" + id, text: id }));
+}
+
+function fill(page, tableId, rows, addRow) {
   const body = $(tableId + " tbody");
   body.replaceChildren();
   for (const item of rows) {
-    const tr = document.createElement("tr");
-    tr.dataset.id = item.operation_id || "";
+    const tr = el("tr", { "data-id": item.operation_id || "" });
     addRow(tr, item);
     body.appendChild(tr);
   }
+  $("#page-" + page + " .empty").hidden = rows.length > 0;
 }
 
 function parseMetrics(text) {
   const samples = [];
   for (const line of text.split("\n")) {
     if (!line || line.startsWith("#")) continue;
-    const match = line.match(/^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$/);
-    if (match) samples.push({ name: match[1], labels: match[2] || "", value: Number(match[3]) });
+    const match = line.match(/^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/);
+    if (!match) continue;
+    const labels = {};
+    for (const pair of (match[2] || "").matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[pair[1]] = pair[2];
+    samples.push({ name: match[1], labels, value: Number(match[3]) });
   }
   return samples;
 }
 
-async function showGlance() {
-  const samples = parseMetrics(await (await fetch("/metrics")).text());
+async function fetchMetrics() {
+  const response = await fetch("/metrics");
+  if (!response.ok) throw new ApiError(response.status, "/metrics did not answer");
+  return parseMetrics(await response.text());
+}
+
+function showGlance(samples) {
   const sum = (name, test) => samples.filter((s) => s.name === name && (!test || test(s)))
     .reduce((total, s) => total + s.value, 0);
   const oldest = samples.filter((s) => s.name === "opledger_oldest_pending_age_seconds")
     .reduce((most, s) => Math.max(most, s.value), 0);
   const tiles = [
-    ["pending", sum("opledger_operations", (s) => s.labels.includes('status="pending"'))],
+    ["pending", sum("opledger_operations", (s) => s.labels.status === "pending")],
     ["on the attention queue", sum("opledger_attention")],
-    ["oldest pending", Math.round(oldest) + " s"],
+    ["oldest pending", seconds(oldest) || "0 s"],
     ["attempts", sum("opledger_attempts_total")],
     ["retries", sum("opledger_retries_total")],
     ["ambiguous", sum("opledger_ambiguous_total")],
   ];
-  const glance = $("#glance");
-  glance.replaceChildren();
-  for (const [label, value] of tiles) {
-    const tile = document.createElement("div");
-    const number = document.createElement("b");
-    number.textContent = String(value);
-    tile.append(number, label);
-    glance.appendChild(tile);
-  }
-  return samples;
+  $("#glance").replaceChildren(...tiles.map(([label, value]) => el("div", {}, el("b", { text: value }), label)));
+}
+
+function detailText(row) {
+  if (row.ambiguity_reason) return words(row.ambiguity_reason);
+  if (row.failure_category) return words(row.failure_category);
+  return row.attention_detail ? plain(row.attention_detail) : "";
 }
 
 async function showAttention() {
   const rows = await api("/v1/attention?limit=500");
-  fill("#attention-table", rows, (tr, r) => {
-    idCell(tr, r.operation_id);
-    cell(tr, r.integration);
-    cell(tr, r.attention);
-    cell(tr, age(r.updated_at));
-    cell(tr, r.ambiguity_reason || r.failure_category || (r.attention_detail ? JSON.stringify(r.attention_detail) : ""));
+  fill("attention", "#attention-table", rows, (tr, r) => {
+    // Any reason the API names is shown as it names it; an entry that is not an operation (a
+    // receipt, say) shows its own id without a link.
+    const subject = r.operation_id ? idCell(r.operation_id) : el("td", { className: "id", text: r.id || r.key || "" });
+    tr.append(subject, el("td", { text: r.integration || r.command || "" }),
+      el("td", {}, badge(r.attention || r.reason || "attention", "warn")),
+      el("td", { text: r.updated_at ? ago(r.updated_at) : "" }), el("td", { text: detailText(r) }),
+      el("td", {}, r.kind === "receipt" ? receiptActions(r) : ""));
   });
 }
 
+// A stuck receipt has no page of its own: its resolutions (retry, abandon) sit in its row, for a
+// token whose roles may resolve on a server that writes (POST /v1/receipts/{id}/resolve).
+function receiptActions(r) {
+  if (!signedIn || !signedIn.writable || !signedIn.actions.includes("resolve") || !(r.actions || []).length) return "";
+  const select = el("select", { className: "receipt-resolution" }, ...r.actions.map((a) => el("option", { value: a, text: words(a) })));
+  const evidence = el("input", { className: "receipt-evidence", size: 24, placeholder: "what you checked" });
+  const button = el("button", { className: "receipt-resolve", type: "button", text: "Resolve" });
+  button.addEventListener("click", async () => {
+    if (!window.confirm("Resolve as " + words(select.value) + " with this evidence?\n\nreceipt " + r.id)) return;
+    try {
+      const result = await api("/v1/receipts/" + r.id + "/resolve", { method: "POST",
+        body: JSON.stringify({ resolution: select.value, evidence: evidence.value }) });
+      await showAttention(); // the queue shows the new state before the note says what changed
+      say("attention", "receipt " + r.id + ": recorded " + result.recorded.map((e) => e.event).join(", ") + "; " + words(result.status), false);
+    } catch (error) {
+      say("attention", error.message, true);
+    }
+  });
+  return el("span", { className: "receipt-actions" }, select, " ", evidence, " ", button);
+}
+
 function operationRow(tr, r) {
-  idCell(tr, r.operation_id);
-  cell(tr, r.integration);
-  cell(tr, r.status);
-  cell(tr, r.execution);
-  cell(tr, r.attempts + "/" + r.max_attempts);
-  cell(tr, r.attention);
-  cell(tr, r.created_at);
+  tr.append(idCell(r.operation_id), el("td", { text: r.integration }), el("td", {}, badge(r.status)),
+    el("td", { text: r.attempts + " of " + r.max_attempts }),
+    el("td", {}, r.attention ? badge(r.attention, "warn") : ""), el("td", { text: when(r.created_at) }));
 }
 
 async function showOperations(append) {
@@ -130,114 +176,82 @@ async function showOperations(append) {
   $("#more").hidden = !nextCursor;
   if (append) {
     const body = $("#operations-table tbody");
-    for (const item of page.items) { const tr = document.createElement("tr"); operationRow(tr, item); body.appendChild(tr); }
+    for (const item of page.items) { const tr = el("tr", { "data-id": item.operation_id }); operationRow(tr, item); body.appendChild(tr); }
   } else {
-    fill("#operations-table", page.items, operationRow);
+    fill("operations", "#operations-table", page.items, operationRow);
   }
 }
 
 async function showApprovals() {
   const page = await api("/v1/approvals?limit=500");
-  fill("#approvals-table", page.items, (tr, r) => {
-    idCell(tr, r.operation_id);
-    cell(tr, r.integration);
-    cell(tr, r.tenant);
-    cell(tr, r.created_at);
+  fill("approvals", "#approvals-table", page.items, (tr, r) => {
+    tr.append(idCell(r.operation_id), el("td", { text: r.integration }), el("td", { text: r.tenant }),
+      el("td", { text: when(r.created_at) }));
   });
 }
 
-async function showMetrics() {
-  const samples = (await showGlance()).filter((s) => !s.name.endsWith("_bucket") && !s.name.endsWith("_created"));
-  fill("#metrics-table", samples, (tr, s) => { cell(tr, s.name); cell(tr, s.labels); cell(tr, s.value); });
-}
+// ------------------------------------------------------------------------ routing
 
-async function showOperation(id) {
-  const [op, timeline] = await Promise.all([api("/v1/operations/" + id), api("/v1/operations/" + id + "/timeline")]);
-  $("#op-id").textContent = op.operation_id;
-  const fields = $("#op-fields");
-  fields.replaceChildren();
-  for (const key of ["status", "execution", "settlement", "outcome", "integration", "tenant", "delivery_mode",
-    "approval", "attempts", "max_attempts", "epoch", "attention", "disposition", "remote_id", "trace_id",
-    "failure", "ambiguity_reason", "payload", "source", "authority", "settles"]) {
-    if (!(key in op)) continue;
-    const dt = document.createElement("dt");
-    const dd = document.createElement("dd");
-    dt.textContent = key;
-    const value = op[key];
-    dd.textContent = value !== null && typeof value === "object" ? JSON.stringify(value) : String(value);
-    fields.append(dt, dd);
-  }
-  fill("#timeline-table", timeline, (tr, e) => {
-    cell(tr, e.version);
-    cell(tr, e.at);
-    cell(tr, e.event);
-    cell(tr, Object.entries(e.details).map(([k, v]) => k + "=" + (typeof v === "object" ? JSON.stringify(v) : v)).join(", "));
-  });
-}
-
-async function act(path, body, question) {
-  const id = $("#op-id").textContent;
-  if (!window.confirm(question + "\n\noperation " + id)) return;
-  try {
-    const result = await api("/v1/operations/" + id + "/" + path, { method: "POST", body: JSON.stringify(body) });
-    const events = result.recorded.map((e) => e.event).join(", ") || "nothing new";
-    say("recorded " + events + "; status " + result.status, false);
-    await showOperation(id);
-  } catch (error) {
-    say(error.message, true);
-  }
-}
+let routes = 0; // a later navigation supersedes one still loading: only the latest reports
 
 async function route() {
+  const run = ++routes;
   const hash = location.hash.slice(1) || "attention";
-  const [page, id] = hash.split("/");
-  for (const section of document.querySelectorAll(".page")) section.classList.remove("shown");
-  for (const link of document.querySelectorAll("nav a")) link.classList.toggle("current", link.dataset.page === page);
-  const section = $("#page-" + (page === "op" ? "operation" : page));
+  const [name, id] = hash.split("/");
+  const page = name === "op" ? "operation" : name;
+  const section = $("#page-" + page);
   if (!section) return;
+  for (const other of document.querySelectorAll(".page")) other.classList.remove("shown");
+  for (const link of document.querySelectorAll("nav a")) link.classList.toggle("current", link.dataset.page === name);
   section.classList.add("shown");
+  say(page, "", false); // a banner belongs to one visit of one page
+  if (page !== "metrics") stopSampling();
   try {
-    await showGlance();
-    if (page === "attention") await showAttention();
+    await checkSession();
+    showGlance(await fetchMetrics());
+    if (page === "metrics") await showMetrics();
+    else if (!signedIn) throw new Error(document.body.dataset.signedIn === "refused"
+      ? "The token was refused: sign in with a configured token." : "Sign in with a bearer token to see this page.");
+    else if (page === "attention") await showAttention();
     else if (page === "operations") await showOperations(false);
     else if (page === "approvals") await showApprovals();
-    else if (page === "metrics") await showMetrics();
-    else if (page === "op") await showOperation(id);
-    document.body.dataset.loaded = hash;
+    else if (page === "operation") await showOperation(id);
+    if (run === routes) document.body.dataset.loaded = hash;
   } catch (error) {
-    say(error.message, true);
+    if (run !== routes) return;
+    say(page, error.message, true);
     document.body.dataset.loaded = "error";
   }
+}
+
+function currentPage() {
+  const name = (location.hash.slice(1) || "attention").split("/")[0];
+  return name === "op" ? "operation" : name;
 }
 
 function setUp() {
   for (const name of ["status", "outcome"]) {
     const select = $("#filters select[name=" + name + "]");
-    for (const value of name === "status" ? STATUSES : OUTCOMES) {
-      const option = document.createElement("option");
-      option.textContent = value;
-      select.appendChild(option);
-    }
+    for (const value of name === "status" ? STATUSES : OUTCOMES) select.appendChild(el("option", { text: value }));
   }
   $("#login").addEventListener("submit", (event) => {
     event.preventDefault();
-    sessionStorage.setItem("opledger-token", $("#token").value);
+    sessionStorage.setItem(TOKEN_KEY, $("#token").value);
     $("#token").value = "";
-    $("#who").textContent = "signed in";
-    say("", false);
+    showSession("no");
     route();
   });
-  if (sessionStorage.getItem("opledger-token")) $("#who").textContent = "signed in";
-  $("#filters").addEventListener("submit", (event) => { event.preventDefault(); showOperations(false).catch((e) => say(e.message, true)); });
-  $("#more").addEventListener("click", () => showOperations(true).catch((e) => say(e.message, true)));
-  $("#resolve").addEventListener("click", () => act("resolve",
-    { resolution: $("#resolution").value, evidence: $("#evidence").value },
-    "Resolve as " + $("#resolution").value + " with this evidence?"));
-  $("#retry-settlement").addEventListener("click", () => act("retry-settlement",
-    { evidence: $("#evidence").value }, "Retry the blocked settlement?"));
-  $("#cancel").addEventListener("click", () => act("cancel", { reason: $("#cancel-reason").value }, "Request cancellation?"));
-  $("#approve").addEventListener("click", () => act("approve", {}, "Approve this operation?"));
-  $("#deny").addEventListener("click", () => act("deny", { reason: $("#deny-reason").value }, "Deny this operation?"));
+  $("#sign-out").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    signedIn = null;
+    showSession("no");
+    route();
+  });
+  $("#filters").addEventListener("submit", (event) => {
+    event.preventDefault();
+    showOperations(false).catch((e) => say("operations", e.message, true));
+  });
+  $("#more").addEventListener("click", () => showOperations(true).catch((e) => say("operations", e.message, true)));
   window.addEventListener("hashchange", route);
   route();
 }

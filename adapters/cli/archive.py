@@ -1,0 +1,57 @@
+"""``opledger archive verify DIR``: check an archive's segments, hashes and hash chain.
+
+An archive holds closed history moved out of the hot store (``ledger.archives``: segments of
+stored records with a manifest each, chained by digest). ``verify`` reads only the directory:
+every manifest, every file's SHA-256, size and line count, the counts, the numbering and each
+link of the chain. It prints one line per problem and exits 1, or says how much it checked and
+exits 0.
+
+Source: issue 29 item 3.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from adapters.cli.common import JsonOption, console, print_json
+from ledger.archives import ArchiveError, read_manifest, segments, verify_archive
+
+archive_app = typer.Typer(help="Check archives of closed history.", no_args_is_help=True)
+_DirectoryArgument = typer.Argument(..., help="the archive directory (holds seg-000001, seg-000002, ...)")
+
+
+@archive_app.command("verify")
+def verify(
+    directory: Path = _DirectoryArgument,
+    json_output: bool = JsonOption,
+) -> None:
+    """Check every segment of an archive: manifests, file hashes, counts and the hash chain.
+
+    Exits 1 with one line per problem (an edited or removed file, a broken chain link, a missing
+    segment, an unfinished one), 0 when everything verifies.
+    \f
+
+    Args:
+        directory: the archive directory.
+        json_output: print ``{"archive", "segments", "records", "problems": [...]}``.
+    """
+    problems = verify_archive(directory)
+    found = segments(directory)
+    records = 0
+    for _, path in found:
+        try:
+            records += int(read_manifest(path).get("records") or 0)
+        except ArchiveError:  # an unreadable manifest is already one of the problems
+            pass
+    if json_output:
+        print_json({"archive": str(directory), "segments": len(found), "records": records, "problems": problems})
+    else:
+        for line in problems:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        if not problems:
+            console.print(f"{directory}: {len(found)} segments, {records} records: verified", markup=False, soft_wrap=True,
+                          highlight=False)
+    if problems:
+        raise typer.Exit(1)
