@@ -2,6 +2,7 @@
 
     python -m bench.egress_models                    # every model, 8/128/256 calls at once, 0 and 100 ms
     python -m bench.egress_models --n 2000 --model threads-per-thread-client
+    python -m bench.egress_models --partner nginx --latency 0 --concurrency 128   # ADR 0008
 
 Each model makes N POSTs of a small JSON body, C at once, to a partner answering after a fixed
 delay, and prints requests per second and this process's CPU per request (user + system):
@@ -9,7 +10,17 @@ delay, and prints requests per second and this process's CPU per request (user +
 - ``threads-shared-client``: C threads sharing one ``httpx.Client`` (pool of C connections);
 - ``threads-per-thread-client``: C threads, each with its own ``httpx.Client`` (what the webhook
   adapter does);
-- ``asyncio-shared-client``: one event loop, C tasks sharing one ``httpx.AsyncClient``.
+- ``asyncio-shared-client``: one event loop, C tasks sharing one ``httpx.AsyncClient``;
+- ``aiohttp-one-loop``: one event loop, C tasks sharing one ``aiohttp.ClientSession`` (the
+  ``bench`` extra installs aiohttp), each exchange under one ``asyncio.timeout`` (the total
+  deadline docs/adr/0008-egress-event-loop.md relies on);
+- ``aiohttp-handoff``: the same loop on its own thread, the calls submitted from the main thread
+  (``asyncio.run_coroutine_threadsafe``) and their results taken back through a queue, as a
+  worker's cycle would hand calls to it.
+
+``--partner nginx`` measures against Debian's nginx answering ``200 {}`` (``bench.wire``, 13-54
+µs of CPU per request) instead of ``bench.fast_partner`` (uvicorn, 218-305 µs), so the figures
+are the client's; nginx answers at once, so ``--latency`` is 0 there.
 
 Not a scenario of ``python -m bench``: it measures the HTTP client, not opledger.
 """
@@ -18,15 +29,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import queue
 import resource
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
 
 import httpx
 
 from bench.fast_partner import fast_partner
+from bench.wire import nginx_partner
 
 WARMUP = 300
 
@@ -72,11 +86,79 @@ def _asyncio(url: str, n: int, concurrency: int) -> tuple[float, float]:
     return asyncio.run(run())
 
 
+def _aiohttp(url: str, n: int, concurrency: int) -> tuple[float, float]:
+    import aiohttp
+
+    async def run() -> tuple[float, float]:
+        connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            gate = asyncio.Semaphore(concurrency)
+
+            async def one(i: int) -> None:
+                async with gate, asyncio.timeout(30.0):
+                    async with session.post(url, json={"n": i}, allow_redirects=False) as answer:
+                        await answer.content.read(64 * 1024)
+                        answer.raise_for_status()
+
+            await asyncio.gather(*(one(i) for i in range(WARMUP)))
+            began, cpu = time.perf_counter(), _cpu()
+            await asyncio.gather(*(one(i) for i in range(n)))
+            return time.perf_counter() - began, _cpu() - cpu
+
+    return asyncio.run(run())
+
+
+def _aiohttp_handoff(url: str, n: int, concurrency: int) -> tuple[float, float]:
+    import aiohttp
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="egress-loop", daemon=True)
+    thread.start()
+
+    async def open_session() -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency))
+
+    session = asyncio.run_coroutine_threadsafe(open_session(), loop).result()
+
+    async def one(i: int) -> int:
+        async with asyncio.timeout(30.0):
+            async with session.post(url, json={"n": i}, allow_redirects=False) as answer:
+                await answer.content.read(64 * 1024)
+                return answer.status
+
+    def drive(count: int) -> None:
+        done: queue.Queue[Future[int]] = queue.Queue()
+        sent = taken = 0
+        while taken < count:
+            while sent - taken < concurrency and sent < count:
+                asyncio.run_coroutine_threadsafe(one(sent), loop).add_done_callback(done.put)
+                sent += 1
+            if done.get().result() != 200:
+                raise RuntimeError("the partner did not answer 200")
+            taken += 1
+
+    try:
+        drive(WARMUP)
+        began, cpu = time.perf_counter(), _cpu()
+        drive(n)
+        return time.perf_counter() - began, _cpu() - cpu
+    finally:
+        asyncio.run_coroutine_threadsafe(session.close(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+
+
 MODELS: dict[str, Callable[[str, int, int], tuple[float, float]]] = {
     "threads-shared-client": lambda url, n, c: _threads(url, n, c, shared=True),
     "threads-per-thread-client": lambda url, n, c: _threads(url, n, c, shared=False),
     "asyncio-shared-client": _asyncio,
+    "aiohttp-one-loop": _aiohttp,
+    "aiohttp-handoff": _aiohttp_handoff,
 }
+
+
+def _partner(name: str, latency: float) -> AbstractContextManager[str | None]:
+    return nginx_partner() if name == "nginx" else fast_partner(latency)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -84,10 +166,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=3000, help="requests per measurement (3000)")
     parser.add_argument("--model", action="append", choices=sorted(MODELS), help="repeatable; default all")
     parser.add_argument("--concurrency", type=int, action="append", help="repeatable; default 8, 128, 256")
+    parser.add_argument("--partner", choices=("fast", "nginx"), default="fast",
+                        help="bench.fast_partner (default) or nginx answering 200 {} (bench.wire)")
+    parser.add_argument("--latency", type=float, action="append",
+                        help="the fast partner's delay, seconds; repeatable; default 0 and 0.1")
     args = parser.parse_args(argv)
+    latencies = [0.0] if args.partner == "nginx" else (args.latency or [0.0, 0.1])
     print(f"{'model':<27} {'latency':>8} {'at once':>8} {'req/s':>8} {'CPU µs/req':>11}")
-    for latency in (0.0, 0.1):
-        with fast_partner(latency) as base:
+    for latency in latencies:
+        with _partner(args.partner, latency) as base:
+            if base is None:
+                print("nginx is not installed (apt-get install nginx)")
+                return 1
             for model in args.model or list(MODELS):
                 for concurrency in args.concurrency or (8, 128, 256):
                     seconds, cpu = MODELS[model](f"{base}/bench", args.n, concurrency)

@@ -316,7 +316,7 @@ def run(options: Options, log=print) -> list[Result]:
             # Interleaved: every configuration and its baseline once per repetition.
             for cfg in all_configs:
                 if cfg.adapter == "wire":  # the ceiling first, against the same nginx
-                    run = bare_client(f"{partners['wire']}{PARTNER_PATH}", n, threads=DEFAULT_EGRESS_PER_HOST,
+                    run = bare_client(f"{partners['wire']}{PARTNER_PATH}", n, concurrency=DEFAULT_EGRESS_PER_HOST,
                                       processes=cfg.processes, secret=SECRET)
                     bare.setdefault(cfg, []).append(run)
                     log(f"  throughput rep {rep + 1}: client.bare       {cfg.backend:<8} processes={cfg.processes} "

@@ -1,7 +1,7 @@
 """The wire rows: a partner that costs next to nothing (nginx), and a bare client loop against it.
 
     python -m bench.wire nginx                         # prints the URL, serves until SIGTERM/Ctrl-C
-    python -m bench.wire client --url URL --n 5000 --threads 128
+    python -m bench.wire client --url URL --n 5000 --concurrency 128
 
 **nginx** (:func:`nginx_partner`): Debian's ``nginx`` answering every request ``200 {}`` from a
 configuration this module writes into a temporary directory, on loopback, keep-alive on, one
@@ -11,14 +11,15 @@ worker process. It costs 13-54 µs of CPU per request on the reference machine (
 with a note saying so, never run against another partner.
 
 **The bare client** (:func:`bare_client`): what the HTTP library itself costs on this machine at
-the worker's concurrency, doing nothing else: ``threads`` threads, each with its own
-``httpx.Client`` (as ``adapters.webhook`` gives each egress thread), each POSTing the request a
-webhook attempt sends (the canonical JSON body ``{"n": i}``, Standard Webhooks signature headers,
+the worker's concurrency, doing nothing else: ``concurrency`` calls at once on one event loop
+sharing one ``aiohttp`` session (the library and session ``adapters.webhook.transport`` uses,
+docs/adr/0008-egress-event-loop.md), each POSTing the request a webhook attempt sends (the canonical JSON body ``{"n": i}``, Standard Webhooks signature headers,
 ``Idempotency-Key``, ``X-Attempt-Id``, ``User-Agent``, ``Accept-Encoding: identity``) and reading
 the answer. It runs in its own process (one per worker process of the row it is compared with),
 so its CPU time is its own. The ceiling of the ``drain.wire`` row for this machine and library.
 
-Source: issue 30 item 1 (measure the egress path against a bare client in the same run).
+Source: issue 30 item 1 (measure the egress path against a bare client in the same run, with the
+same HTTP library).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -140,70 +140,65 @@ class BareRun:
         return self.cpu_seconds / max(self.requests, 1) * 1e6
 
 
-def _client_loop(url: str, n: int, threads: int, secret: str) -> dict[str, float]:
+def _client_loop(url: str, n: int, concurrency: int, secret: str) -> dict[str, float]:
     """The loop of one bare client process (see the module docstring); returns its figures."""
-    import httpx
+    import asyncio
+
+    import aiohttp
     from standardwebhooks.webhooks import Webhook
 
     from ledger.declarations import canonical_json
 
     webhook = Webhook(secret)
     counter = iter(range(n))
-    lock = threading.Lock()
     errors = [0]
 
-    tls = httpx.create_ssl_context()  # shared, as adapters.webhook shares one (issue 30)
-
-    def work() -> None:
-        with httpx.Client(verify=tls, limits=httpx.Limits(max_connections=1, max_keepalive_connections=1)) as client:
-            go.wait()
-            while True:
-                with lock:
-                    i = next(counter, None)
-                if i is None:
-                    return
-                body = canonical_json({"n": i}).decode()
-                now, msg_id = datetime.now(UTC), str(uuid.uuid4())
-                headers = {"webhook-id": msg_id, "webhook-timestamp": str(int(now.timestamp())),
-                           "webhook-signature": webhook.sign(msg_id, now, body), "Idempotency-Key": msg_id,
-                           "X-Attempt-Id": str(uuid.uuid4()), "User-Agent": "opledger-bench",
-                           "Accept-Encoding": "identity", "Content-Type": "application/json"}
-                try:
-                    with client.stream("POST", url, content=body.encode(), headers=headers, timeout=30.0) as answer:
-                        answer.read()
-                        if answer.status_code != 200:
+    async def work(session: aiohttp.ClientSession) -> None:
+        for i in counter:
+            body = canonical_json({"n": i}).decode()
+            now, msg_id = datetime.now(UTC), str(uuid.uuid4())
+            headers = {"webhook-id": msg_id, "webhook-timestamp": str(int(now.timestamp())),
+                       "webhook-signature": webhook.sign(msg_id, now, body), "Idempotency-Key": msg_id,
+                       "X-Attempt-Id": str(uuid.uuid4()), "User-Agent": "opledger-bench",
+                       "Accept-Encoding": "identity", "Content-Type": "application/json"}
+            try:
+                async with asyncio.timeout(30.0):
+                    async with session.post(url, data=body.encode(), headers=headers, allow_redirects=False) as answer:
+                        await answer.content.read(64 * 1024)
+                        if answer.status != 200:
                             errors[0] += 1
-                except httpx.HTTPError:
-                    errors[0] += 1
+            except (aiohttp.ClientError, TimeoutError):
+                errors[0] += 1
 
-    # Imports, threads and the wait for the parent's go are outside the figures: the row is the
-    # loop's cost, not an interpreter's start.
-    go = threading.Event()
-    pool = [threading.Thread(target=work) for _ in range(threads)]
-    for thread in pool:
-        thread.start()
-    print("ready", flush=True)
-    sys.stdin.readline()
-    cpu_began, began = time.process_time(), time.perf_counter()
-    go.set()
-    for thread in pool:
-        thread.join()
-    return {"requests": n - errors[0], "seconds": time.perf_counter() - began,
-            "cpu_seconds": time.process_time() - cpu_began, "errors": errors[0]}
+    async def run() -> dict[str, float]:
+        # As the adapter's transport makes it (adapters.webhook.transport): one session, no
+        # decompression, no cookies. Imports and the session are outside the figures: the row
+        # is the loop's cost, not an interpreter's start.
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+        async with aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                         cookie_jar=aiohttp.DummyCookieJar()) as session:
+            print("ready", flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+            cpu_began, began = time.process_time(), time.perf_counter()
+            await asyncio.gather(*(work(session) for _ in range(concurrency)))
+            return {"requests": n - errors[0], "seconds": time.perf_counter() - began,
+                    "cpu_seconds": time.process_time() - cpu_began, "errors": errors[0]}
+
+    return asyncio.run(run())
 
 
-def bare_client(url: str, n: int, *, threads: int, processes: int, secret: str) -> BareRun:
+def bare_client(url: str, n: int, *, concurrency: int, processes: int, secret: str) -> BareRun:
     """Run the bare client loop in ``processes`` child processes, ``n`` requests in all.
 
     Args:
         url: the partner's URL (nginx's, from :func:`nginx_partner`).
         n: requests in all, split evenly over the processes.
-        threads: threads (each with its own client and one connection) per process.
+        concurrency: calls at once per process (tasks on its one event loop).
         processes: child processes, as many as the worker processes of the compared row.
         secret: the Standard Webhooks secret the requests are signed with.
 
     Returns:
-        The run: wall time from the moment every process is ready (imported, threads started)
+        The run: wall time from the moment every process is ready (imported, session made)
         until the last one ends (seconds), CPU seconds of the loops summed over the processes.
 
     Raises:
@@ -211,9 +206,9 @@ def bare_client(url: str, n: int, *, threads: int, processes: int, secret: str) 
     """
     share = [n // processes + (1 if i < n % processes else 0) for i in range(processes)]
     children = [subprocess.Popen([sys.executable, "-m", "bench.wire", "client", "--url", url, "--n", str(count),
-                                  "--threads", str(threads), "--secret", secret], stdin=subprocess.PIPE,
+                                  "--concurrency", str(concurrency), "--secret", secret], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for count in share]
-    for child in children:  # every process imported and started its threads: then all go at once
+    for child in children:  # every process imported and made its session: then all go at once
         assert child.stdout is not None
         if child.stdout.readline().strip() != "ready":
             child.kill()
@@ -243,7 +238,7 @@ def bare_result(backend: str, workers: int, processes: int, runs: list[BareRun],
     min, max), and the median CPU µs per call in ``extra``."""
     return Result(name="client.bare", backend=backend, workers=workers,
                   stats=Stats.of([run.requests / run.seconds for run in runs]), unit="requests/s", n=n,
-                  note=f"httpx, {DEFAULT_EGRESS_PER_HOST} threads per process, a client each, nginx 200 {{}}: "
+                  note=f"aiohttp, {DEFAULT_EGRESS_PER_HOST} calls at once per process on one event loop, nginx 200 {{}}: "
                        "the ceiling of drain.wire",
                   extra={"processes": processes, "cpu_us_per_call": round(_median([r.cpu_us_per_call for r in runs])),
                          "errors": sum(run.errors for run in runs)})
@@ -274,11 +269,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     client = commands.add_parser("client", help="one bare client process; prints its figures as JSON")
     client.add_argument("--url", required=True)
     client.add_argument("--n", type=int, default=5000)
-    client.add_argument("--threads", type=int, default=128)
+    client.add_argument("--concurrency", type=int, default=128)
     client.add_argument("--secret", default="whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
     args = parser.parse_args(argv)
     if args.command == "client":
-        print(json.dumps(_client_loop(args.url, args.n, args.threads, args.secret)), flush=True)
+        print(json.dumps(_client_loop(args.url, args.n, args.concurrency, args.secret)), flush=True)
         return 0
     with nginx_partner() as url:
         if url is None:

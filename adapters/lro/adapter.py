@@ -14,7 +14,7 @@ Source: AIP-151; issue 12 items 1 and 4; ``ledger.egress.RemoteOperations``.
 
 from __future__ import annotations
 
-import httpx
+from yarl import URL
 
 from adapters.lro.classify import classify_cancel, classify_create, classify_poll
 from adapters.webhook.adapter import WebhookAdapter, _is_http_url
@@ -66,8 +66,8 @@ class LroAdapter(WebhookAdapter):
             return self._invalid(f"target {request.target!r} is not an http(s) URL", secrets)
         assert request.target is not None
         try:
-            url = httpx.URL(request.target).join(remote_id + suffix)
-        except (httpx.InvalidURL, ValueError, TypeError) as exc:
+            url = URL(request.target).join(URL(remote_id + suffix))
+        except (ValueError, TypeError) as exc:
             return self._invalid(f"operation name {remote_id!r} is not a URL reference: {exc}", secrets)
         if url.scheme not in ("http", "https"):
             return self._invalid(f"operation name {remote_id!r} resolves to a non-HTTP URL", secrets)

@@ -23,7 +23,6 @@ from adapters.webhook.classify import (
     TransportFailure,
     classify,
     classify_lookup,
-    failure_of,
     parse_retry_after,
     remote_id_of,
 )
@@ -35,6 +34,7 @@ from adapters.webhook.excerpt import (
     visible_text,
 )
 from adapters.webhook.secret import MAKE_SECRET, new_secret, secret_problem
+from adapters.webhook.transport import failure_of
 from ledger.redaction import REDACTED
 
 __all__ = [

@@ -1,7 +1,9 @@
 """The outbound HTTP webhook adapter: sign, POST, read a bounded response, classify.
 
-This module is the I/O around the pure :func:`~adapters.webhook.classify.classify`: it builds the
-signed request, follows only safe redirects, reads at most ``max_response_bytes`` and turns what
+This module is the request around the pure :func:`~adapters.webhook.classify.classify`: it builds
+the signed request and hands it to :mod:`~adapters.webhook.transport` (one event loop and one
+aiohttp session per adapter, docs/adr/0008-egress-event-loop.md), which follows only safe
+redirects, reads at most ``max_response_bytes`` within the attempt's total deadline and turns what
 happened into an :class:`~adapters.webhook.classify.HttpExchange`.
 
 Source: DESIGN §5 (HTTP outcome classification), §7 (idempotency key, attempt id, traceparent);
@@ -11,34 +13,28 @@ Standard Webhooks specification (``webhook-id``/``webhook-timestamp``/``webhook-
 from __future__ import annotations
 
 import math
-import ssl
-import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-import httpx
 from standardwebhooks.webhooks import Webhook
+from yarl import URL
 
 from adapters.webhook.classify import (
     DEFAULT_MAX_RETRY_AFTER_SECONDS,
-    MAX_REDIRECTS,
     HttpExchange,
     TransportFailure,
     classify,
     classify_lookup,
-    failure_of,
 )
-from adapters.webhook.deadline import attempt_deadline, install_deadlines, remaining_seconds
 from adapters.webhook.excerpt import (
     DEFAULT_EXCERPT_CHARS,
     TRUNCATED_MARK,
     excerpt,
-    redact,
     secrets_of,
 )
 from adapters.webhook.secret import MAKE_SECRET, MAX_SECRET_BYTES, MIN_SECRET_BYTES, SECRET_PREFIX, secret_problem
+from adapters.webhook.transport import EgressLoop, ExchangeLimits, exchange
 from ledger.clock import Clock, require_utc
 from ledger.declarations import canonical_json
 from ledger.egress import EgressRequest
@@ -49,9 +45,6 @@ from ledger.outcomes import Ambiguous, Failed, FailureCategory, Outcome
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024
 DEFAULT_LOOKUP_PATH = "/idempotency/{key}"
 DEFAULT_USER_AGENT = "opledger-webhook/0.1"
-CONNECTIONS_PER_THREAD = 4
-"""Connections each egress thread's own client keeps alive (one call at a time per thread; a
-few hosts' connections reused)."""
 REDIRECT_SAFE_MODES = frozenset(rules.mode for rules in RULES.values() if rules.follows_redirects)
 """Modes whose requests may follow a method-preserving redirect (``ledger.modes``)."""
 
@@ -123,8 +116,11 @@ class WebhookAdapter:
     Args:
         secret: the Standard Webhooks signing secret (``whsec_`` + base64).
         clock: the injected clock; gives ``webhook-timestamp`` and ``now`` for ``Retry-After``.
-        client: an ``httpx.Client`` to use; when omitted the adapter owns one (see :meth:`close`).
         config: limits and paths.
+
+    The adapter owns an event loop thread and an HTTP session, started on its first call and
+    shared by every thread that calls it (:mod:`~adapters.webhook.transport`); :meth:`close`
+    stops them.
 
     Raises:
         ConfigurationError: ``secret`` lacks the ``whsec_`` prefix, is not base64, or holds fewer
@@ -134,8 +130,7 @@ class WebhookAdapter:
     Source: DESIGN §5, §7; Standard Webhooks specification.
     """
 
-    def __init__(self, *, secret: str, clock: Clock, client: httpx.Client | None = None,
-                 config: WebhookConfig = WebhookConfig()) -> None:
+    def __init__(self, *, secret: str, clock: Clock, config: WebhookConfig = WebhookConfig()) -> None:
         problem = secret_problem(secret)
         if problem:
             raise ConfigurationError(
@@ -145,23 +140,9 @@ class WebhookAdapter:
         self._webhook = Webhook(secret)
         self._clock = clock
         self._config = config
-        self._given = client
-        if client is not None:
-            # The attempt's total deadline binds only through the transport (adapters.webhook.deadline).
-            install_deadlines(client)
-        # Without a given client, each egress thread gets its own: httpx's connection pool
-        # scans every connection on each request under one lock, so one client shared by
-        # hundreds of threads spent milliseconds of CPU per call (httpx issue #3215) and
-        # drained a 100 ms provider at a tenth of its rate (docs/performance.md).
-        self._local = threading.local()
-        self._owned: list[httpx.Client] = []
-        self._owned_lock = threading.Lock()
-        # One TLS context for every thread's client: httpx builds a new one per client by default,
-        # loading the CA bundle each time (about 21 ms of CPU), which with 256 egress threads per
-        # worker cost more CPU than a 2,000-operation drain over HTTP itself (issue 30). An
-        # ``ssl.SSLContext`` may be shared by threads; it is made as httpx makes its default one
-        # (certifi's bundle, or SSL_CERT_FILE / SSL_CERT_DIR).
-        self._tls: ssl.SSLContext | None = None
+        self._transport = EgressLoop()
+        self._limits = ExchangeLimits(max_response_bytes=config.max_response_bytes,
+                                      excerpt_chars=config.excerpt_chars)
 
     def send(self, request: EgressRequest) -> Outcome:
         """POST ``request.payload`` as signed JSON to ``request.target`` and classify the result.
@@ -169,7 +150,7 @@ class WebhookAdapter:
         Args:
             request: the attempt; ``timeout_seconds`` is its total deadline: connect, TLS,
                 sending, response headers, redirects and the body read together, however slowly
-                the endpoint sends (``adapters.webhook.deadline``).
+                the endpoint sends (``adapters.webhook.transport``).
 
         Returns:
             The outcome per :func:`classify`; a ``Failed(INVALID_REQUEST)`` when the target or
@@ -214,38 +195,20 @@ class WebhookAdapter:
             return Ambiguous(reason="lookup_failed", category=FailureCategory.INVALID_REQUEST,
                              detail=self._text(f"target {request.target!r} is not an http(s) URL", secrets))
         assert request.target is not None  # _is_http_url said it is a string
-        url = httpx.URL(request.target).join(self._config.lookup_path.format(key=request.operation_id))
+        try:
+            url = URL(request.target).join(URL(self._config.lookup_path.format(key=request.operation_id)))
+        except (ValueError, TypeError) as exc:
+            return Ambiguous(reason="lookup_failed", category=FailureCategory.INVALID_REQUEST,
+                             detail=self._text(f"target {request.target!r} is not a URL: {exc}", secrets))
         headers = self._signed_headers(request, "", require_utc(self._clock.now(), "clock.now()"))
         exchange = self._exchange("GET", url, content=None, headers=headers,
                                   timeout_seconds=request.timeout_seconds, follow_redirects=True,
                                   secrets=secrets)
         return classify_lookup(exchange)
 
-    @property
-    def _client(self) -> httpx.Client:
-        """The given client, or this thread's own (created on its first call)."""
-        if self._given is not None:
-            return self._given
-        client: httpx.Client | None = getattr(self._local, "client", None)
-        if client is None:
-            with self._owned_lock:
-                if self._tls is None:
-                    self._tls = httpx.create_ssl_context()
-            client = httpx.Client(verify=self._tls,
-                                  limits=httpx.Limits(max_connections=CONNECTIONS_PER_THREAD,
-                                                      max_keepalive_connections=CONNECTIONS_PER_THREAD))
-            install_deadlines(client)
-            with self._owned_lock:
-                self._owned.append(client)
-            self._local.client = client
-        return client
-
     def close(self) -> None:
-        """Close the HTTP clients this adapter created (a given client is the caller's)."""
-        with self._owned_lock:
-            owned, self._owned = self._owned, []
-        for client in owned:
-            client.close()
+        """Stop this adapter's event loop and close its HTTP session (its kept-alive connections)."""
+        self._transport.close()
 
     def __enter__(self) -> WebhookAdapter:
         return self
@@ -273,77 +236,20 @@ class WebhookAdapter:
             headers[CALLBACK_URL_HEADER] = callback_url
         return headers
 
-    def _exchange(self, method: str, url: str | httpx.URL, *, content: bytes | None,
+    def _exchange(self, method: str, url: str | URL, *, content: bytes | None,
                   headers: Mapping[str, str], timeout_seconds: float, follow_redirects: bool,
                   secrets: tuple[str, ...]) -> HttpExchange:
         # One total deadline for connect, TLS, sending, headers, redirects and the body: an
         # endpoint dripping bytes cannot stretch the attempt (issue 14 item 6).
-        with attempt_deadline(timeout_seconds):
-            return self._exchange_within(method, url, content=content, headers=headers,
-                                         timeout_seconds=timeout_seconds, follow_redirects=follow_redirects,
-                                         secrets=secrets)
+        def stalled() -> HttpExchange:
+            return HttpExchange(failure=TransportFailure.TIMEOUT, sent=True,
+                                excerpt=self._text("the egress loop did not end the call by its deadline", secrets))
 
-    def _exchange_within(self, method: str, url: str | httpx.URL, *, content: bytes | None,
-                         headers: Mapping[str, str], timeout_seconds: float, follow_redirects: bool,
-                         secrets: tuple[str, ...]) -> HttpExchange:
-        client = self._client
-        try:
-            outgoing = client.build_request(method, url, content=content, headers=headers,
-                                                  timeout=timeout_seconds)
-        except (httpx.InvalidURL, ValueError, TypeError) as exc:
-            return HttpExchange(failure=TransportFailure.INVALID_REQUEST, sent=False,
-                                excerpt=self._text(f"{type(exc).__name__}: {exc}", secrets))
-        sent, hops = False, 0
-        while True:
-            try:
-                response = client.send(outgoing, stream=True, follow_redirects=False)
-            except httpx.TransportError as exc:
-                failure = failure_of(exc)
-                after_send = failure in (TransportFailure.TIMEOUT, TransportFailure.RESET)
-                return HttpExchange(failure=failure, sent=sent or after_send,
-                                    excerpt=self._text(f"{type(exc).__name__}: {exc}", secrets))
-            try:
-                sent = True
-                follow = response.next_request
-                if (follow is not None and follow_redirects and hops < MAX_REDIRECTS
-                        and _preserves_request(outgoing, follow) and not follow.url.userinfo):
-                    outgoing, hops = follow, hops + 1
-                    continue
-                body, complete = self._read_bounded(response, timeout_seconds)
-                return HttpExchange(
-                    status_code=response.status_code,
-                    headers={k.lower(): redact(v, secrets) for k, v in response.headers.items()},
-                    body=body,
-                    excerpt=excerpt(body, limit_chars=self._config.excerpt_chars, secrets=secrets,
-                                    complete=complete),
-                    redirects_followed=hops,
-                )
-            finally:
-                response.close()
-
-    def _read_bounded(self, response: httpx.Response, timeout_seconds: float) -> tuple[bytes, bool]:
-        limit = self._config.max_response_bytes
-        # The transport bounds each read by the attempt's deadline; this check also covers a
-        # given client whose transport is not httpx's own (e.g. a MockTransport).
-        deadline = time.monotonic() + max(0.0, min(timeout_seconds, remaining_seconds()))
-        try:
-            # Transports that hand back a body already in memory (e.g. httpx.MockTransport).
-            content = response.content
-        except httpx.ResponseNotRead:
-            pass
-        else:
-            return content[:limit], len(content) <= limit
-        buffer = bytearray()
-        try:
-            for chunk in response.iter_raw():
-                room = limit - len(buffer)
-                buffer += chunk[:room]
-                if len(chunk) > room or time.monotonic() > deadline:
-                    return bytes(buffer), False
-        except httpx.TransportError:
-            # The status line already carries the provider's decision; the body is only evidence.
-            return bytes(buffer), False
-        return bytes(buffer), True
+        return self._transport.run(
+            lambda session, deadline: exchange(session, method, url, content=content, headers=headers,
+                                               deadline=deadline, follow_redirects=follow_redirects,
+                                               secrets=secrets, limits=self._limits),
+            seconds=timeout_seconds, on_stall=stalled)
 
     def _text(self, text: str, secrets: tuple[str, ...]) -> str:
         return excerpt(text.encode("utf-8", errors="surrogatepass"),
@@ -352,12 +258,6 @@ class WebhookAdapter:
     def _invalid(self, reason: str, secrets: tuple[str, ...]) -> Failed:
         return Failed(FailureCategory.INVALID_REQUEST, retryable=False, egress=False,
                       detail=self._text(reason, secrets))
-
-
-def _preserves_request(request: httpx.Request, follow: httpx.Request | None) -> bool:
-    # httpx turns a POST into a GET on 301/302/303, which would drop the payload and then report
-    # the GET's success as the delivery's: only method-preserving redirects (307/308) are safe.
-    return follow is not None and follow.method == request.method
 
 
 def _is_http_url(target: str | None) -> bool:

@@ -18,8 +18,6 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
-import httpx
-
 from adapters.webhook.excerpt import visible_text
 from ledger.clock import require_utc
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
@@ -232,18 +230,3 @@ def parse_retry_after(value: str | None, *, now: datetime, max_seconds: float) -
             when = when.replace(tzinfo=_UTC)
         seconds = (when - now).total_seconds()
     return min(max(seconds, 0.0), max_seconds)
-
-
-def failure_of(exc: httpx.TransportError) -> TransportFailure:
-    """Map an httpx transport exception to what may have left this process. Pure.
-
-    Write timeouts and write errors count as sent: part of the request, possibly all of it, may
-    already have reached the server, so only ``Ambiguous`` is honest.
-    """
-    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.ProxyError)):
-        return TransportFailure.CONNECT
-    if isinstance(exc, (httpx.UnsupportedProtocol, httpx.LocalProtocolError)):
-        return TransportFailure.INVALID_REQUEST
-    if isinstance(exc, httpx.TimeoutException):
-        return TransportFailure.TIMEOUT
-    return TransportFailure.RESET

@@ -1,5 +1,6 @@
 """Timeouts that hold (issue 14 item 6): hostile endpoints against the real webhook adapter, each
-attempt ending within its total deadline however the endpoint drips its bytes."""
+attempt ending within its total deadline however the endpoint drips its bytes; and calls stuck
+in a provider do not hold up the others on the adapter's one event loop (issue 30)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,9 @@ import time
 from collections.abc import Callable, Iterator
 from uuid import uuid4
 
-import httpx
 import pytest
 
 from adapters.webhook import WebhookAdapter
-from adapters.webhook.deadline import DeadlineBackend, install_deadlines
 from ledger.clock import SystemClock
 from ledger.declarations import DeliveryMode
 from ledger.egress import EgressRequest
@@ -146,19 +145,27 @@ def test_a_kept_alive_connection_reads_the_next_attempts_deadline(dripped_header
             assert took < TOTAL + SLACK
 
 
-def test_a_given_client_gets_the_deadline_backend() -> None:
-    client = httpx.Client()
-    try:
-        assert install_deadlines(client)
-        assert isinstance(client._transport._pool._network_backend, DeadlineBackend)  # type: ignore[attr-defined]
-        assert install_deadlines(client)  # idempotent
-        assert not install_deadlines(httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200))))
-    finally:
-        client.close()
+@pytest.fixture
+def prompt() -> Iterator[str]:
+    yield from _serve(lambda conn: conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
 
 
-def test_a_given_client_is_bounded_too(dripped_headers: str) -> None:
-    with httpx.Client() as client:
-        adapter = WebhookAdapter(secret=SECRET, clock=SystemClock(), client=client)
-        outcome, took = _timed_send(adapter, _request(f"{dripped_headers}/hook"))
-    assert took < TOTAL + SLACK and isinstance(outcome, Ambiguous)
+def test_calls_stuck_past_their_deadline_do_not_hold_up_other_calls(silent: str, dripped_headers: str,
+                                                                     prompt: str) -> None:
+    # Every call of an adapter runs on its one event loop (docs/adr/0008-egress-event-loop.md):
+    # calls held by a silent provider and a dripping one must not delay a prompt provider's.
+    with WebhookAdapter(secret=SECRET, clock=SystemClock()) as adapter:
+        stuck: list[tuple[object, float]] = []
+        threads = [threading.Thread(target=lambda t=target: stuck.append(_timed_send(adapter, _request(t))))
+                   for target in [f"{silent}/hook"] * 8 + [f"{dripped_headers}/hook"] * 8]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.3)  # the stuck calls are under way
+        quick = [_timed_send(adapter, _request(f"{prompt}/hook")) for _ in range(5)]
+        assert all(isinstance(outcome, Succeeded) for outcome, _ in quick), quick
+        assert max(took for _, took in quick) < 0.5, quick
+        assert all(thread.is_alive() for thread in threads)  # still stuck while the others went through
+        for thread in threads:
+            thread.join(TOTAL + SLACK + 1)
+    assert len(stuck) == 16
+    assert all(isinstance(outcome, Ambiguous) and took < TOTAL + SLACK for outcome, took in stuck), stuck

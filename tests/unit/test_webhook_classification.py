@@ -9,7 +9,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
-import httpx
+import aiohttp
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -175,26 +175,24 @@ def test_classify_lookup_rows(exchange: HttpExchange, expected: object) -> None:
     assert classify_lookup(exchange) == expected
 
 
-_REQUEST = httpx.Request("POST", "http://x.invalid/")
+_KEY = aiohttp.client_reqrep.ConnectionKey("x.invalid", 80, False, True, None, None, None)
 
 
-@pytest.mark.parametrize(("exc", "expected"), [
-    (httpx.ConnectError("refused", request=_REQUEST), TransportFailure.CONNECT),
-    (httpx.ConnectTimeout("slow", request=_REQUEST), TransportFailure.CONNECT),
-    (httpx.PoolTimeout("pool", request=_REQUEST), TransportFailure.CONNECT),
-    (httpx.ProxyError("proxy", request=_REQUEST), TransportFailure.CONNECT),
-    (httpx.UnsupportedProtocol("ftp", request=_REQUEST), TransportFailure.INVALID_REQUEST),
-    (httpx.LocalProtocolError("bad header", request=_REQUEST), TransportFailure.INVALID_REQUEST),
-    (httpx.ReadTimeout("slow", request=_REQUEST), TransportFailure.TIMEOUT),
-    (httpx.WriteTimeout("slow", request=_REQUEST), TransportFailure.TIMEOUT),
-    (httpx.ReadError("reset", request=_REQUEST), TransportFailure.RESET),
-    (httpx.WriteError("pipe", request=_REQUEST), TransportFailure.RESET),
-    (httpx.RemoteProtocolError("closed", request=_REQUEST), TransportFailure.RESET),
-    (httpx.CloseError("close", request=_REQUEST), TransportFailure.RESET),
+@pytest.mark.parametrize(("exc", "connected", "expected"), [
+    (aiohttp.ClientConnectorError(_KEY, OSError(111, "refused")), False, TransportFailure.CONNECT),
+    (aiohttp.ConnectionTimeoutError("slow"), False, TransportFailure.CONNECT),
+    (TimeoutError(), False, TransportFailure.CONNECT),  # the deadline passed before a connection was held
+    (aiohttp.InvalidURL("ftp://x"), False, TransportFailure.INVALID_REQUEST),
+    (ValueError("bad header"), False, TransportFailure.INVALID_REQUEST),
+    (TimeoutError(), True, TransportFailure.TIMEOUT),
+    (aiohttp.ServerDisconnectedError(), True, TransportFailure.RESET),
+    (aiohttp.ClientOSError(104, "reset"), True, TransportFailure.RESET),
+    (ValueError("the answer did not parse"), True, TransportFailure.RESET),
+    (aiohttp.ClientPayloadError("cut"), True, TransportFailure.RESET),
 ])
-def test_failure_of_maps_httpx_exceptions_by_what_may_have_left(exc: httpx.TransportError,
+def test_failure_of_maps_transport_errors_by_what_may_have_left(exc: BaseException, connected: bool,
                                                                 expected: TransportFailure) -> None:
-    assert failure_of(exc) is expected
+    assert failure_of(exc, connected=connected) is expected
 
 
 # --- excerpts and redaction -------------------------------------------------------------------
