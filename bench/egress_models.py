@@ -2,7 +2,7 @@
 
     python -m bench.egress_models                    # every model, 8/128/256 calls at once, 0 and 100 ms
     python -m bench.egress_models --n 2000 --model threads-per-thread-client
-    python -m bench.egress_models --partner nginx --latency 0 --concurrency 128   # ADR 0008
+    python -m bench.egress_models --partner nginx --latency 0 --concurrency 128   # ADR 0009
 
 Each model makes N POSTs of a small JSON body, C at once, to a partner answering after a fixed
 delay, and prints requests per second and this process's CPU per request (user + system):
@@ -13,7 +13,7 @@ delay, and prints requests per second and this process's CPU per request (user +
 - ``asyncio-shared-client``: one event loop, C tasks sharing one ``httpx.AsyncClient``;
 - ``aiohttp-one-loop``: one event loop, C tasks sharing one ``aiohttp.ClientSession`` (the
   ``bench`` extra installs aiohttp), each exchange under one ``asyncio.timeout`` (the total
-  deadline docs/adr/0008-egress-event-loop.md relies on);
+  deadline docs/adr/0009-egress-event-loop.md relies on);
 - ``aiohttp-handoff``: the same loop on its own thread, the calls submitted from the main thread
   (``asyncio.run_coroutine_threadsafe``) and their results taken back through a queue, as a
   worker's cycle would hand calls to it.

@@ -13,7 +13,7 @@ with a note saying so, never run against another partner.
 **The bare client** (:func:`bare_client`): what the HTTP library itself costs on this machine at
 the worker's concurrency, doing nothing else: ``concurrency`` calls at once on one event loop
 sharing one ``aiohttp`` session (the library and session ``adapters.webhook.transport`` uses,
-docs/adr/0008-egress-event-loop.md), each POSTing the request a webhook attempt sends (the canonical JSON body ``{"n": i}``, Standard Webhooks signature headers,
+docs/adr/0009-egress-event-loop.md), each POSTing the request a webhook attempt sends (the canonical JSON body ``{"n": i}``, Standard Webhooks signature headers,
 ``Idempotency-Key``, ``X-Attempt-Id``, ``User-Agent``, ``Accept-Encoding: identity``) and reading
 the answer. It runs in its own process (one per worker process of the row it is compared with),
 so its CPU time is its own. The ceiling of the ``drain.wire`` row for this machine and library.

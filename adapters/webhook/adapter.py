@@ -2,7 +2,7 @@
 
 This module is the request around the pure :func:`~adapters.webhook.classify.classify`: it builds
 the signed request and hands it to :mod:`~adapters.webhook.transport` (one event loop and one
-aiohttp session per adapter, docs/adr/0008-egress-event-loop.md), which follows only safe
+aiohttp session per adapter, docs/adr/0009-egress-event-loop.md), which follows only safe
 redirects, reads at most ``max_response_bytes`` within the attempt's total deadline and turns what
 happened into an :class:`~adapters.webhook.classify.HttpExchange`.
 

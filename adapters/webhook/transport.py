@@ -1,5 +1,5 @@
 """The webhook adapter's HTTP transport: one event loop and one ``aiohttp`` session per adapter,
-and the bounded exchange every call makes on it (docs/adr/0008-egress-event-loop.md).
+and the bounded exchange every call makes on it (docs/adr/0009-egress-event-loop.md).
 
 The adapter's seam stays synchronous (``send``/``lookup``/``poll``/``cancel`` are plain calls
 made by the worker's egress threads, the simulator and tests): :meth:`EgressLoop.run` hands the

@@ -152,7 +152,7 @@ def prompt() -> Iterator[str]:
 
 def test_calls_stuck_past_their_deadline_do_not_hold_up_other_calls(silent: str, dripped_headers: str,
                                                                      prompt: str) -> None:
-    # Every call of an adapter runs on its one event loop (docs/adr/0008-egress-event-loop.md):
+    # Every call of an adapter runs on its one event loop (docs/adr/0009-egress-event-loop.md):
     # calls held by a silent provider and a dripping one must not delay a prompt provider's.
     with WebhookAdapter(secret=SECRET, clock=SystemClock()) as adapter:
         stuck: list[tuple[object, float]] = []
