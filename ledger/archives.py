@@ -17,9 +17,10 @@ An archive is a directory of segments, each a directory ``seg-NNNNNN`` (numbered
 A segment's **digest** is the SHA-256 of its ``manifest.json`` bytes; the next segment names it as
 ``previous``, so an edited, removed or reordered segment breaks the chain after it.
 
-A segment is written into ``seg-NNNNNN.partial`` and renamed into place only when every file is
-written and flushed (:func:`write_segment`), so a segment directory without that suffix is
-complete; a ``.partial`` one is what a killed writer left and is redone by the next run.
+``ledger.archive_check`` verifies an archive. A segment is written into ``seg-NNNNNN.partial``
+and renamed into place only when every file is written and flushed (:func:`write_segment`), so a
+segment directory without that suffix is complete; a ``.partial`` one is what a killed writer
+left and is redone by the next run.
 
 Source: issue 29 items 2 and 3 (archives and their verification).
 """
@@ -31,6 +32,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,6 +48,9 @@ FORMAT = "opledger-archive/1"
 FILES = ("records.jsonl", "decoded.jsonl", "status.jsonl")
 """The data files of a segment, in the order the manifest lists them."""
 MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 1 << 20
+"""A manifest is a few hundred bytes; one past this is not read (it is not one opledger wrote)."""
+_CHUNK = 1 << 20
 PARTIAL = ".partial"
 _SEGMENT_NAME = re.compile(r"^seg-(\d{6})$")
 
@@ -99,28 +104,59 @@ def segment_name(number: int) -> str:
 
 def segments(archive: Path) -> list[tuple[int, Path]]:
     """The complete segments under ``archive`` as ``(number, path)``, in number order (``.partial``
-    directories and other names are left out)."""
-    if not archive.is_dir():
+    directories and other names are left out; an unreadable directory holds none)."""
+    try:
+        entries = list(archive.iterdir())
+    except OSError:
         return []
-    found = [(int(m.group(1)), p) for p in archive.iterdir() if p.is_dir() and (m := _SEGMENT_NAME.match(p.name))]
+    found = [(int(m.group(1)), p) for p in entries if (m := _SEGMENT_NAME.match(p.name)) and p.is_dir()]
     return sorted(found)
 
 
+def file_facts(path: Path, limit: int | None = None) -> tuple[str, int, int]:
+    """SHA-256 (hex), size in bytes and newline count of a regular file, read in 1 MiB chunks.
+
+    Raises:
+        ArchiveError: it is missing, unreadable, not a regular file (a directory, a FIFO), or
+            larger than ``limit`` bytes.
+    """
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise ArchiveError(f"{path.parent.name}: {path.name} is not a regular file")
+        digest, size, lines = hashlib.sha256(), 0, 0
+        with open(path, "rb") as file:
+            while chunk := file.read(_CHUNK):
+                digest.update(chunk)
+                size, lines = size + len(chunk), lines + chunk.count(b"\n")
+                if limit is not None and size > limit:
+                    raise ArchiveError(f"{path.parent.name}: {path.name} is larger than {limit} bytes")
+    except FileNotFoundError:
+        raise ArchiveError(f"{path.parent.name}: {path.name} is missing") from None
+    except OSError as exc:
+        raise ArchiveError(f"{path.parent.name}: {path.name} cannot be read: {exc.strerror or exc}") from None
+    return digest.hexdigest(), size, lines
+
+
 def manifest_digest(path: Path) -> str:
-    """``sha256:<hex>`` of a segment's ``manifest.json`` bytes."""
-    return "sha256:" + hashlib.sha256((path / MANIFEST).read_bytes()).hexdigest()
+    """``sha256:<hex>`` of a segment's ``manifest.json`` bytes.
+
+    Raises:
+        ArchiveError: the manifest is missing, unreadable, not a regular file or too large.
+    """
+    return "sha256:" + file_facts(path / MANIFEST, MAX_MANIFEST_BYTES)[0]
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
     """A segment's manifest.
 
     Raises:
-        ArchiveError: it is missing, not JSON, or of another format.
+        ArchiveError: it is missing, unreadable, too large, not JSON, or of another format.
     """
+    file_facts(path / MANIFEST, MAX_MANIFEST_BYTES)
     try:
         manifest = json.loads((path / MANIFEST).read_bytes())
-    except (OSError, ValueError) as exc:
-        raise ArchiveError(f"{path.name}: manifest.json cannot be read: {exc}") from exc
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ArchiveError(f"{path.name}: manifest.json cannot be read: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ArchiveError(f"{path.name}: manifest.json is not an {FORMAT} manifest")
     return manifest
@@ -214,77 +250,3 @@ def read_statuses(path: Path) -> list[dict[str, Any]]:
     """The final status objects of a segment's aggregates."""
     with open(path / "status.jsonl", "rb") as file:
         return [json.loads(line) for line in file if line.strip()]
-
-
-def verify_archive(archive: Path, recorded: Mapping[int, str] | None = None) -> list[str]:
-    """Check every segment of ``archive``: its manifest, each file's hash, size and line count,
-    the counts the manifest states, the numbering and every chain link.
-
-    The chain proves every segment but the last: nothing after the last manifest names its
-    digest. The store's archive index records each segment's digest when it is written; given
-    as ``recorded``, it anchors the head too (and finds a segment removed from the end).
-
-    Args:
-        archive: the archive directory.
-        recorded: ``{segment number: "sha256:<hex>"}`` as the store recorded them, or None to
-            check the archive on its own.
-
-    Returns:
-        One line per problem found, each naming the segment and what is wrong (empty when the
-        archive verifies); a leftover ``.partial`` directory is reported as an unfinished
-        segment.
-    """
-    if not archive.is_dir():
-        return [f"{archive}: no such archive directory"]
-    problems = [f"{p.name}: an unfinished segment (a writer was stopped); the next archive run redoes it"
-                for p in sorted(archive.iterdir()) if p.name.endswith(PARTIAL)]
-    previous: str | None = None
-    for expected, (number, path) in enumerate(segments(archive), start=1):
-        if number != expected:
-            problems.append(f"{segment_name(expected)}: missing (the archive jumps to {path.name})")
-            previous = None  # the link after a gap cannot be checked against anything
-        problems += _verify_segment(path, number, previous, chained=number == expected)
-        previous = manifest_digest(path) if (path / MANIFEST).exists() else None
-        if recorded is not None and number in recorded and previous != recorded[number]:
-            problems.append(f"{path.name}: its manifest is not the one the store recorded ({recorded[number]})")
-    present = {number for number, _ in segments(archive)}
-    problems += [f"{segment_name(number)}: missing (the store recorded it as archived)"
-                 for number in sorted(set(recorded or ()) - present)]
-    return problems
-
-
-def _verify_segment(path: Path, number: int, previous: str | None, *, chained: bool) -> list[str]:
-    try:
-        manifest = read_manifest(path)
-    except ArchiveError as exc:
-        return [str(exc)]
-    problems: list[str] = []
-    if manifest.get("segment") != number:
-        problems.append(f"{path.name}: the manifest says segment {manifest.get('segment')}")
-    if chained and manifest.get("previous") != previous:
-        problems.append(f"{path.name}: the chain is broken: previous is {manifest.get('previous')}, "
-                        f"the segment before it has {previous}")
-    files = manifest.get("files")
-    stated: dict[str, Any] = files if isinstance(files, dict) else {}
-    for name in FILES:
-        expected = stated.get(name)
-        if not isinstance(expected, dict):
-            problems.append(f"{path.name}: the manifest does not list {name}")
-            continue
-        try:
-            data = (path / name).read_bytes()
-        except OSError:
-            problems.append(f"{path.name}: {name} is missing")
-            continue
-        if hashlib.sha256(data).hexdigest() != expected.get("sha256") or len(data) != expected.get("bytes"):
-            problems.append(f"{path.name}: {name} was changed (its SHA-256 or size differs from the manifest)")
-        elif (lines := data.count(b"\n")) != expected.get("lines"):
-            problems.append(f"{path.name}: {name} has {lines} lines, the manifest says {expected.get('lines')}")
-    counts = {"records.jsonl": manifest.get("records"), "decoded.jsonl": manifest.get("records"),
-              "status.jsonl": manifest.get("aggregates")}
-    for name, count in counts.items():
-        entry = stated.get(name)
-        listed = entry.get("lines") if isinstance(entry, dict) else None
-        if listed is not None and listed != count:
-            problems.append(f"{path.name}: {name} lists {listed} lines for {count} stated")
-    return problems

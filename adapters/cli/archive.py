@@ -16,7 +16,8 @@ from pathlib import Path
 import typer
 
 from adapters.cli.common import JsonOption, console, print_json
-from ledger.archives import ArchiveError, read_manifest, segments, verify_archive
+from ledger.archive_check import verify_archive
+from ledger.archives import ArchiveError, read_manifest, segments
 
 archive_app = typer.Typer(help="Check archives of closed history.", no_args_is_help=True)
 _DirectoryArgument = typer.Argument(..., help="the archive directory (holds seg-000001, seg-000002, ...)")
@@ -42,9 +43,10 @@ def verify(
     records = 0
     for _, path in found:
         try:
-            records += int(read_manifest(path).get("records") or 0)
+            stated = read_manifest(path).get("records")
         except ArchiveError:  # an unreadable manifest is already one of the problems
-            pass
+            continue
+        records += stated if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0 else 0
     if json_output:
         print_json({"archive": str(directory), "segments": len(found), "records": records, "problems": problems})
     else:

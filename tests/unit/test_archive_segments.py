@@ -6,6 +6,7 @@ Source: issue 29 items 2 and 3 (segments with manifests and a hash chain; ``arch
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ledger.archive_check import verify_archive
 from ledger.archives import (
     FILES,
     ArchiveError,
@@ -23,7 +25,6 @@ from ledger.archives import (
     read_manifest,
     read_records,
     segment_name,
-    verify_archive,
     write_segment,
 )
 from ledger.errors import NaiveDatetimeError
@@ -138,3 +139,45 @@ def test_the_cli_verifies_and_names_each_problem_with_exit_code_1(tmp_path: Path
     bad = runner.invoke(app, ["archive", "verify", str(tmp_path), "--json"])
     assert bad.exit_code == 1
     assert json.loads(bad.output)["problems"] == ["seg-000001: decoded.jsonl is missing"]
+
+
+def _manifest_with(archive: Path, **members: object) -> None:
+    path = archive / "seg-000001" / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **members}))
+
+
+@pytest.mark.parametrize(("damage", "says"), [
+    (lambda a: ((a / "seg-000001" / "manifest.json").unlink(), (a / "seg-000001" / "manifest.json").mkdir()),
+     "seg-000001: manifest.json is not a regular file"),
+    (lambda a: (os.mkfifo(a / "seg-000002" / "status.jsonl.fifo"),
+                (a / "seg-000002" / "status.jsonl").unlink(),
+                os.rename(a / "seg-000002" / "status.jsonl.fifo", a / "seg-000002" / "status.jsonl")),
+     "seg-000002: status.jsonl is not a regular file"),  # a FIFO would block a reader forever
+    (lambda a: _manifest_with(a, records="abc"), "seg-000001: the manifest's records and aggregates must be counts"),
+    (lambda a: _manifest_with(a, records=1e300), "seg-000001: the manifest's records and aggregates must be counts"),
+    (lambda a: (a / "seg-000001" / "manifest.json").write_text("[" * 100_000 + "]" * 100_000),
+     "seg-000001: manifest.json cannot be read"),
+    (lambda a: (a / "seg-000001" / "manifest.json").write_bytes(b" " * (2 << 20)),
+     "seg-000001: manifest.json is larger than"),
+    (lambda a: (a / "seg-000009").write_text("x"), "seg-000009: not a directory, where a segment should be"),
+    (lambda a: (a / "seg-1").mkdir(), "seg-1: not a segment name"),
+])
+def test_hostile_archives_are_problems_never_exceptions(tmp_path: Path, damage, says: str) -> None:
+    for seed in (1, 2):
+        write(tmp_path, seed)
+    damage(tmp_path)
+    problems = verify_archive(tmp_path)
+    assert any(line.startswith(says) for line in problems), problems
+
+
+def test_a_gap_is_reported_once_and_the_segments_after_it_still_chain(tmp_path: Path) -> None:
+    for seed in (1, 2, 3, 4):
+        write(tmp_path, seed)
+    shutil.rmtree(tmp_path / "seg-000002")
+    assert verify_archive(tmp_path) == ["seg-000002: missing (the archive jumps to seg-000003)"]
+
+
+def test_a_directory_that_is_not_an_archive_does_not_verify(tmp_path: Path) -> None:
+    assert verify_archive(tmp_path) == [f"{tmp_path}: holds no segments (is this the archive directory?)"]
+    (tmp_path / "file").write_text("x")
+    assert verify_archive(tmp_path / "file")[0].startswith(f"{tmp_path / 'file'}: not a directory")
