@@ -14,7 +14,9 @@ Source: issue 28 item 4; DESIGN §5; ``adapters.webhook.classify``.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+import socket
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
@@ -33,9 +35,11 @@ from ledger.clock import FakeClock
 from ledger.declarations import DeliveryMode
 from ledger.egress import Adapter, EgressRequest
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Outcome, Succeeded
+from tests.loopback import Partner, closed_port, raw_server, reset
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 TARGET = "http://partner.test/hooks/pay"
+TIMEOUT_SECONDS = 0.5
 
 
 def _failed(category: FailureCategory, *, retryable: bool, status: int | None = None) -> Callable[[Outcome], bool]:
@@ -67,44 +71,53 @@ CONTRACT: dict[str, Callable[[Outcome], bool]] = {
 """Response class -> what every adapter must answer for it."""
 
 
-def request(mode: DeliveryMode = DeliveryMode.NON_IDEMPOTENT) -> EgressRequest:
+def request(mode: DeliveryMode = DeliveryMode.NON_IDEMPOTENT, target: str = TARGET) -> EgressRequest:
     return EgressRequest(operation_id=uuid4(), attempt_id=uuid4(), attempt_number=1, integration="pay.charge",
-                         delivery_mode=mode, target=TARGET, payload={"amount": 5}, timeout_seconds=2.0)
+                         delivery_mode=mode, target=target, payload={"amount": 5}, timeout_seconds=TIMEOUT_SECONDS)
 
 
-# --- the HTTP adapters: each class through an in-process transport ---------------------------
+# --- the HTTP adapters: each class over a real loopback socket -------------------------------
 
 
-def _raise(error: type[httpx.TransportError]) -> Callable[[httpx.Request], httpx.Response]:
-    def handler(sent: httpx.Request) -> httpx.Response:
-        raise error("injected", request=sent)
+def _answer(status: int, body: dict[str, Any] | None = None, **headers: str) -> Callable[[], str]:
+    """A class the provider answers: the partner's handler gives this response."""
+    def target() -> str:
+        PARTNER[0].handler = lambda sent: httpx.Response(status, json=body if body is not None else {}, headers=headers)
+        return PARTNER[0].base + "/hooks/pay"
 
-    return handler
-
-
-def _answer(status: int, body: dict[str, Any] | None = None, **headers: str) -> Callable[[httpx.Request], httpx.Response]:
-    return lambda sent: httpx.Response(status, json=body if body is not None else {}, headers=headers)
+    return target
 
 
-HTTP_CLASSES: dict[str, Callable[[httpx.Request], httpx.Response]] = {
-    "connect": _raise(httpx.ConnectError),
-    "invalid_request": _raise(httpx.UnsupportedProtocol),
-    "timeout": _raise(httpx.ReadTimeout),
-    "reset": _raise(httpx.RemoteProtocolError),
+def _silent(conn: socket.socket) -> None:
+    time.sleep(TIMEOUT_SECONDS * 3)  # reads the request and never answers
+
+
+HTTP_CLASSES: dict[str, Callable[[], str]] = {
+    "connect": closed_port,
+    "invalid_request": lambda: "ftp://partner.test/hooks/pay",
+    "timeout": lambda: raw_server(_silent),
+    "reset": lambda: raw_server(reset),
     "server_error": _answer(500),
-    "throttled_429": lambda sent: httpx.Response(429, json={}, headers={"Retry-After": "2"}),
+    "throttled_429": _answer(429, **{"Retry-After": "2"}),
     "throttled_503": _answer(503),
     "rejected": _answer(422),
     "redirect": _answer(302, location="http://elsewhere.test/"),
     "ok": _answer(200),
 }
 ACCEPTING = {"webhook": _answer(202, {"id": "rem_123"}), "lro": _answer(202, {"name": "operations/123", "done": False})}
+PARTNER: list[Partner] = []
 
 
-def _http(kind: str, handler: Callable[[httpx.Request], httpx.Response]) -> Adapter:
-    client = httpx.Client(transport=httpx.MockTransport(handler))
+@pytest.fixture(scope="module", autouse=True)
+def _partner() -> Iterator[None]:
+    PARTNER.append(Partner())
+    yield
+    PARTNER.pop().server.shutdown()
+
+
+def _http(kind: str) -> Adapter:
     clock = FakeClock(datetime.now(UTC))  # signatures are checked against the real time
-    return (WebhookAdapter if kind == "webhook" else LroAdapter)(secret=SECRET, clock=clock, client=client)
+    return (WebhookAdapter if kind == "webhook" else LroAdapter)(secret=SECRET, clock=clock)
 
 
 # --- the simulator's providers: each class through the fault that makes it -------------------
@@ -131,17 +144,19 @@ CASES: list[tuple[str, str]] = (
 )
 
 
-def _adapter_for(kind: str, name: str) -> Adapter:
+def _adapter_for(kind: str, name: str) -> tuple[Adapter, str]:
+    """The adapter and the target that meets it with the class ``name``."""
     if kind in ("webhook", "lro"):
-        return _http(kind, ACCEPTING[kind] if name == "accepted" else HTTP_CLASSES[name])
+        return _http(kind), (ACCEPTING[kind] if name == "accepted" else HTTP_CLASSES[name])()
     if kind in ("sim", "sim_lro"):
-        return _sim(kind, SIM_CLASSES.get(name))
-    return FakeAdapter() if kind == "fake" else FakeRemoteOperations()
+        return _sim(kind, SIM_CLASSES.get(name)), TARGET
+    return (FakeAdapter() if kind == "fake" else FakeRemoteOperations()), TARGET
 
 
 @pytest.mark.parametrize(("kind", "name"), CASES, ids=[f"{k}-{n}" for k, n in CASES])
 def test_an_adapter_answers_each_response_class_by_the_contract(kind: str, name: str) -> None:
-    outcome = _adapter_for(kind, name).send(request())
+    adapter, target = _adapter_for(kind, name)
+    outcome = adapter.send(request(target=target))
     assert CONTRACT[name](outcome), f"{kind} answered {outcome!r} to {name}"
 
 
@@ -155,14 +170,15 @@ def test_the_contract_covers_every_class_the_classifier_knows() -> None:
 # --- lookups (recoverable_remote_id): never received, received, cannot tell ------------------
 
 
-def _lookup_webhook(status: int) -> Adapter:
-    return _http("webhook", lambda sent: httpx.Response(status, json={"id": "rem_1"} if status == 200 else {}))
+def _lookup_webhook(status: int) -> tuple[Adapter, EgressRequest]:
+    target = _answer(status, {"id": "rem_1"} if status == 200 else {})()
+    return _http("webhook"), request(target=target)
 
 
 LOOKUPS: dict[str, Callable[[], tuple[Adapter, EgressRequest]]] = {
-    "webhook-never": lambda: (_lookup_webhook(404), request()),
-    "webhook-received": lambda: (_lookup_webhook(200), request()),
-    "webhook-cannot_tell": lambda: (_lookup_webhook(503), request()),
+    "webhook-never": lambda: _lookup_webhook(404),
+    "webhook-received": lambda: _lookup_webhook(200),
+    "webhook-cannot_tell": lambda: _lookup_webhook(503),
 }
 
 

@@ -11,14 +11,13 @@ import json
 import math
 import socket
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
-from werkzeug.serving import make_server
 
 from adapters.webhook import REDACTED, WebhookAdapter, WebhookConfig
 from ledger.clock import FakeClock
@@ -26,33 +25,11 @@ from ledger.declarations import DeliveryMode, canonical_json
 from ledger.egress import EgressRequest
 from ledger.errors import ConfigurationError
 from ledger.outcomes import Accepted, Ambiguous, Failed, FailureCategory, Succeeded
+from tests.loopback import Partner, closed_port, raw_server, reset
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 Handler = Callable[[httpx.Request], httpx.Response]
-
-
-class Partner:
-    """A loopback HTTP server answering with the current test's handler."""
-
-    def __init__(self) -> None:
-        self.handler: Handler = lambda r: httpx.Response(200)
-        self.server = make_server("127.0.0.1", 0, self.app, threaded=True)
-        self.base = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def app(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
-        query = environ.get("QUERY_STRING", "")
-        url = f"http://{environ['HTTP_HOST']}{environ['PATH_INFO']}" + (f"?{query}" if query else "")
-        headers = [(key[5:].replace("_", "-").lower(), value) for key, value in environ.items()
-                   if key.startswith("HTTP_")]
-        headers += [(key.replace("_", "-").lower(), environ[key]) for key in ("CONTENT_TYPE", "CONTENT_LENGTH")
-                    if environ.get(key)]
-        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
-        response = self.handler(httpx.Request(environ["REQUEST_METHOD"], url, headers=headers, content=body))
-        start_response(f"{response.status_code} {response.reason_phrase}",
-                       [(k, v) for k, v in response.headers.multi_items() if k.lower() != "transfer-encoding"])
-        return response.stream  # type: ignore[return-value]
 
 
 @pytest.fixture(scope="module")
@@ -158,44 +135,18 @@ def test_secret_values_echoed_back_are_redacted(wall_clock: FakeClock) -> None:
     assert isinstance(outcome, Failed) and outcome.detail == f"bad card {REDACTED}"
 
 
-def _raw_server(answer: Callable[[socket.socket], None]) -> str:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(4)
-
-    def serve() -> None:
-        conn, _ = server.accept()
-        with conn:
-            conn.recv(65536)
-            answer(conn)
-        server.close()
-
-    threading.Thread(target=serve, daemon=True).start()
-    return f"http://127.0.0.1:{server.getsockname()[1]}/hook"
-
-
-def _closed_port() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}/hook"
-
-
-def _reset(conn: socket.socket) -> None:
-    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-
-
 def test_a_refused_connection_fails_without_egress(wall_clock: FakeClock) -> None:
-    outcome = adapter_for(lambda r: httpx.Response(200), wall_clock).send(egress(target=_closed_port()))
+    outcome = adapter_for(lambda r: httpx.Response(200), wall_clock).send(egress(target=closed_port()))
     assert isinstance(outcome, Failed), outcome
     assert (outcome.category, outcome.retryable, outcome.egress) == (FailureCategory.CONNECT, True, False)
     assert outcome.detail.startswith("ClientConnectorError: ")
 
 
-@pytest.mark.parametrize("answer", [lambda conn: None, _reset, lambda conn: conn.sendall(b"HTTP/1.1 banana\r\n\r\n")],
+@pytest.mark.parametrize("answer", [lambda conn: None, reset, lambda conn: conn.sendall(b"HTTP/1.1 banana\r\n\r\n")],
                          ids=["closed", "reset", "garbled"])
 def test_a_connection_lost_after_sending_is_ambiguous(wall_clock: FakeClock,
                                                       answer: Callable[[socket.socket], None]) -> None:
-    outcome = adapter_for(lambda r: httpx.Response(200), wall_clock).send(egress(target=_raw_server(answer)))
+    outcome = adapter_for(lambda r: httpx.Response(200), wall_clock).send(egress(target=raw_server(answer)))
     assert isinstance(outcome, Ambiguous) and outcome.reason == "reset", outcome
 
 
@@ -278,7 +229,7 @@ def test_lookup_outcomes(wall_clock: FakeClock, response: httpx.Response, expect
 
 
 def test_lookup_failure_is_ambiguous(wall_clock: FakeClock) -> None:
-    outcome = adapter_for(lambda r: httpx.Response(200), wall_clock).lookup(egress(target=_closed_port()))
+    outcome = adapter_for(lambda r: httpx.Response(200), wall_clock).lookup(egress(target=closed_port()))
     assert isinstance(outcome, Ambiguous) and outcome.reason == "lookup_failed"
 
 
@@ -330,7 +281,7 @@ def test_every_thread_shares_the_adapters_one_session(wall_clock: FakeClock) -> 
 def test_hostile_response_headers_are_read_as_text(wall_clock: FakeClock) -> None:
     # Bytes that are not UTF-8 and an encoded lone surrogate in header values: read as Latin-1
     # text, never a crash nor a lone surrogate in what is stored.
-    target = _raw_server(lambda conn: conn.sendall(
+    target = raw_server(lambda conn: conn.sendall(
         b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: \xff\xfe\r\nLocation: /x\xed\xa0\x80\r\n"
         b"Content-Length: 4\r\n\r\n\xff\xfe\x00z"))
     outcome = adapter_for(lambda r: httpx.Response(200), wall_clock).send(egress(target=target))
