@@ -200,6 +200,27 @@ def test_a_wrong_token_is_refused_and_said_so(console: Console) -> None:
     page.wait_for_selector('body[data-signed-in="no"]')
 
 
+def test_signing_out_or_a_refused_token_leaves_no_data_on_any_page(console: Console) -> None:
+    # Found by a new user: the previous token's operation page and queue stayed on screen.
+    page = console.page("viewer-token")
+    assert page.locator("#attention-table tbody tr").count() > 0
+    console.open(page, f"op/{console.ids['refund']}")
+    assert page.locator("#timeline-table tbody tr").count() > 0
+    page.click("#sign-out")
+    page.wait_for_selector('body[data-signed-in="no"]')
+    page.wait_for_selector("#page-operation .banner.error:has-text('Sign in')")
+    assert page.locator(".page tbody tr").count() == 0
+    assert page.inner_text("#op-cards") == "" and page.inner_text("#phases") == "" and page.inner_text("#op-id") == ""
+    page.fill("#token", "viewer-token")
+    page.click("#login button")
+    page.wait_for_selector(f'body[data-loaded="op/{console.ids["refund"]}"]')
+    # a token refused later (revoked while signed in) forgets as well
+    page.evaluate("sessionStorage.setItem('opledger-token', 'wrong-token-000000000000')")
+    page.evaluate("location.hash = '#attention'")
+    page.wait_for_selector('body[data-signed-in="refused"]')
+    assert page.locator(".page tbody tr").count() == 0 and page.inner_text("#op-cards") == ""
+
+
 def _offered(page: Any) -> list[str]:
     return page.eval_on_selector_all("#actions fieldset", "sets => sets.map(s => s.dataset.action)")
 

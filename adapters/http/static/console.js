@@ -52,7 +52,19 @@ function showSession(state) {
 function refused() {
   sessionStorage.removeItem(TOKEN_KEY);
   signedIn = null;
+  forget();
   showSession("refused");
+}
+
+// Without a session no page may keep what an earlier token was shown: every list, the
+// operation's page and the "load more" cursor are emptied (the metrics page reads the public
+// /metrics and is redrawn on its next visit).
+function forget() {
+  for (const body of document.querySelectorAll(".page tbody")) body.replaceChildren();
+  for (const id of ["#op-id", "#op-badges", "#phases", "#op-cards", "#actions"]) $(id).replaceChildren();
+  for (const empty of document.querySelectorAll(".page .empty")) empty.hidden = true;
+  nextCursor = null;
+  $("#more").hidden = true;
 }
 
 async function checkSession() {
@@ -209,9 +221,12 @@ async function route() {
   try {
     await checkSession();
     showGlance(await fetchMetrics());
+    if (page !== "metrics" && !signedIn) {
+      forget();
+      throw new Error(document.body.dataset.signedIn === "refused"
+        ? "The token was refused: sign in with a configured token." : "Sign in with a bearer token to see this page.");
+    }
     if (page === "metrics") await showMetrics();
-    else if (!signedIn) throw new Error(document.body.dataset.signedIn === "refused"
-      ? "The token was refused: sign in with a configured token." : "Sign in with a bearer token to see this page.");
     else if (page === "attention") await showAttention();
     else if (page === "operations") await showOperations(false);
     else if (page === "approvals") await showApprovals();
@@ -244,6 +259,7 @@ function setUp() {
   $("#sign-out").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN_KEY);
     signedIn = null;
+    forget();
     showSession("no");
     route();
   });
