@@ -65,7 +65,6 @@ def export(store: Store, op_id: UUID) -> dict[str, Any]:
     summary = show(store, op_id)  # raises OperationNotFoundError
     timeline, events = _timeline(app, list(app.recorder.select_events(op_id)))
     settled_versions = [e.entity_version for e in events if isinstance(e, Operation.Settled)]
-    traceparents = [t for e in events for t in (getattr(e, "traceparent", None),) if t]
     return {
         "kind": KIND, "format_version": FORMAT_VERSION,
         "generated_at": app.clock.now().isoformat(),
@@ -75,7 +74,7 @@ def export(store: Store, op_id: UUID) -> dict[str, Any]:
         "declaration": _declaration(app, summary),
         "timeline": timeline,
         "settlement_transitions": _entity_records(store, summary, settled_versions),
-        "trace_ids": sorted({t for t in map(trace_id, traceparents) if t}),
+        "trace_ids": _trace_ids(events),
     }
 
 
@@ -197,9 +196,11 @@ def verify(store: Store, document: dict[str, Any]) -> dict[str, Any]:
         raise InvalidArgumentError("not an opledger evidence document (its 'kind' is not 'opledger.evidence')")
     try:
         op_id = UUID(document["operation"]["operation_id"])
+        exported_through = int(document["operation"]["version"])
         expected = {int(e["position"]): (e["topic"], e["sha256"]) for e in document["timeline"]}
     except (KeyError, TypeError, ValueError) as exc:
-        raise InvalidArgumentError(f"the evidence document is malformed: {exc!r}") from None
+        what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, KeyError) else f"no member {exc}"
+        raise InvalidArgumentError(f"the evidence document is malformed ({what})") from None
     stored = {s.originator_version: s for s in store.app.recorder.select_events(op_id)}
     problems: list[dict[str, Any]] = []
     for position, (topic, digest) in sorted(expected.items()):
@@ -208,18 +209,40 @@ def verify(store: Store, document: dict[str, Any]) -> dict[str, Any]:
             problems.append({"position": position, "topic": topic, "problem": "missing from the store"})
         elif record_digest(op_id, position, record.topic, record.state) != digest:
             problems.append({"position": position, "topic": topic, "problem": "differs from the export"})
-    problems += [{"position": p, "topic": stored[p].topic, "problem": "new since the export"}
+    # The export showed every record up to its summary's version: one it does not show was cut
+    # out of the document; only records past that version are new since.
+    problems += [{"position": p, "topic": stored[p].topic,
+                  "problem": "new since the export" if p > exported_through else "left out of the document"}
                  for p in sorted(set(stored) - set(expected))]
     problems += _content_problems(store, op_id, document, {p: r for p, r in stored.items() if p in expected})
-    for entry in document.get("settlement_transitions", []):
-        found = store.app.recorder.select_events(UUID(entry["entity_id"]), gt=entry["version"] - 1,
-                                                 lte=entry["version"])
-        if not found or record_digest(entry["entity_id"], entry["version"], found[0].topic,
-                                      found[0].state) != entry["sha256"]:
-            problems.append({"entity_id": entry["entity_id"], "version": entry["version"], "topic": entry["topic"],
+    problems += _trace_problems(store, document, [stored[p] for p in sorted(stored) if p <= exported_through])
+    for entry in document.get("settlement_transitions") or []:
+        try:
+            entity_id, version = UUID(entry["entity_id"]), int(entry["version"])
+        except (KeyError, TypeError, ValueError):
+            problems.append({"entity_id": None, "version": None, "topic": "settlement_transitions",
+                             "problem": f"a settlement transition is malformed: {str(entry)[:200]}"})
+            continue
+        found = store.app.recorder.select_events(entity_id, gt=version - 1, lte=version)
+        if not found or record_digest(entity_id, version, found[0].topic, found[0].state) != entry.get("sha256"):
+            problems.append({"entity_id": str(entity_id), "version": version, "topic": entry.get("topic"),
                              "problem": "entity record differs or is missing"})
     tampered = [p for p in problems if p["problem"] != "new since the export"]
     return {"matches": not tampered, "operation_id": str(op_id), "checked": len(expected), "problems": problems}
+
+
+def _trace_ids(events: list[Any]) -> list[str]:
+    """The trace ids the events' ``traceparent``s name, sorted."""
+    return sorted({t for e in events if (t := trace_id(getattr(e, "traceparent", None) or ""))})
+
+
+def _trace_problems(store: Store, document: dict[str, Any], records: list[Any]) -> list[dict[str, Any]]:
+    """``trace_ids`` must be the traces the exported records name, no more and no fewer."""
+    _, events = _timeline(store.app, records)
+    if document.get("trace_ids") == _trace_ids(events):
+        return []
+    return [{"position": None, "topic": "trace_ids",
+             "problem": f"the document's trace ids are not the ones its records name ({_trace_ids(events)})"}]
 
 
 def dumps(document: dict[str, Any]) -> str:

@@ -93,6 +93,20 @@ def test_export_verify_and_tamper(database_url: str, tmp_path: Path, monkeypatch
     assert lied.exit_code == 1 and (99, "the summary names a version the records do not hold") in {
         (p["position"], p["problem"]) for p in json.loads(lied.stdout)["problems"]}
 
+    # Cutting records out of the document, or emptying it, is not a smaller truth (a new user's
+    # finding: these passed); nor is a trace the records do not name.
+    for cut in (lambda d: d["timeline"].pop(3), lambda d: d.update(timeline=d["timeline"][:-2]),
+                lambda d: d.update(timeline=[], settlement_transitions=[]),
+                lambda d: d.update(trace_ids=["0" * 32]), lambda d: d.update(settlement_transitions=[{"x": 1}])):
+        edited = json.loads(out.read_text())
+        cut(edited)
+        (tmp_path / "cut.json").write_text(json.dumps(edited))
+        lied = run("evidence", "verify", str(tmp_path / "cut.json"), "--json")
+        assert lied.exit_code == 1, lied.output
+        problems = {p["problem"] for p in json.loads(lied.stdout)["problems"]}
+        assert problems & {"left out of the document", "a settlement transition is malformed: {'x': 1}"} or any(
+            p.startswith("the document's trace ids") for p in problems), problems
+
     _tamper(Database.parse(database_url), ids["failure"], 3)
     bad = run("evidence", "verify", str(out), "--json")
     assert bad.exit_code == 1
