@@ -174,11 +174,15 @@ def get_evidence(request: Request, _: Reader, operation_id: OperationId) -> Any:
             summary="The attention queue: why automated progress stopped, oldest first (operations, and keyed "
                     "commands whose receipt recovery gave up on: kind receipt, reason receipt_stuck)")
 def get_attention(
-    request: Request, _: Reader,
+    request: Request, grant: Reader,
     reason: Annotated[str | None, Query(max_length=200, pattern=TEXT_PATTERN)] = None,
     limit: Limit = 100,
 ) -> Any:
-    return attention_queue(store_of(request), limit, reason)
+    rows = attention_queue(store_of(request), limit, reason)
+    # A receipt row's actions are what this token may do now, as an operation's are: resolving
+    # a receipt needs a role that may resolve, on a server that writes.
+    may = "resolve" in role_actions(grant) and request.app.state.writable
+    return [{**row, "actions": row["actions"] if may else []} if row.get("kind") == "receipt" else row for row in rows]
 
 
 @router.get("/approvals", response_model=OperationPage, summary="Operations waiting for an approver")

@@ -67,8 +67,8 @@ def _load(desk: ReceiptDesk) -> Receipt:
     return receipt
 
 
-def _attention(desk: ReceiptDesk, query: str = "") -> list[dict[str, Any]]:
-    response = desk.client.get(f"/v1/attention{query}", headers=auth("viewer"))
+def _attention(desk: ReceiptDesk, query: str = "", role: str = "operator") -> list[dict[str, Any]]:
+    response = desk.client.get(f"/v1/attention{query}", headers=auth(role))
     assert response.status_code == 200, response.text
     rows: list[dict[str, Any]] = response.json()
     return rows
@@ -91,6 +91,8 @@ def test_recovery_puts_a_receipt_it_gave_up_on_on_the_attention_queue_and_on_met
     assert (row["command"], row["principal"], row["status"], row["actions"]) == (
         "make_ticket", "vera", "pending", ["retry", "abandon"])
     assert _attention(desk, "?reason=receipt_stuck") == [row]
+    # The actions are the token's: a viewer may not resolve (a new user's finding: it was offered).
+    assert _attention(desk, role="viewer") == [{**row, "actions": []}]
     assert _attention(desk, "?reason=ambiguous") == []
 
 
