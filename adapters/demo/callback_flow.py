@@ -82,6 +82,14 @@ class CallbackFlow:
             app.close()
         return self.op_ids
 
+    def all_received(self, log: PartnerLog) -> bool:
+        """Whether the warehouse has received every fulfilment request. The demo kills a worker
+        only after this: a request recorded as started but never sent is, in callback mode,
+        honestly waiting for a callback that cannot come until its deadline, which this
+        flow's later steps (a forged and a replayed callback) cannot show."""
+        keys = {r.idempotency_key for r in log.requests() if r.kind == "delivery"}
+        return {str(op_id) for op_id in self.op_ids} <= keys
+
     def wait_accepted(self, database: Database, worker: WorkerProcess) -> None:
         """Wait while ``worker`` runs until every fulfilment is accepted (or further)."""
         wait_for_rows(database, self.op_ids, lambda row: row.execution != ExecutionState.PENDING.value
@@ -128,8 +136,8 @@ class CallbackFlow:
             app.close()
         replay_key = str(max(recorded_at, key=lambda op_id: recorded_at[op_id]) if recorded_at else self.op_ids[-1])
         with httpx.Client(base_url=partner_url, timeout=10) as client:
-            forged = client.post("/_control/callbacks/forge", json={"key": str(self.op_ids[0])}).json()["status"]
-            replayed = client.post("/_control/callbacks/replay", json={"key": replay_key}).json()["status"]
+            forged = _sent_status(client.post("/_control/callbacks/forge", json={"key": str(self.op_ids[0])}))
+            replayed = _sent_status(client.post("/_control/callbacks/replay", json={"key": replay_key}))
         return forged, replayed
 
     def _summary(self, database: Database, log: PartnerLog, rows: dict[UUID, Any], *, killed: bool,
@@ -154,6 +162,16 @@ class CallbackFlow:
             "lost": len(lost), "lost_operations": lost,
             "duplicate_effects": len(duplicates), "duplicate_operations": duplicates,
         }
+
+
+def _sent_status(answer: httpx.Response) -> int | None:
+    """The status ``serve`` gave the callback the partner sent, or None when the partner had none
+    to send (it answers 4xx; the summary then shows the attack as not made)."""
+    try:
+        status = answer.json().get("status") if answer.is_success else None
+    except ValueError:
+        return None
+    return status if isinstance(status, int) else None
 
 
 def _until(predicate: Callable[[], bool]) -> bool:

@@ -119,7 +119,8 @@ def run_demo(*, database_url: str | None, as_json: bool, orders: int) -> int:
         }
         first = spawn_worker(env, DEMO_DIR / f"demo-worker-{run_id}-1.log")
         in_flight = _kill_when_in_flight(first, partner.log, op_ids,
-                                         ready=lambda: lro_flow.mid_flight(partner.log, workspaces))
+                                         ready=lambda: lro_flow.mid_flight(partner.log, workspaces)
+                                         and flow.all_received(partner.log))
         say(f"worker 1 (pid {first.pid}) SIGKILLed with {in_flight} partner calls still unanswered, "
             "mid-poll of the provisioning operations")
         cancelled_in = lro_flow.cancel_mid_flight(database, OrdersApp, workspaces)
