@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import httpx
 from werkzeug.serving import make_server
@@ -68,3 +71,26 @@ def closed_port() -> str:
 def reset(conn: socket.socket) -> None:
     """Make the socket's close send a TCP reset (``SO_LINGER`` 0)."""
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+
+
+@contextmanager
+def uvicorn_serving(app: Any) -> Iterator[str]:
+    """Serve the ASGI ``app`` with uvicorn on a free loopback port, on a thread; yields its base
+    URL and stops the server when the block ends."""
+    import uvicorn
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,13 +23,13 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-import uvicorn
 
 from adapters.operator import catch_up_status
 from projections.metrics import MetricsProjection
 from projections.metrics_store import MetricsStore
 from tests.console_seed import TRACEPARENT, more_work, seed_callbacks
 from tests.desk import Desk, desk
+from tests.loopback import uvicorn_serving
 from tests.observe_seed import CANARY_INTERNAL, CANARY_SECRET
 
 CHROMIUM = os.environ.get("OPLEDGER_CHROMIUM", "/usr/bin/chromium")
@@ -55,12 +53,6 @@ def _require_browser() -> Any:
             pytest.fail(f"{problem} (CI is set: browser tests must run)")
         pytest.skip(problem)
     return sync_playwright
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -111,24 +103,12 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         d.ids.update(seed_callbacks(d.store.app, d.clock))
         catch_up_status(d.store)
         MetricsProjection(app=d.store.app, store=MetricsStore(d.store.view)).catch_up()
-        port = _free_port()
-        server = uvicorn.Server(uvicorn.Config(d.app, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 10
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert server.started, "uvicorn did not start"
-        try:
-            with sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-                try:
-                    yield Console(desk=d, base=f"http://127.0.0.1:{port}", browser=browser, shots=tmp, errors=[])
-                finally:
-                    browser.close()
-        finally:
-            server.should_exit = True
-            thread.join(timeout=10)
+        with uvicorn_serving(d.app) as base, sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            try:
+                yield Console(desk=d, base=base, browser=browser, shots=tmp, errors=[])
+            finally:
+                browser.close()
 
 
 @pytest.fixture(autouse=True)

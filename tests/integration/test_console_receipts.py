@@ -5,19 +5,17 @@ developer machine and fails when ``CI`` is set, as ``test_console.py``."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 
 from ledger.receipts import Receipt, receipt_id
 from projections.metrics import MetricsProjection
 from projections.metrics_store import MetricsStore
 from tests.desk import desk
-from tests.integration.test_console import CHROMIUM, CHROMIUM_ARGS, _free_port, _require_browser
+from tests.integration.test_console import CHROMIUM, CHROMIUM_ARGS, _require_browser
+from tests.loopback import uvicorn_serving
 
 KEY = "console-stuck"
 
@@ -34,20 +32,8 @@ def served(tmp_path: Any) -> Iterator[str]:
         receipt.stop_recovery(adoptions=3, now=d.clock.now())
         d.store.app.save(receipt)
         MetricsProjection(app=d.store.app, store=MetricsStore(d.store.view)).catch_up()
-        port = _free_port()
-        server = uvicorn.Server(uvicorn.Config(d.app, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 10
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert server.started, "uvicorn did not start"
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            server.should_exit = True
-            thread.join(timeout=10)
-
+        with uvicorn_serving(d.app) as base:
+            yield base
 
 def test_the_attention_page_shows_a_stuck_receipt(served: str) -> None:
     sync_playwright = _require_browser()
