@@ -15,11 +15,7 @@ from uuid import UUID
 from ledger.declarations import RetryPolicy
 from ledger.egress import Adapter, EgressRequest
 from ledger.operation import Operation
-from ledger.outcomes import (
-    CancelOutcome,
-    Outcome,
-    StillRunning,
-)
+from ledger.outcomes import CancelOutcome, Outcome, StillRunning
 
 DEADLINE_GRACE_SECONDS = 5.0
 """How long past a call's total deadline its lease may still be renewed, seconds: time to

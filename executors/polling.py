@@ -44,15 +44,7 @@ from ledger.declarations import Integration
 from ledger.egress import Adapter, EgressRequest, can_follow
 from ledger.errors import UnknownIntegrationError
 from ledger.operation import Operation
-from ledger.outcomes import (
-    Ambiguous,
-    CancelConfirmed,
-    CancelRefused,
-    Failed,
-    FailureCategory,
-    StillRunning,
-    Succeeded,
-)
+from ledger.outcomes import Ambiguous, CancelConfirmed, CancelRefused, Failed, FailureCategory, StillRunning, Succeeded
 from ledger.polling import first_poll_at, poll_delay_seconds
 from ledger.refusals import WriteKind
 from ledger.status import ExecutionState as E

@@ -51,14 +51,7 @@ from uuid import UUID
 
 import msgspec
 from eventsourcing.domain import DomainEventProtocol, TAggregateID
-from eventsourcing.persistence import (
-    Cipher,
-    Compressor,
-    Mapper,
-    StoredEvent,
-    Transcoder,
-    find_id_convertor,
-)
+from eventsourcing.persistence import Cipher, Compressor, Mapper, StoredEvent, Transcoder, find_id_convertor
 from eventsourcing.utils import TopicError, get_topic, resolve_topic
 
 from ledger.errors import CorruptRecordError, UnreadableEventError

@@ -28,6 +28,7 @@ from ledger.events import remote as remote_events
 from ledger.events import settlement as settlement_events
 from ledger.events.base import OperationEvent
 from ledger.identity import Source
+from ledger.operation_state import not_yet_happened
 from ledger.outcomes import FailureCategory
 from ledger.status import (
     APPROVAL_NOT_REQUIRED,
@@ -171,49 +172,7 @@ class Operation(OperationCommands, Aggregate):
             op.settlement = S.NONE
             op.state_entered_at = self.timestamp
             op.due_at = self.timestamp
-            op.epoch = 0
-            op.worker_id = None
-            op.lease_expires_at = None
-            op.attempts = 0
-            op.open_attempt_id = None
-            op.last_attempt_id = None
-            op.possibly_applied = False
-            op.remote_id = None
-            op.remote_status = None
-            op.callback_ids = set()
-            op.callback_signed_at = {}
-            op.last_progress = None
-            op.late_observation = None
-            op.cancel_requested = False
-            op.cancel_reason = None
-            op.failure = None
-            op.last_retry_reason = None
-            op.ambiguity_reason = None
-            op.excerpt = ""
-            op.settlement_attempts = 0
-            op.settlement_due_at = None
-            op.settlement_error = None
-            op.settled_entity_version = None
-            op.settlement_block_code = None
-            op.outcome_attempt_id = None
-            op.outcome_epoch = None
-            op.disposition = None
-            op.lease_takeovers = 0
-            op.resolution = None
-            op.declaration_mismatch = None
-            op.approval_fingerprint = None
-            op.approval_purpose = None
-            op.approval_expires_at = None
-            op.approved_by = None
-            op.approval_voided = None
-            op.budget_wait = None
-            op.budget_wait_until = None
-            op.follow = None
-            op.follow_until = None
-            op.remote_overdue = False
-            op.cancel_refused = False
-            op.write_refused = None
-            op.write_refused_error = None
+            op.__dict__.update(not_yet_happened())
 
         # As above: the library's generic signature; a creation event always returns the new one.
         def mutate(self, aggregate: Operation | None) -> Operation:  # type: ignore[override]

@@ -29,12 +29,7 @@ from pydantic import ValidationError
 from ledger import tracing
 from ledger.application import LedgerApplication
 from ledger.clock import Clock
-from ledger.errors import (
-    CommandIncompleteError,
-    ReceiptMismatchError,
-    ReceiptPendingError,
-    WriteRefusedError,
-)
+from ledger.errors import CommandIncompleteError, ReceiptMismatchError, ReceiptPendingError, WriteRefusedError
 from ledger.inbound import (
     BODY_ERROR_STATUS,
     INVALID_JSON,

@@ -31,13 +31,7 @@ from adapters.cli.common import (
     settings,
 )
 from adapters.operator import OperatorAction, perform, show, timeline_entries
-from adapters.receipt_attention import (
-    KIND_OPERATION,
-    KIND_RECEIPT,
-    attention_queue,
-    load_receipt,
-    perform_on_receipt,
-)
+from adapters.receipt_attention import KIND_OPERATION, KIND_RECEIPT, attention_queue, load_receipt, perform_on_receipt
 from ledger.codec import LEDGER_TOPIC_PREFIX
 from ledger.errors import CorruptRecordError, OperationNotFoundError
 from ledger.status import ExecutionState, Status

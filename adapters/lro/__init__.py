@@ -7,13 +7,7 @@ Source: AIP-151; issue 12 item 1.
 """
 
 from adapters.lro.adapter import CANCEL_SUFFIX, LroAdapter
-from adapters.lro.classify import (
-    CODE_CANCELLED,
-    classify_cancel,
-    classify_create,
-    classify_poll,
-    operation_name_of,
-)
+from adapters.lro.classify import CODE_CANCELLED, classify_cancel, classify_create, classify_poll, operation_name_of
 
 __all__ = [
     # the adapter

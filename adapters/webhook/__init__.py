@@ -26,13 +26,7 @@ from adapters.webhook.classify import (
     parse_retry_after,
     remote_id_of,
 )
-from adapters.webhook.excerpt import (
-    DEFAULT_EXCERPT_CHARS,
-    excerpt,
-    redact,
-    secrets_of,
-    visible_text,
-)
+from adapters.webhook.excerpt import DEFAULT_EXCERPT_CHARS, excerpt, redact, secrets_of, visible_text
 from adapters.webhook.secret import MAKE_SECRET, new_secret, secret_problem
 from adapters.webhook.transport import failure_of
 from ledger.redaction import REDACTED

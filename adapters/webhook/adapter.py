@@ -27,12 +27,7 @@ from adapters.webhook.classify import (
     classify,
     classify_lookup,
 )
-from adapters.webhook.excerpt import (
-    DEFAULT_EXCERPT_CHARS,
-    TRUNCATED_MARK,
-    excerpt,
-    secrets_of,
-)
+from adapters.webhook.excerpt import DEFAULT_EXCERPT_CHARS, TRUNCATED_MARK, excerpt, secrets_of
 from adapters.webhook.secret import MAKE_SECRET, MAX_SECRET_BYTES, MIN_SECRET_BYTES, SECRET_PREFIX, secret_problem
 from adapters.webhook.transport import EgressLoop, ExchangeLimits, exchange
 from ledger.clock import Clock, require_utc

@@ -3,7 +3,8 @@ transition passes, then one past-tense event each (STYLE rule 1: checks here, ``
 only assign).
 
 Each command checks its row of the transition table (``ledger.transitions``), the caller's
-fencing epoch and the time it is given, and records one event of ``ledger.events``. No method
+fencing epoch and the time it is given, and records one event of ``ledger.events``. Every refusal
+is a named ``IllegalTransitionError`` subclass (``ledger.transition_errors``). No method
 reads the wall clock: ``now`` is passed in, UTC-aware. Provider text goes through
 ``ledger.facts.storable_fact`` and derived times through ``ledger.time_limits.require_later``.
 

@@ -1,10 +1,6 @@
 """The approval commands: grant, void and deny (issue 14 item 2).
 
-A mixin of ``ledger.operation.Operation`` (through ``ledger.commands.OperationCommands``): each
-command checks its row of the transition table (``ledger.transitions``), the caller's fencing
-epoch and the time it is given, then records one event (STYLE rule 1: checks here, ``apply``
-bodies only assign). Every refusal is a named ``IllegalTransitionError`` subclass
-(``ledger.transition_errors``). Source: docs/adr/0001-operation-lifecycle.md; DESIGN §4.
+A mixin of ``ledger.operation.Operation``; the rules every command keeps are in ``ledger.commands``.
 """
 
 from __future__ import annotations
@@ -17,21 +13,11 @@ from ledger.approvals import ApprovalPolicy, ApprovalRequest, default_policy, pu
 from ledger.clock import require_utc
 from ledger.commands.base import CommandBase
 from ledger.declarations import DEFAULT_APPROVAL_VALID_SECONDS
-from ledger.errors import (
-    ApprovalRefusedError,
-)
-from ledger.intents import (
-    MAX_PURPOSE_CHARS,
-    MAX_REASON_CHARS,
-    check_operator_text,
-    require_principal,
-)
+from ledger.errors import ApprovalRefusedError
+from ledger.intents import MAX_PURPOSE_CHARS, MAX_REASON_CHARS, check_operator_text, require_principal
 from ledger.status import APPROVAL_REQUIRED, ExecutionState
 from ledger.time_limits import require_later
-from ledger.transition_errors import (
-    ApprovalAlreadyDecidedError,
-    ApprovalStillValidError,
-)
+from ledger.transition_errors import ApprovalAlreadyDecidedError, ApprovalStillValidError
 
 if TYPE_CHECKING:
     pass

@@ -1,10 +1,6 @@
 """The constructor command: recording an operation's intent (``Intended``).
 
-A mixin of ``ledger.operation.Operation`` (through ``ledger.commands.OperationCommands``): each
-command checks its row of the transition table (``ledger.transitions``), the caller's fencing
-epoch and the time it is given, then records one event (STYLE rule 1: checks here, ``apply``
-bodies only assign). Every refusal is a named ``IllegalTransitionError`` subclass
-(``ledger.transition_errors``). Source: docs/adr/0001-operation-lifecycle.md; DESIGN §4.
+A mixin of ``ledger.operation.Operation``; the rules every command keeps are in ``ledger.commands``.
 """
 
 from __future__ import annotations
@@ -17,12 +13,7 @@ from ledger.clock import require_utc
 from ledger.commands.base import CommandBase
 from ledger.declarations import Integration
 from ledger.identity import Source, fingerprint, operation_id
-from ledger.intents import (
-    Delegation,
-    check_delegation,
-    check_intent,
-    check_payload,
-)
+from ledger.intents import Delegation, check_delegation, check_intent, check_payload
 from ledger.provenance import BuildInfo, build_info
 from ledger.status import ExecutionState
 from ledger.time_limits import require_intent_times

@@ -1,10 +1,6 @@
 """The claim and lease commands: claim under a new epoch, refuse a drifted declaration, wait for a call budget, renew.
 
-A mixin of ``ledger.operation.Operation`` (through ``ledger.commands.OperationCommands``): each
-command checks its row of the transition table (``ledger.transitions``), the caller's fencing
-epoch and the time it is given, then records one event (STYLE rule 1: checks here, ``apply``
-bodies only assign). Every refusal is a named ``IllegalTransitionError`` subclass
-(``ledger.transition_errors``). Source: docs/adr/0001-operation-lifecycle.md; DESIGN §4.
+A mixin of ``ledger.operation.Operation``; the rules every command keeps are in ``ledger.commands``.
 """
 
 from __future__ import annotations
@@ -16,10 +12,7 @@ from ledger import decisions
 from ledger.approvals import void_reason
 from ledger.clock import require_utc
 from ledger.commands.base import CommandBase
-from ledger.errors import (
-    InvalidArgumentError,
-    LeaseExpiredError,
-)
+from ledger.errors import InvalidArgumentError, LeaseExpiredError
 from ledger.status import ExecutionState
 from ledger.time_limits import require_later
 from ledger.transition_errors import (

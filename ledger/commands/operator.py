@@ -1,10 +1,6 @@
 """The cancellation and operator commands: request and record a cancellation, a refused write, a resolution.
 
-A mixin of ``ledger.operation.Operation`` (through ``ledger.commands.OperationCommands``): each
-command checks its row of the transition table (``ledger.transitions``), the caller's fencing
-epoch and the time it is given, then records one event (STYLE rule 1: checks here, ``apply``
-bodies only assign). Every refusal is a named ``IllegalTransitionError`` subclass
-(``ledger.transition_errors``). Source: docs/adr/0001-operation-lifecycle.md; DESIGN §4.
+A mixin of ``ledger.operation.Operation``; the rules every command keeps are in ``ledger.commands``.
 """
 
 from __future__ import annotations
@@ -17,12 +13,7 @@ from ledger.clock import require_utc
 from ledger.commands.base import CommandBase
 from ledger.errors import IllegalTransitionError, InvalidArgumentError
 from ledger.facts import FactKind, storable_fact
-from ledger.intents import (
-    MAX_EVIDENCE_CHARS,
-    MAX_REASON_CHARS,
-    check_operator_text,
-    require_principal,
-)
+from ledger.intents import MAX_EVIDENCE_CHARS, MAX_REASON_CHARS, check_operator_text, require_principal
 from ledger.refusals import WriteKind
 from ledger.status import ExecutionState
 from ledger.transition_errors import (

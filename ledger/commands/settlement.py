@@ -1,10 +1,6 @@
 """The settlement commands: a failed try, a blocked settlement, the settlement itself (invariant 4).
 
-A mixin of ``ledger.operation.Operation`` (through ``ledger.commands.OperationCommands``): each
-command checks its row of the transition table (``ledger.transitions``), the caller's fencing
-epoch and the time it is given, then records one event (STYLE rule 1: checks here, ``apply``
-bodies only assign). Every refusal is a named ``IllegalTransitionError`` subclass
-(``ledger.transition_errors``). Source: docs/adr/0001-operation-lifecycle.md; DESIGN §4.
+A mixin of ``ledger.operation.Operation``; the rules every command keeps are in ``ledger.commands``.
 """
 
 from __future__ import annotations
@@ -16,14 +12,10 @@ from ledger import decisions
 from ledger.clock import require_utc
 from ledger.commands.base import CommandBase
 from ledger.decisions import OutcomeRef
-from ledger.errors import (
-    InvalidArgumentError,
-)
+from ledger.errors import InvalidArgumentError
 from ledger.facts import FactKind, storable_fact
 from ledger.status import ExecutionState
-from ledger.transition_errors import (
-    SettlementTriesExhaustedError,
-)
+from ledger.transition_errors import SettlementTriesExhaustedError
 
 if TYPE_CHECKING:
     pass

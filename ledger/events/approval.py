@@ -1,8 +1,6 @@
 """The approval events: an approver's consent, its voiding before use, a refusal (issue 14 item 2).
 
-Defined here by concern and nested in ``ledger.operation.Operation`` under their stored topics
-(``ledger.events.base.stored_as``): records written before the split load unchanged.
-Each ``apply`` only assigns (STYLE rule 1). Source: docs/adr/0001-operation-lifecycle.md.
+Nested in ``ledger.operation.Operation`` under their stored topics (see ``ledger.events``).
 """
 
 from __future__ import annotations

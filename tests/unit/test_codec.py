@@ -16,13 +16,7 @@ import pytest
 from eventsourcing.cipher import AESCipher
 from eventsourcing.compressor import ZlibCompressor
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import (
-    DatetimeAsISO,
-    DecimalAsStr,
-    JSONTranscoder,
-    StoredEvent,
-    UUIDAsHex,
-)
+from eventsourcing.persistence import DatetimeAsISO, DecimalAsStr, JSONTranscoder, StoredEvent, UUIDAsHex
 from eventsourcing.utils import Environment, TopicError, get_topic
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -18,14 +18,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ledger.codec import LedgerMapper
-from ledger.facts import (
-    MAX_FACT_CHARS,
-    FactKind,
-    is_storable,
-    original_digest,
-    storable_fact,
-    storable_fact_or_none,
-)
+from ledger.facts import MAX_FACT_CHARS, FactKind, is_storable, original_digest, storable_fact, storable_fact_or_none
 from ledger.operation import Operation
 from ledger.outcomes import FailureCategory
 from ledger.status import ExecutionState as E

@@ -12,12 +12,7 @@ import pytest
 from ledger.decisions import OutcomeRef, settlement_fence_problem
 from ledger.errors import ConfigurationError, InvalidArgumentError
 from ledger.intents import Delegation, check_delegation
-from ledger.settlement import (
-    SettlementRequest,
-    default_settlement_policy,
-    entity_type_problem,
-    load_settlement_policy,
-)
+from ledger.settlement import SettlementRequest, default_settlement_policy, entity_type_problem, load_settlement_policy
 from tests.apps import Thing, Ticket
 
 # Fixed ids, so each parametrized test has the same id in every process (pytest-xdist compares them).

@@ -16,12 +16,7 @@ from ledger.errors import DeclarationError, InvalidArgumentError, Unrepresentabl
 from ledger.operation import Operation
 from ledger.outcomes import FailureCategory
 from ledger.status import ExecutionState as E
-from ledger.time_limits import (
-    MAX_DEADLINE_SECONDS,
-    MAX_SETTLEMENT_DELAY_SECONDS,
-    require_later,
-    settlement_worst_delay,
-)
+from ledger.time_limits import MAX_DEADLINE_SECONDS, MAX_SETTLEMENT_DELAY_SECONDS, require_later, settlement_worst_delay
 from tests.unit.builders import PAYLOAD, build, declaration, integration, source
 
 UTC = UTC
