@@ -7,8 +7,6 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
-from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 
@@ -20,7 +18,6 @@ from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.egress import EgressRequest
 from ledger.outcomes import Outcome, Succeeded
-from migrations import migrate
 from projections.status import StatusProjection
 from projections.views import open_view
 from tests.apps import FakeApp
@@ -28,19 +25,6 @@ from tests.apps import FakeApp
 SLOW = "https://slow.partner.test/hook"
 FAST = "https://fast.partner.test/hook"
 WAIT_SECONDS = 10.0
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
-
-
-@pytest.fixture
-def app(database: Database, clock: FakeClock) -> Iterator[FakeApp]:
-    migrate(database, FakeApp)
-    app = FakeApp(env=database.library_env(create_table=False), clock=clock)
-    yield app
-    app.close()
 
 
 class Held:

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,25 +20,11 @@ from executors.runtime import Worker, WorkerConfig
 from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.outages import is_store_error, is_transient
-from migrations import migrate
 from projections.status import StatusProjection
 from projections.views import open_view
 from tests.apps import FakeApp
 
 LEASE_SECONDS = 10.0
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
-
-
-@pytest.fixture
-def app(database: Database, clock: FakeClock) -> Iterator[FakeApp]:
-    migrate(database, FakeApp)
-    app = FakeApp(env=database.library_env(create_table=False), clock=clock)
-    yield app
-    app.close()
 
 
 class Outage:
