@@ -27,6 +27,7 @@ from ledger.archives import (
 )
 
 _SEGMENT_LIKE = re.compile(r"^seg-")
+_SEGMENT_NUMBER = re.compile(r"^seg-(\d{6})$")
 
 
 def verify_archive(archive: Path, recorded: Mapping[int, str] | None = None) -> list[str]:
@@ -80,10 +81,27 @@ def verify_archive(archive: Path, recorded: Mapping[int, str] | None = None) -> 
     return problems
 
 
+def verify_segment(path: Path) -> list[str]:
+    """Check one segment on its own: its manifest, each file's hash, size and line count, and the
+    counts it states (not its chain link, which needs the segment before it: ``verify_archive``).
+
+    Args:
+        path: the segment directory (``seg-NNNNNN``).
+
+    Returns:
+        One line per problem, empty when the segment verifies; a path that is not a segment's name
+        is a problem. Never raises.
+    """
+    match = _SEGMENT_NUMBER.match(path.name)
+    if match is None or not path.is_dir():
+        return [f"{path}: not a segment directory (segments are seg-000001, seg-000002, ...)"]
+    return _verify_segment(path, int(match.group(1)), None, chained=False)
+
+
 def _stray(path: Path) -> str:
     if path.name.endswith(PARTIAL):
         return f"{path.name}: an unfinished segment (a writer was stopped); the next archive run redoes it"
-    if re.match(r"^seg-\d{6}$", path.name):
+    if _SEGMENT_NUMBER.match(path.name):
         return f"{path.name}: not a directory, where a segment should be"
     return f"{path.name}: not a segment name (segments are seg-000001, seg-000002, ...)"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from adapters.cli import archive, ops, secret, simulate
+from adapters.cli import archive, archive_restore, ops, secret, simulate
 from adapters.cli.common import DatabaseOption, JsonOption, UserErrors, console, log_unknown_settings, settings
 
 app = typer.Typer(name="opledger", help="An event-sourced ledger of durable external operations.",
@@ -32,6 +32,7 @@ app.add_typer(ops.ops_app, name="ops")
 app.add_typer(ops.projections_app, name="projections")
 app.add_typer(secret.secret_app, name="secret")
 app.add_typer(archive.archive_app, name="archive")
+archive.archive_app.command("restore")(archive_restore.restore)
 app.command("attention")(ops.attention)
 app.command("resolve")(ops.resolve)
 app.command("cancel")(ops.cancel)

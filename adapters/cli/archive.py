@@ -19,7 +19,8 @@ from adapters.cli.common import JsonOption, console, print_json
 from ledger.archive_check import verify_archive
 from ledger.archives import ArchiveError, read_manifest, segments
 
-archive_app = typer.Typer(help="Check archives of closed history.", no_args_is_help=True)
+archive_app = typer.Typer(help="Check archives of closed history, and restore a segment for an audit.",
+                          no_args_is_help=True)
 _DirectoryArgument = typer.Argument(..., help="the archive directory (holds seg-000001, seg-000002, ...)")
 
 
