@@ -139,6 +139,9 @@ def test_the_cli_restores_into_another_store(segment: tuple[Path, list[UUID]], o
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
     assert answer["aggregates"] == len(op_ids) and answer["written"] > 0 and answer["present"] == 0
+    shown = CliRunner().invoke(cli, ["ops", "show", str(op_ids[0]), "--json", *url])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["status"] == "succeeded"
     tampered = path / "status.jsonl"
     tampered.write_text(tampered.read_text() + "\n")
     refused = CliRunner().invoke(cli, ["archive", "restore", str(path), *url])
