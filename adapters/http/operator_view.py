@@ -11,7 +11,9 @@ Source: issue 31 item 5.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
+from urllib.parse import urlsplit
 from uuid import UUID
 
 from adapters.http.auth import ACTION_ROLES, TokenGrant
@@ -34,12 +36,15 @@ def check_trace_template(template: str) -> str:
             ``https://grafana.example/explore?left={"queries":[{"query":"{trace_id}"}]}``; empty: no link.
 
     Raises:
-        ValueError: not an http(s) URL, or without ``{trace_id}``.
+        ValueError: not an http(s) URL with a host, holding white space or a control character
+            (a URL carries them percent-encoded, RFC 3986 §2.1), or without ``{trace_id}``.
     """
     if not template:
         return template
-    if not template.startswith(("http://", "https://")):
-        raise ValueError("must be an http:// or https:// URL")
+    if not template.startswith(("http://", "https://")) or not urlsplit(template).netloc:
+        raise ValueError("must be an http:// or https:// URL with a host")
+    if any(char.isspace() or unicodedata.category(char) == "Cc" for char in template):
+        raise ValueError("must not hold white space or control characters (percent-encode them, e.g. %20)")
     if TRACE_ID_PLACEHOLDER not in template:
         raise ValueError(f"must contain {TRACE_ID_PLACEHOLDER} where the trace id goes")
     return template

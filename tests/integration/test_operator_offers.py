@@ -111,7 +111,10 @@ def test_a_trace_template_is_checked_at_start(monkeypatch: pytest.MonkeyPatch) -
     assert trace_link("", "abc") is None and trace_link(JAEGER, None) is None
     assert check_trace_template("") == ""
     for bad, said in [("jaeger.example/trace/{trace_id}", "http"), ("https://jaeger.example/trace/", "{trace_id}"),
-                      ("javascript:alert({trace_id})", "http")]:
+                      ("javascript:alert({trace_id})", "http"), ("https:///trace/{trace_id}", "host"),
+                      ("https://jaeger.example/trace/{trace_id} ", "white space"),
+                      ("https://jaeger.example/a b/{trace_id}", "white space"),
+                      ("https://jaeger.example/\x07/{trace_id}", "control")]:
         with pytest.raises(ValueError, match=said):
             check_trace_template(bad)
         monkeypatch.setenv("OPLEDGER_TRACE_URL_TEMPLATE", bad)
