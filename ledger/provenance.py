@@ -54,9 +54,10 @@ GIT_TIMEOUT_SECONDS = 5.0
 class ProvenanceSettings(BaseSettings):
     """``OPLEDGER_BUILD_COMMIT``: the commit opledger was built from, for installs that carry
     no record of it (a wheel, an image without ``.git``). A hex object name, 7 to 64 digits,
-    optionally ending ``-dirty``."""
+    optionally ending ``-dirty``. Set but empty counts as unset (an environment file's
+    ``OPLEDGER_BUILD_COMMIT=`` line, a build that had no commit to give)."""
 
-    model_config = SettingsConfigDict(env_prefix="OPLEDGER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="OPLEDGER_", extra="ignore", env_ignore_empty=True)
 
     build_commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,64}(-dirty)?$")
 

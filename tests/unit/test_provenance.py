@@ -37,8 +37,12 @@ def test_a_setting_that_is_not_a_commit_id_is_a_clear_error(monkeypatch: pytest.
         build_info()
 
 
-def test_pips_record_of_a_vcs_install_names_the_commit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OPLEDGER_BUILD_COMMIT", raising=False)
+@pytest.mark.parametrize("unset", [None, ""])  # empty: an environment file's ``OPLEDGER_BUILD_COMMIT=`` line
+def test_pips_record_of_a_vcs_install_names_the_commit(monkeypatch: pytest.MonkeyPatch, unset: str | None) -> None:
+    if unset is None:
+        monkeypatch.delenv("OPLEDGER_BUILD_COMMIT", raising=False)
+    else:
+        monkeypatch.setenv("OPLEDGER_BUILD_COMMIT", unset)
     monkeypatch.setattr(provenance, "_direct_url", lambda: {
         "url": "https://example.com/opledger.git", "vcs_info": {"vcs": "git", "commit_id": "c" * 40}})
     assert (build_info().commit, build_info().commit_source) == ("c" * 40, "pip_vcs")
