@@ -13,6 +13,7 @@ Source: issue 13 items 1-3; issue 12 item 3; DESIGN §9.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -47,6 +48,8 @@ MIN_TOKEN_CHARS = 16
 """An API token shorter than this is refused at start, characters (issue 27 item 3). A bearer
 token is the whole credential: an empty or short one is guessed, and it is compared with what a
 request presents, so nothing slows the guessing. ``secrets.token_urlsafe(32)`` gives 43."""
+_B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+"""A bearer token's characters (``b64token``, RFC 6750 §2.1)."""
 MAKE_TOKEN = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 """The command a refusal of a short token suggests."""
 LOOPBACK_NAMES = frozenset({"localhost"})
@@ -96,29 +99,39 @@ class ServeSettings(BaseSettings):
     @field_validator("api_tokens")
     @classmethod
     def _long_enough(cls, tokens: dict[str, TokenGrant]) -> dict[str, TokenGrant]:
-        problems = short_tokens(tokens)
+        problems = token_problems(tokens)
         if problems:
             raise ValueError("; ".join(problems) + f"; make one with `{MAKE_TOKEN}`")
         return tokens
 
 
-def short_tokens(tokens: Mapping[str, TokenGrant]) -> list[str]:
-    """What is wrong with each token shorter than ``MIN_TOKEN_CHARS``, without quoting it. Pure.
+def token_problems(tokens: Mapping[str, TokenGrant]) -> list[str]:
+    """What is wrong with each configured token, without quoting it. Pure.
+
+    A token must be at least ``MIN_TOKEN_CHARS`` long (issue 27 item 3) and a bearer token's
+    characters only (``b64token``, RFC 6750 §2.1: letters, digits, ``-._~+/`` and trailing
+    ``=``): a token with a space or a quote in it can never be presented, so it would lock its
+    principal out without a word. A grant names each role once.
 
     Args:
         tokens: bearer tokens and their grants (``OPLEDGER_API_TOKENS``).
 
     Returns:
-        One problem per short token, e.g. ``a token of 3 characters (principal 'alice') is
-        shorter than 16``; empty when every token is long enough.
-
-    Source: issue 27 item 3 ("empty or short API tokens").
+        One problem per fault, naming the principal, e.g. ``a token of 3 characters (principal
+        'alice') is shorter than 16``; empty when every token is usable.
     """
     problems = []
     for token, grant in tokens.items():
+        who = f"(principal {grant.principal!r})"
         if len(token) < MIN_TOKEN_CHARS:
             size = "an empty token" if not token else f"a token of {len(token)} character{'s' * (len(token) > 1)}"
-            problems.append(f"{size} (principal {grant.principal!r}) is shorter than {MIN_TOKEN_CHARS}")
+            problems.append(f"{size} {who} is shorter than {MIN_TOKEN_CHARS}")
+        elif not _B64TOKEN.fullmatch(token):
+            problems.append(f"a token {who} holds a character a bearer token cannot (RFC 6750 §2.1: letters, digits, "
+                            "-._~+/ and a trailing =): a space, a quote or a control character")
+        if len(set(grant.roles)) < len(grant.roles):
+            twice = sorted({role for role in grant.roles if grant.roles.count(role) > 1})
+            problems.append(f"the token {who} names the role{'s' * (len(twice) > 1)} {', '.join(twice)} more than once")
     return problems
 
 

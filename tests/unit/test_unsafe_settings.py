@@ -54,6 +54,26 @@ def test_a_short_token_is_refused_without_quoting_it(token: str, size: str, monk
         assert token not in message
 
 
+@pytest.mark.parametrize("token", [LONG_TOKEN + " ", " " + LONG_TOKEN, LONG_TOKEN[:8] + '"' + LONG_TOKEN[8:],
+                                   LONG_TOKEN + "\t", LONG_TOKEN + "=x"], ids=["trailing", "leading", "quote", "tab", "pad"])
+def test_a_token_no_client_could_present_is_refused(token: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # RFC 6750 §2.1: a bearer token is letters, digits, -._~+/ and trailing '='; this one would
+    # lock its principal out, since a presented token never carries the space or the quote.
+    monkeypatch.setenv("OPLEDGER_API_TOKENS", _tokens(LONG_TOKEN, token))
+    with pytest.raises(ConfigurationError) as refused:
+        load_serve_settings()
+    message = str(refused.value)
+    assert "a token (principal 'p1') holds a character a bearer token cannot (RFC 6750" in message
+    assert token.strip() not in message and "'p0'" not in message
+
+
+def test_a_role_named_twice_is_refused_naming_the_principal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPLEDGER_API_TOKENS", json.dumps(
+        {LONG_TOKEN: {"principal": "alice", "roles": ["operator", "viewer", "operator"]}}))
+    with pytest.raises(ConfigurationError, match="the token \\(principal 'alice'\\) names the role operator more than once"):
+        load_serve_settings()
+
+
 def test_tokens_of_16_characters_or_more_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPLEDGER_API_TOKENS", _tokens(LONG_TOKEN, "u" * 43))
     assert sorted(load_serve_settings().api_tokens) == [LONG_TOKEN, "u" * 43]
