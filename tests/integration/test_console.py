@@ -227,9 +227,13 @@ def test_resolving_with_evidence_moves_it_off_the_queue(console: Console) -> Non
     page = console.page("operator-token", f"op/{console.ids['ambiguous']}")
     assert _texts(page, "#resolution option") == ["succeeded", "failed", "retry", "abandon"]
     page.select_option("#resolution", "succeeded")
-    page.fill("#evidence", "partner dashboard shows delivery n-123")
     questions: list[str] = []
     page.on("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
+    page.fill("#evidence", "   ")  # no evidence: said at once, nothing asked, nothing sent
+    page.click("#resolve")
+    page.wait_for_selector("#page-operation .banner.error:has-text('Evidence is required')")
+    assert questions == [] and page.evaluate("document.activeElement.id") == "evidence"
+    page.fill("#evidence", "partner dashboard shows delivery n-123")
     page.click("#resolve")
     page.wait_for_selector("#page-operation .banner.note:has-text('recorded Resolved')")
     assert questions and "Resolve as succeeded" in questions[0]
@@ -336,6 +340,15 @@ def test_an_error_banner_stays_on_the_page_that_raised_it(console: Console) -> N
     assert _visible_errors(page) == [] and page.is_hidden("#page-attention .banner")
     console.open(page, f"op/{console.ids['refund']}")
     assert _visible_errors(page) == []  # a later visit starts clean
+
+
+def test_an_unknown_address_shows_the_queue_and_says_so(console: Console) -> None:
+    page = console.page("viewer-token", f"op/{console.ids['refund']}")
+    page.goto(f"{console.base}/console#no-such-page")
+    page.wait_for_selector('body[data-loaded="unknown"]')
+    assert page.is_visible("#page-attention") and page.is_hidden("#page-operation")
+    assert _visible_errors(page) == ['There is no page "no-such-page": this is the attention queue.']
+    assert _queue_ids(page), "the queue is shown"
 
 
 def test_cancel_asks_for_confirmation_and_does_nothing_when_declined(console: Console) -> None:

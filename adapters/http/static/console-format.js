@@ -79,6 +79,14 @@ function plain(value) {
 }
 
 // The banner of one page: an error raised on a page stays on that page only.
+// The API refuses an action without evidence (422); the console says so before asking to confirm.
+function lacksEvidence(page, input) {
+  if (input.value.trim()) return false;
+  say(page, "Evidence is required: say what you checked before you resolve.", true);
+  input.focus();
+  return true;
+}
+
 function say(page, text, isError) {
   const banner = $("#page-" + page + " .banner");
   if (!banner) return;

@@ -156,27 +156,27 @@ function showActions(op) {
   const decide = resolutions.filter((r) => r !== "acknowledge");
   if (decide.length) {
     const select = el("select", { id: "resolution" }, ...decide.map((r) => el("option", { value: r, text: words(r) })));
-    const evidence = el("input", { id: "evidence", size: 50, placeholder: "what you checked" });
+    const evidence = el("input", { id: "evidence", required: true, size: 50, placeholder: "what you checked" });
     const button = el("button", { id: "resolve", type: "button", text: "Resolve" });
     button.addEventListener("click", () => act("resolve", { resolution: select.value, evidence: evidence.value },
-      "Resolve as " + words(select.value) + " with this evidence?"));
+      "Resolve as " + words(select.value) + " with this evidence?", evidence));
     box.append(el("fieldset", { "data-action": "resolve" }, el("legend", { text: "Resolve" }),
       field("resolution", select), field("evidence", evidence), button));
   }
   if (resolutions.includes("acknowledge")) {
-    const evidence = el("input", { id: "ack-evidence", size: 50, placeholder: "what you checked with the provider" });
+    const evidence = el("input", { id: "ack-evidence", required: true, size: 50, placeholder: "what you checked with the provider" });
     const button = el("button", { id: "acknowledge", type: "button", text: "Acknowledge" });
     button.addEventListener("click", () => act("resolve", { resolution: "acknowledge", evidence: evidence.value },
-      "Acknowledge the late observation and keep the recorded outcome?"));
+      "Acknowledge the late observation and keep the recorded outcome?", evidence));
     box.append(el("fieldset", { "data-action": "acknowledge" }, el("legend", { text: "Late observation" }),
       el("p", { className: "hint", text: "The provider reported something after the outcome was recorded; the outcome stays." }),
       field("evidence", evidence), button));
   }
   if (offers.retry_settlement) {
-    const evidence = el("input", { id: "settle-evidence", size: 50, placeholder: "what you fixed" });
+    const evidence = el("input", { id: "settle-evidence", required: true, size: 50, placeholder: "what you fixed" });
     const button = el("button", { id: "retry-settlement", type: "button", text: "Retry settlement" });
     button.addEventListener("click", () => act("retry-settlement", { evidence: evidence.value },
-      "Retry the blocked settlement?"));
+      "Retry the blocked settlement?", evidence));
     box.append(el("fieldset", { "data-action": "retry_settlement" }, el("legend", { text: "Blocked settlement" }),
       field("evidence", evidence), button));
   }
@@ -225,8 +225,9 @@ async function showOperation(id) {
     el("td", { text: e.event }), el("td", { text: detailsText(e.details) }))));
 }
 
-async function act(path, body, question) {
+async function act(path, body, question, evidence) {
   const id = $("#op-id").textContent;
+  if (evidence && lacksEvidence("operation", evidence)) return;
   if (!window.confirm(question + "\n\noperation " + id)) return;
   try {
     const result = await api("/v1/operations/" + id + "/" + path, { method: "POST", body: JSON.stringify(body) });

@@ -157,9 +157,10 @@ async function showAttention() {
 function receiptActions(r) {
   if (!signedIn || !signedIn.writable || !signedIn.actions.includes("resolve") || !(r.actions || []).length) return "";
   const select = el("select", { className: "receipt-resolution" }, ...r.actions.map((a) => el("option", { value: a, text: words(a) })));
-  const evidence = el("input", { className: "receipt-evidence", size: 24, placeholder: "what you checked" });
+  const evidence = el("input", { className: "receipt-evidence", required: true, size: 24, placeholder: "what you checked" });
   const button = el("button", { className: "receipt-resolve", type: "button", text: "Resolve" });
   button.addEventListener("click", async () => {
+    if (lacksEvidence("attention", evidence)) return;
     if (!window.confirm("Resolve as " + words(select.value) + " with this evidence?\n\nreceipt " + r.id)) return;
     try {
       const result = await api("/v1/receipts/" + r.id + "/resolve", { method: "POST",
@@ -209,10 +210,13 @@ let routes = 0; // a later navigation supersedes one still loading: only the lat
 async function route() {
   const run = ++routes;
   const hash = location.hash.slice(1) || "attention";
-  const [name, id] = hash.split("/");
+  let [name, id] = hash.split("/");
+  // An unknown address (a mistyped or stale link) shows the queue and says so, rather than
+  // leaving the previous page on screen as if it were the one asked for.
+  const unknown = $("#page-" + (name === "op" ? "operation" : name)) ? null : name;
+  if (unknown !== null) name = "attention";
   const page = name === "op" ? "operation" : name;
   const section = $("#page-" + page);
-  if (!section) return;
   for (const other of document.querySelectorAll(".page")) other.classList.remove("shown");
   for (const link of document.querySelectorAll("nav a")) link.classList.toggle("current", link.dataset.page === name);
   section.classList.add("shown");
@@ -231,7 +235,11 @@ async function route() {
     else if (page === "operations") await showOperations(false);
     else if (page === "approvals") await showApprovals();
     else if (page === "operation") await showOperation(id);
-    if (run === routes) document.body.dataset.loaded = hash;
+    if (run !== routes) return;
+    if (unknown !== null) {
+      say(page, `There is no page "${unknown}": this is the attention queue.`, true);
+      document.body.dataset.loaded = "unknown";
+    } else document.body.dataset.loaded = hash;
   } catch (error) {
     if (run !== routes) return;
     say(page, error.message, true);
