@@ -331,6 +331,13 @@ def _wait_for_sample(page: Any, count: int) -> None:
     assert int(page.get_attribute("body", "data-samples") or 0) >= count
 
 
+@pytest.mark.parametrize("asked", ["abc", "0", "600"])
+def test_a_sample_interval_the_page_cannot_use_is_said(console: Console, asked: str) -> None:
+    page = console.page("viewer-token", "metrics", query=f"?sample={asked}")
+    assert _texts(page, "#page-metrics .banner.note") == [
+        f"?sample={asked} is not a number of seconds from 1 to 60: sampling every 5 s."]
+
+
 def test_an_error_banner_stays_on_the_page_that_raised_it(console: Console) -> None:
     page = console.page("viewer-token", "attention")
     page.goto(f"{console.base}/console#op/00000000-0000-0000-0000-000000000000")

@@ -21,6 +21,13 @@ function sampleSeconds() {
   return asked >= 1 && asked <= 60 ? asked : 5;
 }
 
+// A ?sample= the page cannot use is said, not silently replaced by the default.
+function sampleProblem() {
+  const raw = new URLSearchParams(location.search).get("sample");
+  if (raw === null || sampleSeconds() === Number(raw)) return null;
+  return "?sample=" + raw + " is not a number of seconds from 1 to 60: sampling every 5 s.";
+}
+
 function svg(tag, attributes, ...children) {
   const node = document.createElementNS(SVG, tag);
   for (const [key, value] of Object.entries(attributes || {})) node.setAttribute(key, String(value));
@@ -197,6 +204,8 @@ async function takeSample() {
 
 async function showMetrics() {
   await takeSample();
+  const problem = sampleProblem();
+  if (problem) say("metrics", problem, false);
   if (sampler === null) {
     sampler = setInterval(() => takeSample().catch((error) => say("metrics", error.message, true)),
       sampleSeconds() * 1000);
