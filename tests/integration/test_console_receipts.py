@@ -53,6 +53,10 @@ def test_the_attention_page_shows_a_stuck_receipt(served: str) -> None:
             text = row.inner_text()
             assert "receipt stuck" in text.replace("_", " ") and "request_refund" in text and "RuntimeError" in text
             assert row.locator("a").count() == 0  # no operation page to link to
+            # The glance counts the whole queue: the stuck receipt with the operations.
+            queued = page.locator("#attention-table tbody tr").count()
+            tile = page.locator("#glance div", has_text="on the attention queue").locator("b").inner_text()
+            assert int(tile) == queued
         finally:
             browser.close()
     assert errors == []

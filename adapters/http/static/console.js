@@ -124,11 +124,13 @@ function showGlance(samples) {
     .reduce((most, s) => Math.max(most, s.value), 0);
   const tiles = [
     ["pending", sum("opledger_operations", (s) => s.labels.status === "pending")],
-    ["on the attention queue", sum("opledger_attention")],
+    // The queue holds operations and the keyed commands whose receipt recovery gave up on.
+    ["on the attention queue", sum("opledger_attention") + sum("opledger_receipts_stuck")],
     ["oldest pending", seconds(oldest) || "0 s"],
-    ["attempts", sum("opledger_attempts_total")],
-    ["retries", sum("opledger_retries_total")],
-    ["ambiguous", sum("opledger_ambiguous_total")],
+    // Counters since the store began, not current counts: said so, beside the counts above.
+    ["attempts, all time", sum("opledger_attempts_total")],
+    ["retries, all time", sum("opledger_retries_total")],
+    ["ambiguous, all time", sum("opledger_ambiguous_total")],
   ];
   $("#glance").replaceChildren(...tiles.map(([label, value]) => el("div", {}, el("b", { text: value }), label)));
 }
