@@ -162,13 +162,17 @@ def row_from_operation(op: Operation) -> StatusRow:
         source.effect_index,
         op.created_on,
         op.modified_on,
-        None if op.write_refused is None else _refusal_detail(op),
+        None if op.write_refused is None and op.late_observation is None else _attention_detail(op),
     )
 
 
-def _refusal_detail(op: Operation) -> str:
-    """``attention_detail`` of a refused write (issue 35): what it was for and what the store said."""
-    return json.dumps({"kind": op.write_refused, "error": op.write_refused_error})
+def _attention_detail(op: Operation) -> str:
+    """``attention_detail`` of a refused write (issue 35: what it was for and what the store
+    said), else of a late observation (issue 12 item 3: what the provider reported after the
+    recorded outcome, and that outcome), as JSON text."""
+    if op.write_refused is not None:
+        return json.dumps({"kind": op.write_refused, "error": op.write_refused_error})
+    return json.dumps(op.late_observation)
 
 
 def due_when_written(row: StatusRow) -> bool:

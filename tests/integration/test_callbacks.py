@@ -16,6 +16,7 @@ import pytest
 from adapters.partner.callbacks import callback_body, signed_headers
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
+from projections.rows import row_from_operation
 from tests.callback_desk import CALLBACK_SECRET, WRONG_SECRET, CallbackDesk, callback_desk
 
 PROBLEM = "application/problem+json"
@@ -167,6 +168,9 @@ def test_a_callback_after_a_cancel_goes_to_attention_and_never_settles_twice(des
     op = desk.ledger.get_operation(op_id)
     assert op.execution is E.CANCELLED and op.attention == "late_observation"
     assert events(desk, op_id).count("Settled") == 1
+    # The queue's detail says what the provider reported against which recorded outcome.
+    detail = row_from_operation(op).as_json()["attention_detail"]
+    assert detail["outcome"] == "succeeded" and detail["recorded_outcome"] and detail["callback_id"] == "msg_after_cancel"
     # A failure reported after the cancel agrees with it (no effect either way): nothing recorded.
     length = desk.log_length()
     agrees = desk.post(op_id, attempt, callback_id="msg_fail", outcome="failed")
