@@ -135,10 +135,10 @@ def test_the_console_and_every_script_it_loads_are_served_under_its_policy() -> 
     assert "script-src 'self'" in policy and "style-src 'self'" in policy and "unsafe" not in policy
     assert " style=" not in page.text and not re.search(r"<script(?![^>]*\ssrc=)", page.text)  # nothing inline
     assets = re.findall(r'(?:src|href)="/console/([^"]+)"', page.text)
-    assert len(assets) == 5
+    assert len(assets) == 6  # four scripts, the stylesheet and the tab's icon (no 404 on every visit)
     for name in assets:
         response = client.get(f"/console/{name}")
-        kind = "text/css" if name.endswith(".css") else "text/javascript"
+        kind = {"css": "text/css", "svg": "image/svg+xml"}.get(name.rsplit(".", 1)[-1], "text/javascript")
         assert response.status_code == 200 and response.headers["content-type"].startswith(kind), name
     assert client.get("/console/console.html").status_code == 404
     assert client.get("/console/..%2Fconsole.py").status_code == 404
