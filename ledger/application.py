@@ -38,6 +38,7 @@ from ledger.intents import Delegation
 from ledger.operation import Operation
 from ledger.persistence import StoreLock
 from ledger.provenance import BuildInfo, build_info, module_digest
+from ledger.receipts import Receipt
 from ledger.settlement import entity_type_problem, settlement_target_problems
 from ledger.store_files import check_store_files
 from ledger.store_identity import check_store_identity
@@ -295,7 +296,7 @@ class LedgerApplication(Application):
         except AggregateNotFoundError:
             return None
         if not isinstance(aggregate, Operation):
-            raise OperationNotFoundError(f"{op_id} is a {type(aggregate).__name__}, not an operation")
+            raise OperationNotFoundError(f"{op_id} is not an operation: {_what_it_is(aggregate)}")
         return aggregate
 
 
@@ -332,3 +333,11 @@ def _global_budget(declared: CallBudget | Mapping[str, Any] | None) -> CallBudge
         text = "; ".join(f"{path}: {message}" for path, message in problems)
         raise ConfigurationError(f"global_call_budget is invalid: {text}")
     return budget
+
+
+def _what_it_is(aggregate: Any) -> str:
+    """What an id names when it is not an operation, in the words an operator reads."""
+    if isinstance(aggregate, Receipt):
+        return ("it is a keyed command's receipt (`opledger attention` lists the stuck ones; "
+                "`opledger resolve` resolves them)")
+    return f"it is one of the application's own {type(aggregate).__name__} entities"

@@ -122,6 +122,9 @@ def test_the_cli_lists_it_and_an_operator_retries_it(database_url: str, monkeypa
     again = runner.invoke(cli, ["resolve", str(RID), "--resolution", "retry", "--evidence", "once more"])
     assert again.exit_code == 1 and "recovery has not given up on it" in again.stderr
     assert json.loads(runner.invoke(cli, ["attention", "--json"]).stdout) == []
+    # A receipt's id given where an operation's goes is named for what it is.
+    shown = runner.invoke(cli, ["ops", "show", str(RID)])
+    assert shown.exit_code == 2 and f"{RID} is not an operation: it is a keyed command's receipt" in shown.stderr
 
     # Recovery runs it again at once, with a fresh budget of adoptions (the handler still throws
     # here, so it ends on the queue again).
