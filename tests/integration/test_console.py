@@ -285,6 +285,23 @@ def test_the_phase_timeline_of_a_retried_operation_settled_by_callback(console: 
         page.screenshot(path=str(DOCS / "console-operation.png"), full_page=True)
 
 
+def test_a_takeover_is_its_own_phase_and_the_phases_wrap_on_a_narrow_screen(console: Console) -> None:
+    page = console.page("viewer-token", f"op/{console.ids['takeover']}")
+    phases = page.eval_on_selector_all("#phases li.phase", "items => items.map(i => [i.dataset.phase, "
+                                       "i.querySelector('.label').textContent])")
+    assert ["takeover", "takeover (lease expired)"] in phases
+    assert phases.index(["takeover", "takeover (lease expired)"]) == phases.index(["claim", "claim"]) + 1
+    assert "warn" not in (page.get_attribute("#phases li.claim", "class") or "")
+    # A phone's width: the boxes wrap onto rows, none is cut, and the list never scrolls sideways.
+    page.set_viewport_size({"width": 360, "height": 800})
+    console.open(page, f"op/{console.ids['callback']}")
+    fits = page.eval_on_selector_all("#phases .label, #phases .duration", "spans => spans.every(s => "
+                                     "s.scrollWidth <= s.clientWidth)")
+    sideways = page.evaluate("document.documentElement.scrollWidth > document.documentElement.clientWidth")
+    rows = page.eval_on_selector_all("#phases li.phase", "items => new Set(items.map(i => i.offsetTop)).size")
+    assert fits and rows > 1 and not sideways
+
+
 def test_the_metrics_page_draws_charts_from_samples(console: Console) -> None:
     page = console.page("viewer-token", "metrics", query="?sample=1")
     for figure in ("outcomes", "throughput", "depth", "oldest", "latency", "attention"):

@@ -23,7 +23,8 @@ function phasesOf(timeline) {
   let attempts = 0;
   for (const entry of timeline) {
     if (!entry.at) continue; // a record that does not decode ends the timeline
-    const kind = PHASE_OF[entry.event] || "other";
+    // A claim that takes over an expired lease is a phase of its own: the worker before it stopped.
+    const kind = entry.event === "Claimed" && entry.details.takeover ? "takeover" : PHASE_OF[entry.event] || "other";
     // A callback that reports the result is the outcome itself (no separate outcome event).
     const outcome = entry.event === "CallbackReceived" && ["succeeded", "failed"].includes(entry.details.outcome)
       ? entry.details.outcome : null;
@@ -36,6 +37,7 @@ function phasesOf(timeline) {
     if (kind === "attempt") label = "attempt " + (++attempts);
     else if (kind === "outcome") label = OUTCOME_WORDS[entry.event];
     else if (outcome) label = outcome + " by callback";
+    else if (kind === "takeover") label = "takeover (lease expired)";
     else if (kind === "other") label = entry.event;
     phases.push({ kind, label, outcome, event: entry.event, start: Date.parse(entry.at), events: [entry] });
   }
