@@ -28,6 +28,7 @@ from adapters.operator import describe, event_entry, show, trace_id
 from ledger.errors import CorruptRecordError, InvalidArgumentError, UnknownIntegrationError
 from ledger.operation import Operation
 from ledger.provenance import build_info
+from ledger.store_identity import read_store_identity
 
 if TYPE_CHECKING:
     from adapters.runtime import Store
@@ -69,7 +70,8 @@ def export(store: Store, op_id: UUID) -> dict[str, Any]:
         "kind": KIND, "format_version": FORMAT_VERSION,
         "generated_at": app.clock.now().isoformat(),
         "opledger": _exporter(),
-        "store": {"backend": store.settings.database.backend, "application": app.name},
+        "store": {"backend": store.settings.database.backend, "application": app.name,
+                  "store_id": _store_id(store)},
         "operation": summary,
         "declaration": _declaration(app, summary),
         "timeline": timeline,
@@ -201,6 +203,13 @@ def verify(store: Store, document: dict[str, Any]) -> dict[str, Any]:
     except (KeyError, TypeError, ValueError) as exc:
         what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, KeyError) else f"no member {exc}"
         raise InvalidArgumentError(f"the evidence document is malformed ({what})") from None
+    exported_from = (document.get("store") or {}).get("store_id") if isinstance(document.get("store"), dict) else None
+    if exported_from is not None and exported_from != _store_id(store):
+        # Another store's records are not this one's: comparing them would call every record
+        # "missing", which says nothing true. (A document from before store ids skips this.)
+        return {"matches": False, "operation_id": str(op_id), "checked": 0, "problems": [
+            {"problem": f"exported from store {exported_from}; this is store {_store_id(store)}: verify it "
+                        "against the store it was exported from (--database-url)"}]}
     stored = {s.originator_version: s for s in store.app.recorder.select_events(op_id)}
     problems: list[dict[str, Any]] = []
     for position, (topic, digest) in sorted(expected.items()):
@@ -229,6 +238,11 @@ def verify(store: Store, document: dict[str, Any]) -> dict[str, Any]:
                              "problem": "entity record differs or is missing"})
     tampered = [p for p in problems if p["problem"] != "new since the export"]
     return {"matches": not tampered, "operation_id": str(op_id), "checked": len(expected), "problems": problems}
+
+
+def _store_id(store: Store) -> str | None:
+    """The store's id (``opledger_store``, ``ledger.store_identity``): which store an export came from."""
+    return read_store_identity(store.settings.database, missing_ok=True).get("store_id")
 
 
 def _trace_ids(events: list[Any]) -> list[str]:

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from adapters.cli.app import app as cli
 from ledger.config import Database
+from ledger.store_identity import read_store_identity
 from tests.desk import APP_TOPIC, seeded
 from tests.observe_seed import CANARY_INTERNAL, CANARY_SECRET, DeskApp
 
@@ -73,6 +74,18 @@ def test_export_verify_and_tamper(database_url: str, tmp_path: Path, monkeypatch
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.stdout) == {"matches": True, "operation_id": str(ids["failure"]), "checked": 6,
                                      "problems": []}
+
+    # A document checked against another store says so once, rather than calling every record missing.
+    store_id = read_store_identity(Database.parse(database_url))["store_id"]
+    assert document["store"]["store_id"] == store_id
+    elsewhere = json.loads(out.read_text())
+    elsewhere["store"]["store_id"] = "00000000-0000-4000-8000-000000000001"
+    (tmp_path / "elsewhere.json").write_text(json.dumps(elsewhere))
+    other = run("evidence", "verify", str(tmp_path / "elsewhere.json"), "--json")
+    assert other.exit_code == 1, other.output
+    assert json.loads(other.stdout)["problems"] == [{"problem": (
+        f"exported from store 00000000-0000-4000-8000-000000000001; this is store {store_id}: verify it against "
+        "the store it was exported from (--database-url)")}]
 
     # An edited document, over records that are all intact, does not pass for what the store backs.
     edited = json.loads(out.read_text())
