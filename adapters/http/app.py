@@ -251,6 +251,7 @@ health_router = APIRouter(tags=["health"])
 metrics_router = APIRouter(tags=["metrics"])
 
 
+@health_router.head("/health", include_in_schema=False)  # load balancers and uptime checks probe with HEAD
 @health_router.get("/health", response_model=Health, summary="The server answers and its store is readable")
 def health(request: Request) -> Health:
     store: Store = request.app.state.store
@@ -258,11 +259,13 @@ def health(request: Request) -> Health:
     return Health(status="ok", backend=store.settings.database.backend, writable=request.app.state.writable)
 
 
+@health_router.head("/health/live", include_in_schema=False)  # load balancers and uptime checks probe with HEAD
 @health_router.get("/health/live", response_model=Liveness, summary="Liveness: the process answers (no store access)")
 def live() -> Liveness:
     return Liveness(status="ok")
 
 
+@health_router.head("/health/ready", include_in_schema=False)  # load balancers and uptime checks probe with HEAD
 @health_router.get("/health/ready", response_model=Readiness, responses={503: problems.PROBLEM_RESPONSES[503]},
                    summary="Readiness: the store is reachable and its schema is the one this code expects")
 def ready(request: Request) -> Readiness:

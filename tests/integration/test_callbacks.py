@@ -238,6 +238,10 @@ def test_health_live_and_ready(desk: CallbackDesk) -> None:
     assert desk.client.get("/health/live").json() == {"status": "ok"}
     ready = desk.client.get("/health/ready")
     assert ready.status_code == 200 and ready.json()["status"] == "ready" and ready.json()["schema_version"]
+    # Load balancers and uptime checks often probe with HEAD: the same answer, without a body.
+    for path in ("/health", "/health/live", "/health/ready"):
+        head = desk.client.head(path)
+        assert head.status_code == 200 and head.content == b"", path
 
 
 def test_a_late_observation_is_a_timeline_fact(desk: CallbackDesk) -> None:
@@ -257,6 +261,7 @@ def test_ready_is_503_when_the_schema_is_not_this_codes(desk: CallbackDesk, data
     _set_schema_version(Database.parse(database_url), "999")
     response = desk.client.get("/health/ready")
     refused(response, 503, "schema version 999")
+    assert desk.client.head("/health/ready").status_code == 503
     assert desk.client.get("/health/live").status_code == 200
 
 
