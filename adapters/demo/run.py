@@ -319,8 +319,14 @@ def _print_summary(console: Console, summary: dict[str, Any], database: Database
                   f"(answered {callbacks['replayed_status']})")
     clean = _clean(summary)
     verdict = "[bold green]OK[/]" if clean else "[bold red]FAILED[/]"
-    console.print(f"{verdict}: {summary['operations']} operations, lost {summary['lost']}, "
-                  f"duplicate effects {summary['duplicate_effects']}. Inspect with "
+    # Every flow's operations, as `ops list` shows them: the orders' payments and notifications,
+    # the provisioning and the fulfilments; lost and duplicated effects summed over all three.
+    total = summary["operations"] + summary["lro"]["operations"] + callbacks["operations"]
+    console.print(f"{verdict}: {total} operations ({summary['operations']} payments and notifications, "
+                  f"{summary['lro']['operations']} provisioning, {callbacks['operations']} fulfilments), "
+                  f"lost {summary['lost'] + callbacks['lost']}, duplicate effects "
+                  f"{summary['duplicate_effects'] + callbacks['duplicate_effects']}, provisioning mismatches "
+                  f"{len(summary['lro']['mismatches'])}. Inspect with "
                   f"`{_this_command()} ops list --database-url {mask_url(database.url())}`.")
 
 
