@@ -211,6 +211,7 @@ let routes = 0; // a later navigation supersedes one still loading: only the lat
 
 async function route() {
   const run = ++routes;
+  delete document.body.dataset.loaded; // "loaded" speaks for the latest navigation only
   const hash = location.hash.slice(1) || "attention";
   let [name, id] = hash.split("/");
   // An unknown address (a mistyped or stale link) shows the queue and says so, rather than
