@@ -317,17 +317,25 @@ def _print_summary(console: Console, summary: dict[str, Any], database: Database
                   f"{callbacks['duplicate_effects']}, forged accepted {callbacks['forged_accepted']} "
                   f"(answered {callbacks['forged_status']}), replayed accepted {callbacks['replayed_accepted']} "
                   f"(answered {callbacks['replayed_status']})")
-    clean = _clean(summary)
-    verdict = "[bold green]OK[/]" if clean else "[bold red]FAILED[/]"
-    # Every flow's operations, as `ops list` shows them: the orders' payments and notifications,
-    # the provisioning and the fulfilments; lost and duplicated effects summed over all three.
-    total = summary["operations"] + summary["lro"]["operations"] + callbacks["operations"]
-    console.print(f"{verdict}: {total} operations ({summary['operations']} payments and notifications, "
-                  f"{summary['lro']['operations']} provisioning, {callbacks['operations']} fulfilments), "
-                  f"lost {summary['lost'] + callbacks['lost']}, duplicate effects "
-                  f"{summary['duplicate_effects'] + callbacks['duplicate_effects']}, provisioning mismatches "
-                  f"{len(summary['lro']['mismatches'])}. Inspect with "
-                  f"`{_this_command()} ops list --database-url {mask_url(database.url())}`.")
+    console.print(closing_line(summary, _this_command(), mask_url(database.url())))
+
+
+def closing_line(summary: dict[str, Any], command: str, url: str) -> str:
+    """The demo's last line (Rich markup) from its JSON ``summary``: the verdict, every flow's
+    operations as ``opledger ops list`` shows them, lost and duplicated effects summed over the
+    flows, and the command that lists them (``command`` is how opledger was started, ``url`` the
+    store's URL with any password masked)."""
+    callbacks = summary["callbacks"]
+    verdict = "[bold green]OK[/]" if _clean(summary) else "[bold red]FAILED[/]"
+    # summary["operations"] holds the orders' payments and notifications and the provisioning
+    # flow's operations (one worker drains them together); the fulfilments are counted apart.
+    total = summary["operations"] + callbacks["operations"]
+    orders = summary["operations"] - summary["lro"]["operations"]
+    return (f"{verdict}: {total} operations ({orders} payments and notifications, "
+            f"{summary['lro']['operations']} provisioning, {callbacks['operations']} fulfilments), "
+            f"lost {summary['lost'] + callbacks['lost']}, duplicate effects "
+            f"{summary['duplicate_effects'] + callbacks['duplicate_effects']}, provisioning mismatches "
+            f"{len(summary['lro']['mismatches'])}. Inspect with `{command} ops list --database-url {url}`.")
 
 
 def _print_flow(console: Console, flow: dict[str, Any]) -> None:

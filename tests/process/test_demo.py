@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from adapters.demo.run import closing_line
+
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.process
@@ -29,6 +31,14 @@ def test_demo_loses_nothing_and_applies_nothing_twice(tmp_path: Path) -> None:
     assert set(summary["by_status"]) <= {"settled", "ambiguous"}
     assert not summary["succeeded_without_exactly_one_effect"]
     assert (tmp_path / ".opledger" / "demo.db").exists()
+    # The closing line counts what `ops list` lists in the demo's store.
+    listed = subprocess.run([sys.executable, "-m", "adapters.cli", "ops", "list", "--json", "--database-url",
+                             f"sqlite:///{tmp_path / '.opledger' / 'demo.db'}"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    line = closing_line(summary, "opledger", "sqlite:///demo.db")
+    assert line.startswith(f"[bold green]OK[/]: {len(json.loads(listed.stdout))} operations (12 payments and "
+                           "notifications, 5 provisioning, 3 fulfilments), lost 0, duplicate effects 0,"), line
     callbacks = summary["callbacks"]
     assert callbacks["operations"] == 3 and callbacks["serve_killed_mid_callback"]
     assert callbacks["lost"] == 0 and callbacks["duplicate_effects"] == 0
