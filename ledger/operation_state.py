@@ -96,56 +96,59 @@ class OperationState:
     write_refused_error: str | None
 
 
+_FIRST_VALUES: dict[str, Any] = {
+    "epoch": 0,
+    "worker_id": None,
+    "lease_expires_at": None,
+    "attempts": 0,
+    "open_attempt_id": None,
+    "last_attempt_id": None,
+    "possibly_applied": False,
+    "remote_id": None,
+    "remote_status": None,
+    "last_progress": None,
+    "late_observation": None,
+    "cancel_requested": False,
+    "cancel_reason": None,
+    "failure": None,
+    "last_retry_reason": None,
+    "ambiguity_reason": None,
+    "excerpt": "",
+    "settlement_attempts": 0,
+    "settlement_due_at": None,
+    "settlement_error": None,
+    "settled_entity_version": None,
+    "settlement_block_code": None,
+    "outcome_attempt_id": None,
+    "outcome_epoch": None,
+    "disposition": None,
+    "lease_takeovers": 0,
+    "resolution": None,
+    "declaration_mismatch": None,
+    "approval_fingerprint": None,
+    "approval_purpose": None,
+    "approval_expires_at": None,
+    "approved_by": None,
+    "approval_voided": None,
+    "budget_wait": None,
+    "budget_wait_until": None,
+    "follow": None,
+    "follow_until": None,
+    "remote_overdue": False,
+    "cancel_refused": False,
+    "write_refused": None,
+    "write_refused_error": None,
+}
+"""The immutable first values of :func:`not_yet_happened`, built once (an intent applies them
+on the producer's hot path)."""
+
+
 def not_yet_happened() -> dict[str, Any]:
     """The fields an operation starts with that no event has set yet: no lease, no attempt, no
     answer, no settlement, nothing on the attention queue (read by ``Operation.Intended.apply``).
 
     Returns:
-        A new dict (field name to first value) on every call, so no two operations share a
-        mutable container.
+        A new dict (field name to first value) on every call, with new mutable containers, so no
+        two operations share one.
     """
-    return {
-        "epoch": 0,
-        "worker_id": None,
-        "lease_expires_at": None,
-        "attempts": 0,
-        "open_attempt_id": None,
-        "last_attempt_id": None,
-        "possibly_applied": False,
-        "remote_id": None,
-        "remote_status": None,
-        "callback_ids": set(),
-        "callback_signed_at": {},
-        "last_progress": None,
-        "late_observation": None,
-        "cancel_requested": False,
-        "cancel_reason": None,
-        "failure": None,
-        "last_retry_reason": None,
-        "ambiguity_reason": None,
-        "excerpt": "",
-        "settlement_attempts": 0,
-        "settlement_due_at": None,
-        "settlement_error": None,
-        "settled_entity_version": None,
-        "settlement_block_code": None,
-        "outcome_attempt_id": None,
-        "outcome_epoch": None,
-        "disposition": None,
-        "lease_takeovers": 0,
-        "resolution": None,
-        "declaration_mismatch": None,
-        "approval_fingerprint": None,
-        "approval_purpose": None,
-        "approval_expires_at": None,
-        "approved_by": None,
-        "approval_voided": None,
-        "budget_wait": None,
-        "budget_wait_until": None,
-        "follow": None,
-        "follow_until": None,
-        "remote_overdue": False,
-        "cancel_refused": False,
-        "write_refused": None,
-        "write_refused_error": None,
-    }
+    return {**_FIRST_VALUES, "callback_ids": set(), "callback_signed_at": {}}
