@@ -4,8 +4,9 @@ interleaved pairs, as the median of the per-pair ratios.
     python -m bench.pairs --base b483924                       # throughput and outages, 4 pairs
     python -m bench.pairs --base b483924 --pairs 6 --only throughput
 
-The base commit is checked out into a temporary git worktree and run with this checkout's
-interpreter (its dependencies are the ones installed here). Each pair runs the base and this
+The base commit and this checkout's HEAD (committed code only) are checked out into temporary
+git worktrees and run with this checkout's interpreter (its dependencies are the ones installed
+here). Each pair runs the base and this
 checkout once each (``python -m bench --only ... --repeat 1``), alternating which goes first so
 that a machine getting slower or faster through the run weighs on both sides alike. For every row
 (name, backend, workers) the pair's ratio is this checkout's median over the base's; the verdict
@@ -61,17 +62,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     output = args.output or REPO / "bench" / f"pairs-{base}-{head}.json"
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="opledger-pairs-") as tmp:
-        tree = Path(tmp) / "base"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(tree), base], check=True)
+        # Both sides run from committed snapshots, so editing this checkout meanwhile changes neither.
+        trees = {side: Path(tmp) / side for side in ("base", "head")}
+        for side, rev in (("base", base), ("head", head)):
+            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(trees[side]), rev],
+                           check=True)
         try:
             for index in range(max(1, args.pairs)):
-                order = [("base", tree), ("head", REPO)]
-                for side, root in order if index % 2 == 0 else order[::-1]:
+                order = ["base", "head"] if index % 2 == 0 else ["head", "base"]
+                for side in order:
                     print(f"pair {index + 1}/{args.pairs}: {side}", flush=True)
                     runs.append({"pair": index, "side": side,
-                                 "results": _run(root, scenarios, Path(tmp) / f"{side}-{index}.json")})
+                                 "results": _run(trees[side], scenarios, Path(tmp) / f"{side}-{index}.json")})
         finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
+            for tree in trees.values():
+                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
     rows = compare(runs)
     output.write_text(json.dumps({"base": base, "head": head, "scenarios": scenarios, "pairs": args.pairs,
                                   "command": " ".join(["python -m bench.pairs", *sys.argv[1:]]),
