@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
+from uuid import UUID
 
 import pytest
 from typer.testing import CliRunner
@@ -147,12 +148,18 @@ def test_a_recorded_approval_of_another_fingerprint_never_allows_egress(modes_db
         app.close()
 
 
-def test_the_purpose_shows_in_ops_show_and_the_timeline(modes_db: Database) -> None:
+def _one_refund(modes_db: Database) -> UUID:
+    """Intend one idempotent refund awaiting approval in ``modes_db`` (the app closed again, for a
+    test that goes on through the CLI); its operation id."""
     app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=FakeClock())
     try:
-        op_id = app.make("idempotent", "https://partner.example/refund")
+        return app.make("idempotent", "https://partner.example/refund")
     finally:
         app.close()
+
+
+def test_the_purpose_shows_in_ops_show_and_the_timeline(modes_db: Database) -> None:
+    op_id = _one_refund(modes_db)
     env = {"OPLEDGER_APP": "tests.integration.test_approvals:ApprovalApp"}
     runner = CliRunner()
     url = ["--database-url", modes_db.url()]
@@ -175,11 +182,7 @@ def test_the_policy_named_in_config_decides(modes_db: Database) -> None:
     """``OPLEDGER_APPROVAL_POLICY`` names the policy (``module:function``): the default refuses the
     intender's own approval, a host policy named there allows it, a name that does not resolve
     is a one-line configuration error and nothing is recorded."""
-    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=FakeClock())
-    try:
-        op_id = app.make("idempotent", "https://partner.example/refund")
-    finally:
-        app.close()
+    op_id = _one_refund(modes_db)
     env = {"OPLEDGER_APP": "tests.integration.test_approvals:ApprovalApp"}
     runner = CliRunner()
     args = ["approve", str(op_id), "--principal", "system", "--role", "approver", "--database-url", modes_db.url()]

@@ -4,6 +4,8 @@ out more calls than declared, the rest wait (``BudgetWaited``) and all settle.""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 from uuid import uuid4
@@ -37,13 +39,28 @@ def _worker(app: ModesApp, view: Any, adapter: FakeAdapter, clock: FakeClock, wo
                   projection=StatusProjection(app=app, view=view))
 
 
+@contextmanager
+def _two_workers(app: ModesApp, other: ModesApp, view: Any, adapter: FakeAdapter,
+                 clock: FakeClock) -> Iterator[list[Worker]]:
+    """Workers ``a`` (of ``app``) and ``b`` (of ``other``) on one adapter and view; on leaving,
+    both workers, the view and both apps are closed."""
+    workers = [_worker(app, view, adapter, clock, "a"), _worker(other, view, adapter, clock, "b")]
+    try:
+        yield workers
+    finally:
+        for worker in workers:
+            worker.close()
+        view.close()
+        app.close()
+        other.close()
+
+
 def test_no_window_gives_out_more_calls_than_declared(modes_db: Database) -> None:
     clock = FakeClock()
     env = modes_db.library_env(create_table=False)
     app, other = BudgetApp(env=env, clock=clock), BudgetApp(env=env, clock=clock)
     ids = [app.make("idempotent", "https://partner.example/pay", n=i) for i in range(7)]
     view = open_view(modes_db)
-    adapter = FakeAdapter()
     sent_at: list[Any] = []
 
     def record(request: Any) -> Any:
@@ -51,26 +68,13 @@ def test_no_window_gives_out_more_calls_than_declared(modes_db: Database) -> Non
         from ledger.outcomes import Succeeded
         return Succeeded(status_code=200)
 
-    adapter = FakeAdapter(script=record)
-    workers = [_worker(app, view, adapter, clock, "a"), _worker(other, view, adapter, clock, "b")]
-    try:
-        for _ in range(12):  # 12 windows' worth of time, two workers taking turns
-            for _ in range(4):
-                for worker in workers:
-                    worker.run_once()
-                    worker.egress.wait(0.02)
-            clock.advance(WINDOW / 2)
+    with _two_workers(app, other, view, FakeAdapter(script=record), clock) as workers:
+        _run(workers, clock, 6)  # 6 windows' worth of time, two workers taking turns
         per_window = Counter(window_bounds(at, WINDOW)[0] for at in sent_at)
         assert len(sent_at) == len(ids) and max(per_window.values()) <= LIMIT, per_window
         assert all(app.get_operation(i).status.value == "settled" for i in ids)
         waited = [e for i in ids for e in app.events.get(i) if isinstance(e, Operation.BudgetWaited)]
         assert waited and all(w.scope == "test.idempotent" for w in waited)
-    finally:
-        for worker in workers:
-            worker.close()
-        view.close()
-        app.close()
-        other.close()
 
 
 # ----------------------------------------------------------------- hierarchical budgets and lookups
@@ -120,9 +124,7 @@ def test_a_call_fits_the_tenant_the_integration_and_the_global_budget(modes_db: 
         sent.append((window_bounds(clock.now(), WINDOW)[0], request.integration, request.tenant))
         return Succeeded(status_code=200)
 
-    adapter = FakeAdapter(script=record)
-    workers = [_worker(app, view, adapter, clock, "a"), _worker(other, view, adapter, clock, "b")]
-    try:
+    with _two_workers(app, other, view, FakeAdapter(script=record), clock) as workers:
         _run(workers, clock, 8)
         assert len(sent) == len(ids)
         assert max(Counter(w for w, _, _ in sent).values()) <= 4  # global
@@ -134,12 +136,6 @@ def test_a_call_fits_the_tenant_the_integration_and_the_global_budget(modes_db: 
         assert waited <= {GLOBAL_SCOPE, "test.idempotent", "test.idempotent|tenant=acme",
                           "test.idempotent|tenant=beta"}
         _check_metrics(app, view, waited=len(waited_events(app, ids)))
-    finally:
-        for worker in workers:
-            worker.close()
-        view.close()
-        app.close()
-        other.close()
 
 
 def test_a_tenant_at_its_limit_waits_while_others_use_the_integrations_calls(modes_db: Database) -> None:

@@ -41,7 +41,7 @@ from ledger.declarations import DeliveryMode
 from tests.apps import ModesApp
 from tests.callback_desk import CALLBACK_SECRET
 from tests.conftest import SECRET, drop_schema, new_postgres_url, require_postgres, wait_until
-from tests.process.conftest import worker_env
+from tests.process.conftest import spawning, worker_env
 from tests.receipt_desk import migrate_commands
 
 pytestmark = [pytest.mark.postgres, pytest.mark.process]
@@ -155,16 +155,7 @@ def host_tracer(receiver: Receiver) -> Iterator[TracerProvider]:
 
 @pytest.fixture
 def serves(tmp_path: Path) -> Iterator[Callable[..., ServeProcess]]:
-    started: list[ServeProcess] = []
-
-    def start(env: dict[str, str]) -> ServeProcess:
-        served = spawn_serve(env, tmp_path / f"serve-{len(started)}.log")
-        started.append(served)
-        return served
-
-    yield start
-    for served in started:
-        served.kill()
+    yield from spawning(spawn_serve, tmp_path, "serve")
 
 
 @dataclass
