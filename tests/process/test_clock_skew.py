@@ -13,12 +13,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from uuid import UUID
 
 import httpx
-import psycopg
 import pytest
 
 from adapters.partner import PartnerLog, PartnerProcess
@@ -27,7 +26,7 @@ from ledger.config import Database
 from ledger.operation import Operation
 from ledger.status import ExecutionState
 from migrations import migrate
-from tests.conftest import wait_until
+from tests.conftest import database_now, wait_until
 from tests.process.conftest import read_only_env, worker_env
 from tests.process.skewed_worker import SlowCallsApp
 
@@ -104,13 +103,6 @@ def _load(db: Database, op_id: UUID) -> Operation:
         app.close()
 
 
-def _database_now(db: Database) -> datetime:
-    with psycopg.connect(db.conninfo()) as conn:
-        row = conn.execute("SELECT clock_timestamp()").fetchone()
-    assert row is not None
-    return row[0].astimezone(UTC)
-
-
 def _deliveries(log: PartnerLog, op_id: UUID) -> list:
     return [r for r in log.requests(str(op_id)) if r.kind == "delivery" and r.signature_valid]
 
@@ -158,8 +150,8 @@ def test_a_dead_lease_is_reclaimed_within_its_ttl_and_one_poll_interval(store: D
     wait_until(lambda: _deliveries(partner.log, op_id), what="the call on the wire")
     skewed(-SKEW_SECONDS)  # the slow worker waits, ready, while the fast one holds the lease
     fast.kill()
-    killed_at = _database_now(store)
-    seen_at = wait_until(lambda: _load(store, op_id).epoch >= 2 and _database_now(store), timeout=20,
+    killed_at = database_now(store)
+    seen_at = wait_until(lambda: _load(store, op_id).epoch >= 2 and database_now(store), timeout=20,
                          what="the slow worker to reclaim the operation (judging by its own clock, it would take 30 s more)")
     events = _timeline(store, op_id)
     leases = [e.lease_expires_at for e in events if isinstance(e, (Operation.Claimed, Operation.LeaseRenewed))
