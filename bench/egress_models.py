@@ -33,7 +33,7 @@ import queue
 import resource
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 
@@ -68,6 +68,15 @@ def _threads(url: str, n: int, concurrency: int, shared: bool) -> tuple[float, f
         return time.perf_counter() - began, _cpu() - cpu
 
 
+async def _timed_gather(one: Callable[[int], Awaitable[None]], n: int) -> tuple[float, float]:
+    """Run ``one(i)`` for ``WARMUP`` untimed requests, then ``n`` timed ones, all at once each
+    time (``one`` bounds the concurrency); (wall seconds, CPU seconds) of the timed ``n``."""
+    await asyncio.gather(*(one(i) for i in range(WARMUP)))
+    began, cpu = time.perf_counter(), _cpu()
+    await asyncio.gather(*(one(i) for i in range(n)))
+    return time.perf_counter() - began, _cpu() - cpu
+
+
 def _asyncio(url: str, n: int, concurrency: int) -> tuple[float, float]:
     async def run() -> tuple[float, float]:
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -78,10 +87,7 @@ def _asyncio(url: str, n: int, concurrency: int) -> tuple[float, float]:
                 async with gate:
                     (await client.post(url, json={"n": i})).raise_for_status()
 
-            await asyncio.gather(*(one(i) for i in range(WARMUP)))
-            began, cpu = time.perf_counter(), _cpu()
-            await asyncio.gather(*(one(i) for i in range(n)))
-            return time.perf_counter() - began, _cpu() - cpu
+            return await _timed_gather(one, n)
 
     return asyncio.run(run())
 
@@ -100,10 +106,7 @@ def _aiohttp(url: str, n: int, concurrency: int) -> tuple[float, float]:
                         await answer.content.read(64 * 1024)
                         answer.raise_for_status()
 
-            await asyncio.gather(*(one(i) for i in range(WARMUP)))
-            began, cpu = time.perf_counter(), _cpu()
-            await asyncio.gather(*(one(i) for i in range(n)))
-            return time.perf_counter() - began, _cpu() - cpu
+            return await _timed_gather(one, n)
 
     return asyncio.run(run())
 

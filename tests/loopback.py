@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -41,6 +41,19 @@ class QuietHandler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler], path: str = "/") -> Iterator[str]:
+    """Serve ``handler`` on a threaded HTTP server on a free loopback port while the block runs;
+    gives the URL of ``path`` there. The server is shut down and closed on leaving."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}{path}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class Partner:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 from collections.abc import Callable, Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
@@ -22,7 +20,7 @@ from ledger.config import Database
 from ledger.declarations import DeliveryMode
 from tests.apps import ModesApp
 from tests.conftest import PG_URL
-from tests.loopback import QuietHandler
+from tests.loopback import QuietHandler, serving
 from tests.tracing import Spans, spans, texts_of  # noqa: F401 (spans: the fixture)
 from tests.workers import run_until_settled, webhook_worker
 
@@ -48,12 +46,8 @@ class _Echo(QuietHandler):
 
 @pytest.fixture
 def echo_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/echo"
-    server.shutdown()
-    server.server_close()
+    with serving(_Echo, "/echo") as url:
+        yield url
 
 
 def _needles() -> list[bytes]:

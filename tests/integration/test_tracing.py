@@ -6,9 +6,8 @@ the authorizing request's, as before. On both backends."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from unittest.mock import patch
 from uuid import UUID
 
@@ -22,6 +21,7 @@ from ledger.declarations import DeliveryMode
 from ledger.inbound import CommandContext
 from tests.apps import ModesApp, Thing
 from tests.desk import auth
+from tests.loopback import serving
 from tests.receipt_desk import ReceiptDesk, receipt_desk
 from tests.tracing import Spans, spans, texts_of  # noqa: F401 (spans: the fixture)
 from tests.workers import run_until_settled, webhook_worker
@@ -53,12 +53,8 @@ class _FlakyProvider(BaseHTTPRequestHandler):
 @pytest.fixture
 def provider_url() -> Iterator[str]:
     _FlakyProvider.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FlakyProvider)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
-    server.shutdown()
-    server.server_close()
+    with serving(_FlakyProvider, "/hook") as url:
+        yield url
 
 
 def _run_until_settled(modes_db: Database, app: ModesApp, op_id: object) -> None:

@@ -6,11 +6,15 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from uuid import UUID
 
 import pytest
 
+from adapters.partner import PartnerLog
 from adapters.processes import ChildProcess, WorkerProcess, spawn_worker
+from ledger.application import LedgerApplication
 from ledger.config import Database
+from ledger.operation import Operation
 from tests.conftest import SECRET
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,3 +62,18 @@ def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
 
 def read_only_env(database: Database) -> dict[str, str]:
     return database.library_env(create_table=False, read_only=database.backend == "sqlite")
+
+
+def load_operation(app_class: type[LedgerApplication], db: Database, op_id: UUID) -> Operation:
+    """Operation ``op_id`` as ``app_class`` reads it from ``db`` now, opened beside the running
+    processes (read-only on SQLite) and closed again."""
+    app = app_class(env=read_only_env(db))
+    try:
+        return app.get_operation(op_id)
+    finally:
+        app.close()
+
+
+def signed_deliveries(log: PartnerLog, op_id: UUID) -> list[Any]:
+    """The partner's logged deliveries of operation ``op_id`` whose signature it found valid."""
+    return [r for r in log.requests(str(op_id)) if r.kind == "delivery" and r.signature_valid]
