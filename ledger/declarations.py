@@ -98,11 +98,8 @@ class _Strict(BaseModel):
 
 
 def _not_below(value: float, info: ValidationInfo, lower: str) -> float:
-    """A field validator's check that a maximum (the field ``info`` names) is at least the
-    model's field ``lower``, validated before it; returns ``value``. Raises ValueError
-    ("<field> must be >= <lower>"). A field validator, not a model validator, so the problem is
-    reported with its path (e.g. retry.max_backoff_seconds) and alongside every other problem
-    in the declaration. ``lower`` is skipped when it failed its own validation."""
+    """``value`` if it is at least the field ``lower`` (validated before it); else ValueError. A
+    field validator, not a model validator: the problem is reported with its path, beside the others."""
     floor = info.data.get(lower)
     if floor is not None and value < floor:
         raise ValueError(f"{info.field_name} must be >= {lower}")
