@@ -17,34 +17,52 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 
 @dataclass
-class WorkerProcess:
-    """A running ``opledger worker`` child process.
+class ChildProcess:
+    """A running child process this process started (the shared part of :class:`WorkerProcess`
+    and :class:`ServeProcess`).
 
     Attributes:
         process: the child.
-        log_path: where its stderr (structured logs) goes.
     """
 
     process: subprocess.Popen[bytes] = field(repr=False)
-    log_path: Path
+
+    grace_seconds: ClassVar[float] = 30.0
+    """How long :meth:`terminate` waits after SIGTERM before SIGKILL, by default."""
 
     @property
     def pid(self) -> int:
+        """The child's process id."""
         return self.process.pid
 
     def alive(self) -> bool:
+        """Whether the child has not exited yet."""
         return self.process.poll() is None
 
     def kill(self) -> None:
         """SIGKILL: no chance to record anything (a crash)."""
         _kill(self.process)
 
-    def terminate(self, timeout_seconds: float = 30.0) -> int:
-        """SIGTERM (graceful stop), then wait; SIGKILL after ``timeout_seconds``. Returns the exit code."""
-        return _terminate(self.process, timeout_seconds)
+    def terminate(self, timeout_seconds: float | None = None) -> int:
+        """SIGTERM (graceful stop), then wait; SIGKILL after ``timeout_seconds`` (default
+        :attr:`grace_seconds`). Returns the exit code."""
+        return _terminate(self.process, self.grace_seconds if timeout_seconds is None else timeout_seconds)
+
+
+@dataclass
+class WorkerProcess(ChildProcess):
+    """A running ``opledger worker`` child process (SIGTERM grace: 30 s).
+
+    Attributes:
+        process: the child.
+        log_path: where its stderr (structured logs) goes.
+    """
+
+    log_path: Path
 
 
 _SPAWNED: list[subprocess.Popen[bytes]] = []
@@ -125,8 +143,8 @@ def spawn_worker(env: Mapping[str, str], log_path: Path) -> WorkerProcess:
 
 
 @dataclass
-class ServeProcess:
-    """A running ``opledger serve`` child process.
+class ServeProcess(ChildProcess):
+    """A running ``opledger serve`` child process (SIGTERM grace: 10 s).
 
     Attributes:
         process: the child.
@@ -134,20 +152,10 @@ class ServeProcess:
         log_path: where its stderr goes.
     """
 
-    process: subprocess.Popen[bytes] = field(repr=False)
     url: str
     log_path: Path
 
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL (a crash)."""
-        _kill(self.process)
-
-    def terminate(self, timeout_seconds: float = 10.0) -> int:
-        """SIGTERM, then wait; SIGKILL after ``timeout_seconds``. Returns the exit code."""
-        return _terminate(self.process, timeout_seconds)
+    grace_seconds: ClassVar[float] = 10.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:

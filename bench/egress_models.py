@@ -33,7 +33,7 @@ import queue
 import resource
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 
@@ -68,20 +68,29 @@ def _threads(url: str, n: int, concurrency: int, shared: bool) -> tuple[float, f
         return time.perf_counter() - began, _cpu() - cpu
 
 
+async def _timed_gather(send: Callable[[int], Awaitable[None]], n: int, concurrency: int) -> tuple[float, float]:
+    """Run ``send(i)`` for ``WARMUP`` untimed requests, then ``n`` timed ones, ``concurrency`` at
+    once (a semaphore); (wall seconds, CPU seconds) of the timed ``n``."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> None:
+        async with gate:
+            await send(i)
+
+    await asyncio.gather(*(one(i) for i in range(WARMUP)))
+    began, cpu = time.perf_counter(), _cpu()
+    await asyncio.gather(*(one(i) for i in range(n)))
+    return time.perf_counter() - began, _cpu() - cpu
+
+
 def _asyncio(url: str, n: int, concurrency: int) -> tuple[float, float]:
     async def run() -> tuple[float, float]:
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         async with httpx.AsyncClient(limits=limits) as client:
-            gate = asyncio.Semaphore(concurrency)
+            async def send(i: int) -> None:
+                (await client.post(url, json={"n": i})).raise_for_status()
 
-            async def one(i: int) -> None:
-                async with gate:
-                    (await client.post(url, json={"n": i})).raise_for_status()
-
-            await asyncio.gather(*(one(i) for i in range(WARMUP)))
-            began, cpu = time.perf_counter(), _cpu()
-            await asyncio.gather(*(one(i) for i in range(n)))
-            return time.perf_counter() - began, _cpu() - cpu
+            return await _timed_gather(send, n, concurrency)
 
     return asyncio.run(run())
 
@@ -92,18 +101,12 @@ def _aiohttp(url: str, n: int, concurrency: int) -> tuple[float, float]:
     async def run() -> tuple[float, float]:
         connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
         async with aiohttp.ClientSession(connector=connector) as session:
-            gate = asyncio.Semaphore(concurrency)
+            async def send(i: int) -> None:
+                async with asyncio.timeout(30.0), session.post(url, json={"n": i}, allow_redirects=False) as answer:
+                    await answer.content.read(64 * 1024)
+                    answer.raise_for_status()
 
-            async def one(i: int) -> None:
-                async with gate, asyncio.timeout(30.0):
-                    async with session.post(url, json={"n": i}, allow_redirects=False) as answer:
-                        await answer.content.read(64 * 1024)
-                        answer.raise_for_status()
-
-            await asyncio.gather(*(one(i) for i in range(WARMUP)))
-            began, cpu = time.perf_counter(), _cpu()
-            await asyncio.gather(*(one(i) for i in range(n)))
-            return time.perf_counter() - began, _cpu() - cpu
+            return await _timed_gather(send, n, concurrency)
 
     return asyncio.run(run())
 

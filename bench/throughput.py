@@ -34,11 +34,12 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
+from adapters.processes import WorkerProcess
 from bench import procrastinate_baseline as queue
 from bench.app import HTTP, NOOP
 from bench.fast_partner import fast_partner
@@ -62,7 +63,8 @@ from bench.harness import (
     writer,
 )
 from bench.wire import BareRun, bare_client, bare_result, judge_wire, nginx_partner
-from ledger.config import DEFAULT_EGRESS_PER_HOST, Settings
+from ledger.config import DEFAULT_EGRESS_PER_HOST, Database, Settings
+from projections.view import StatusView
 
 SQLITE_TWO_WORKER_SLOTS = 512
 """Egress slots of the SQLite "2 workers" rows: one process (one owner), twice the default."""
@@ -129,24 +131,36 @@ def _integration(cfg: Config) -> str:
     return NOOP if cfg.adapter == "fake" else HTTP
 
 
+@contextmanager
+def _running(cfg: Config, database: Database, options: Options) -> Iterator[tuple[StatusView, list[WorkerProcess]]]:
+    """``database``'s status reader and ``cfg``'s worker processes (not yet ready); stopped, closed on leaving."""
+    view = reader(database)
+    workers = start_workers(cfg.processes, worker_env(database, threads=cfg.egress_threads), options,
+                            f"{cfg.name}-{cfg.backend}")
+    try:
+        yield view, workers
+    finally:
+        stop_workers(workers)
+        view.close()
+
+
+def _settled(view: StatusView, n: int, cfg: Config, workers: Sequence[WorkerProcess] = ()) -> float:
+    """``perf_counter`` when ``view`` first shows ``n`` settled (``workers`` checked alive meanwhile)."""
+    return wait_until(lambda: settled_count(view) >= n, timeout=TIMEOUT_SECONDS, what=f"{n} settled ({cfg})",
+                      workers=list(workers))
+
+
 def drain(cfg: Config, n: int, options: Options, partners: dict[str, str]) -> tuple[float, dict]:
     """One drain run; returns (seconds, extra facts)."""
     integration = _integration(cfg)
     with fresh_store(cfg.backend, options) as database:
         seed_pending(database, n, integration=integration, target=_target(cfg, partners))
-        view = reader(database)
-        workers = start_workers(cfg.processes, worker_env(database, threads=cfg.egress_threads), options,
-                                f"{cfg.name}-{cfg.backend}")
-        try:
+        with _running(cfg, database, options) as (view, workers):
             began = wait_ready(workers)
             meter = CpuMeter([worker.pid for worker in workers])
             meter.start()
-            done = wait_until(lambda: settled_count(view) >= n, timeout=TIMEOUT_SECONDS,
-                              what=f"{n} settled ({cfg})", workers=workers)
+            done = _settled(view, n, cfg, workers)
             cpu = meter.stop(n)
-        finally:
-            stop_workers(workers)
-            view.close()
     return done - began, {"cpu_us_per_op": cpu}
 
 
@@ -167,10 +181,7 @@ def _produce(app, n: int, producers: int, integration: str, target: str | None) 
 def e2e_postgres(cfg: Config, n: int, options: Options, partners: dict[str, str]) -> tuple[float, dict]:
     integration = _integration(cfg)
     with fresh_store(cfg.backend, options) as database:
-        view = reader(database)
-        workers = start_workers(cfg.processes, worker_env(database, threads=cfg.egress_threads), options,
-                                f"{cfg.name}-{cfg.backend}")
-        try:
+        with _running(cfg, database, options) as (view, workers):
             wait_ready(workers)
             time.sleep(0.5)  # let the projection leader settle in
             meter = CpuMeter([worker.pid for worker in workers])
@@ -178,12 +189,8 @@ def e2e_postgres(cfg: Config, n: int, options: Options, partners: dict[str, str]
                 meter.start()
                 began = time.perf_counter()
                 produced = _produce(app, n, PRODUCERS, integration, _target(cfg, partners))
-                done = wait_until(lambda: settled_count(view) >= n, timeout=TIMEOUT_SECONDS,
-                                  what=f"{n} settled ({cfg})", workers=workers)
+                done = _settled(view, n, cfg, workers)
                 cpu = meter.stop(n)
-        finally:
-            stop_workers(workers)
-            view.close()
     return done - began, {"producer_seconds": round(produced, 3), "producers": PRODUCERS, "cpu_us_per_op": cpu}
 
 
@@ -207,8 +214,7 @@ def e2e_sqlite(cfg: Config, n: int, options: Options, partners: dict[str, str]) 
             time.sleep(0.5)
             began = time.perf_counter()
             produced = _produce(app, n, 1, integration, _target(cfg, partners))
-            done = wait_until(lambda: settled_count(view) >= n, timeout=TIMEOUT_SECONDS,
-                              what=f"{n} settled ({cfg})")
+            done = _settled(view, n, cfg)
         finally:
             stop.set()
             thread.join(timeout=30)

@@ -97,6 +97,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+def _not_below(value: float, info: ValidationInfo, lower: str) -> float:
+    """``value`` if it is at least the field ``lower`` (validated before it); else ValueError. A
+    field validator, not a model validator: the problem is reported with its path, beside the others."""
+    floor = info.data.get(lower)
+    if floor is not None and value < floor:
+        raise ValueError(f"{info.field_name} must be >= {lower}")
+    return value
+
+
 class RetryPolicy(_Strict):
     """Attempt budget and backoff. Delays are computed by ``ledger.decisions`` (exponential with
     jitter); these are its inputs, in seconds."""
@@ -109,12 +118,7 @@ class RetryPolicy(_Strict):
     @field_validator("max_backoff_seconds")
     @classmethod
     def _backoff_ordered(cls, value: float, info: ValidationInfo) -> float:
-        # A field validator, not a model validator, so the problem is reported with its path
-        # (retry.max_backoff_seconds) and alongside every other problem in the declaration.
-        base = info.data.get("base_backoff_seconds")
-        if base is not None and value < base:
-            raise ValueError("max_backoff_seconds must be >= base_backoff_seconds")
-        return value
+        return _not_below(value, info, "base_backoff_seconds")
 
 
 class Deadlines(_Strict):
@@ -149,10 +153,7 @@ class Polling(_Strict):
     @field_validator("max_interval_seconds")
     @classmethod
     def _interval_ordered(cls, value: float, info: ValidationInfo) -> float:
-        first = info.data.get("initial_delay_seconds")
-        if first is not None and value < first:
-            raise ValueError("max_interval_seconds must be >= initial_delay_seconds")
-        return value
+        return _not_below(value, info, "initial_delay_seconds")
 
 
 class SettlementAction(_Strict):

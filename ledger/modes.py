@@ -82,10 +82,10 @@ class ModeRules:
     after_lost_response: AfterLostResponse
     retries_possibly_applied: bool
     follows_redirects: bool
-    success_means_accepted: bool
-    accepted_deadline: str
     provider: str
     ledger: str
+    success_means_accepted: bool = False
+    accepted_deadline: str = "the wait for an accepted remote operation's result"
 
 
 RULES: dict[DeliveryMode, ModeRules] = {
@@ -93,19 +93,16 @@ RULES: dict[DeliveryMode, ModeRules] = {
     for rules in (
         ModeRules(
             DeliveryMode.IDEMPOTENT, AfterLostResponse.RETRY, retries_possibly_applied=True,
-            follows_redirects=True, success_means_accepted=False,
-            accepted_deadline="the wait for an accepted remote operation's result",
+            follows_redirects=True,
             provider="dedupes on our idempotency key", ledger="retries with the **same** key"),
         ModeRules(
             DeliveryMode.RECOVERABLE_REMOTE_ID, AfterLostResponse.LOOK_UP, retries_possibly_applied=False,
-            follows_redirects=False, success_means_accepted=False,
-            accepted_deadline="the wait for an accepted remote operation's result",
+            follows_redirects=False,
             provider='can be asked "did you receive operation X?"',
             ledger="looks it up before deciding; retries only when the lookup says not received"),
         ModeRules(
             DeliveryMode.NON_IDEMPOTENT, AfterLostResponse.RECORD_AMBIGUOUS, retries_possibly_applied=False,
-            follows_redirects=False, success_means_accepted=False,
-            accepted_deadline="the wait for an accepted remote operation's result",
+            follows_redirects=False,
             provider="offers neither", ledger="records `Ambiguous` and stops; an operator resolves it"),
         ModeRules(
             DeliveryMode.CALLBACK, AfterLostResponse.AWAIT_CALLBACK, retries_possibly_applied=False,
@@ -115,8 +112,7 @@ RULES: dict[DeliveryMode, ModeRules] = {
             ledger="waits for the authenticated callback until the deadline"),
         ModeRules(
             DeliveryMode.READ_ONLY, AfterLostResponse.RETRY, retries_possibly_applied=True,
-            follows_redirects=True, success_means_accepted=False,
-            accepted_deadline="the wait for an accepted remote operation's result",
+            follows_redirects=True,
             provider="has no side effect", ledger="retries freely"),
     )
 }

@@ -82,25 +82,16 @@ class PatientModesApp(ModesApp):
     integrations = [declaration(mode, request_timeout_seconds=5.0) for mode in DeliveryMode]
 
 
-class Fragile(Aggregate):
-    """A source entity whose settlement action raises when its label says ``boom`` (an
-    ``Exception``) or ``exit`` (``SystemExit``)."""
-
-    @event("Made")
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.results: list[str] = []
+class Fragile(Thing):
+    """A :class:`Thing` whose settlement action raises when its label says ``boom`` (an
+    ``Exception``) or ``exit`` (``SystemExit``). Its own entity type (``tests.apps:Fragile``)."""
 
     def on_result(self, outcome: SettlementOutcome) -> None:
         if self.label == "boom":
             raise RuntimeError("the host's settlement action failed on purpose")
         if self.label == "exit":
             raise SystemExit(3)  # a host bug that is not an Exception
-        self._settled(outcome.result)
-
-    @event("Settled")
-    def _settled(self, result: str) -> None:
-        self.results.append(result)
+        super().on_result(outcome)
 
 
 class FakeApp(LedgerApplication):

@@ -12,6 +12,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,28 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: fl
             return value
         time.sleep(interval)
     pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+
+
+def database_now(database: Database) -> datetime:
+    """The PostgreSQL server's own clock now (``clock_timestamp()``, UTC): the clock leases and
+    call windows are measured by (DESIGN §7). PostgreSQL only."""
+    import psycopg
+
+    with psycopg.connect(database.conninfo()) as conn:
+        row = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    return row[0].astimezone(UTC)
+
+
+def succeed_directly(app: Any, op_id: uuid.UUID, clock: Any) -> None:
+    """Take operation ``op_id`` of ``app`` (a ``LedgerApplication``) from pending to succeeded
+    through the commands a worker would run (claim, start an attempt, succeed), at ``clock.now()``,
+    without egress; saved."""
+    op = app.get_operation(op_id)
+    epoch = op.claim(now=clock.now(), worker_id="w", lease_seconds=30)
+    op.start_attempt(epoch=epoch, now=clock.now(), attempt_id=uuid.uuid4(), request_fingerprint="f")
+    op.succeed(epoch=epoch, now=clock.now(), attempt_id=op.last_attempt_id)
+    app.save(op)
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Loopback partners for adapter tests: a Werkzeug server answering with a test's handler (written
 as an ``httpx.Response``), a raw socket server for broken answers, and a port nothing listens on.
 
-Used by the webhook adapter's unit tests and the adapter conformance suite, which drive the
+A quiet ``http.server`` handler base (:class:`QuietHandler`) serves tests that need a plain
+threaded HTTP server of their own. Used by the webhook adapter's unit tests and the adapter conformance suite, which drive the
 adapters over real sockets (their transport is an aiohttp event loop, ADR 0009).
 """
 
@@ -12,12 +13,47 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 from werkzeug.serving import make_server
 
 Handler = Callable[[httpx.Request], httpx.Response]
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A ``http.server`` request handler for a test's own loopback server: logs nothing (the test's
+    output stays its own), reads a request's body and answers 200 with one call each."""
+
+    def read_body(self) -> bytes:
+        """The request's body (``Content-Length`` bytes; empty without one)."""
+        return self.rfile.read(int(self.headers.get("Content-Length", 0)))
+
+    def answer(self, body: bytes, headers: dict[str, str]) -> None:
+        """Answer 200 with ``headers`` (name to value) and ``body``; sets ``Content-Length``."""
+        self.send_response(200)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler], path: str = "/") -> Iterator[str]:
+    """Serve ``handler`` on a threaded HTTP server on a free loopback port while the block runs;
+    gives the URL of ``path`` there. The server is shut down and closed on leaving."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}{path}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class Partner:

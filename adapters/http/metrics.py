@@ -95,22 +95,10 @@ class LedgerCollector(Collector):
             yield family
 
     def _gauges(self, gauges: Gauges, fold: Callable[[str], str]) -> Iterator[Metric]:
-        depth = GaugeMetricFamily("opledger_operations", "operations by status now (queue depth)",
-                                  labels=["status", *LABELS])
-        by_status: dict[tuple[str, ...], float] = defaultdict(float)
-        for (status, integration, tenant, mode), n in gauges.by_status.items():
-            by_status[(status, integration, fold(tenant), mode)] += n
-        for labels, value in sorted(by_status.items()):
-            depth.add_metric(list(labels), value)
-        yield depth
-        queue = GaugeMetricFamily("opledger_attention", "operations on the attention queue now, by reason",
-                                  labels=["reason", *LABELS])
-        by_reason: dict[tuple[str, ...], float] = defaultdict(float)
-        for (reason, integration, tenant, mode), n in gauges.attention.items():
-            by_reason[(reason, integration, fold(tenant), mode)] += n
-        for labels, value in sorted(by_reason.items()):
-            queue.add_metric(list(labels), value)
-        yield queue
+        yield _counted("opledger_operations", "operations by status now (queue depth)", "status",
+                       gauges.by_status, fold)
+        yield _counted("opledger_attention", "operations on the attention queue now, by reason", "reason",
+                       gauges.attention, fold)
         now = self.now()
         oldest = GaugeMetricFamily("opledger_oldest_pending_age_seconds",
                                    "age of the oldest pending operation (intent to now), seconds", labels=LABELS)
@@ -121,6 +109,20 @@ class LedgerCollector(Collector):
         for labels, value in sorted(ages.items()):
             oldest.add_metric(list(labels), value)
         yield oldest
+
+
+def _counted(name: str, help_text: str, label: str, counts: dict[tuple[str, str, str, str], int],
+             fold: Callable[[str], str]) -> Metric:
+    """A gauge of operations counted now by one label of their own (``label``: status, reason)
+    and ``LABELS``: ``counts`` maps (value of ``label``, integration, tenant, delivery mode) to a
+    number of operations; tenants go through ``fold``, and those folded together are summed."""
+    family = GaugeMetricFamily(name, help_text, labels=[label, *LABELS])
+    summed: dict[tuple[str, ...], float] = defaultdict(float)
+    for (own, integration, tenant, mode), n in counts.items():
+        summed[(own, integration, fold(tenant), mode)] += n
+    for labels, value in sorted(summed.items()):
+        family.add_metric(list(labels), value)
+    return family
 
 
 def _receipts_stuck(totals: dict[LabelKey, float]) -> Metric:

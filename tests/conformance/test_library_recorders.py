@@ -30,7 +30,10 @@ from tests.conftest import drop_schema, new_postgres_url, require_postgres
 
 
 class _OurSQLite:
-    """Mixin: a fresh file store per test, built by ``LedgerSQLiteFactory``."""
+    """Mixin: a fresh file store per test, built by ``LedgerSQLiteFactory``; the recorder
+    tested is the one named by the test case's ``recorder_kind``."""
+
+    recorder_kind: str
 
     def setUp(self) -> None:
         self._threads_before = set(threading.enumerate())
@@ -51,32 +54,31 @@ class _OurSQLite:
         self.factory.close()
         self._dir.cleanup()
 
+    def create_recorder(self):
+        """The factory's recorder of the test case's ``recorder_kind`` (aggregate, application,
+        tracking or process)."""
+        return getattr(self.factory, f"{self.recorder_kind}_recorder")()
+
 
 class TestAggregateRecorder(_OurSQLite, lib.AggregateRecorderTestCase):
-    def create_recorder(self):
-        return self.factory.aggregate_recorder()
+    recorder_kind = "aggregate"
 
 
 class TestApplicationRecorder(_OurSQLite, lib.ApplicationRecorderTestCase):
-    def create_recorder(self):
-        return self.factory.application_recorder()
+    recorder_kind = "application"
 
 
 class TestTrackingRecorder(_OurSQLite, lib.TrackingRecorderTestCase):
-    def create_recorder(self):
-        return self.factory.tracking_recorder()
+    recorder_kind = "tracking"
 
 
 class TestProcessRecorder(_OurSQLite, lib.ProcessRecorderTestCase):
-    def create_recorder(self):
-        return self.factory.process_recorder()
+    recorder_kind = "process"
 
 
 class TestNonInterleavingNotificationIDs(_OurSQLite, lib.NonInterleavingNotificationIDsBaseCase):
+    recorder_kind = "application"
     insert_num = 200
-
-    def create_recorder(self):
-        return self.factory.application_recorder()
 
 
 def test_every_connection_is_durable(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
+from uuid import UUID
 
 import pytest
 from typer.testing import CliRunner
@@ -109,10 +110,19 @@ def test_a_voided_approval_ends_at_the_pending_deadline_saying_so(modes_db: Data
         assert op.failure is not None and op.approval_voided == "approval_expired"
 
 
-def test_an_approval_for_another_fingerprint_or_by_the_intender_is_refused(modes_db: Database) -> None:
-    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=FakeClock())
+@contextmanager
+def _refund(modes_db: Database, clock: FakeClock) -> Iterator[tuple[ApprovalApp, UUID]]:
+    """An ``ApprovalApp`` on ``modes_db`` with ``clock`` (closed on leaving), and the id of one
+    idempotent refund it intended, awaiting approval."""
+    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=clock)
     try:
-        op_id = app.make("idempotent", "https://partner.example/refund")
+        yield app, app.make("idempotent", "https://partner.example/refund")
+    finally:
+        app.close()
+
+
+def test_an_approval_for_another_fingerprint_or_by_the_intender_is_refused(modes_db: Database) -> None:
+    with _refund(modes_db, FakeClock()) as (app, op_id):
         with pytest.raises(ApprovalRefusedError, match="names fingerprint 'sha256:other'"):
             _approve(app, op_id, fingerprint="sha256:other")
         # The test application intends as "system"; the default policy refuses its self-approval.
@@ -125,15 +135,11 @@ def test_an_approval_for_another_fingerprint_or_by_the_intender_is_refused(modes
         assert op.approval == "granted" and op.approved_by == "system"
         assert op.approval_fingerprint == op.fingerprint and op.approval_purpose == PURPOSE
         assert op.approval_expires_at == app.get_operation(op_id).approval_expires_at
-    finally:
-        app.close()
 
 
 def test_a_recorded_approval_of_another_fingerprint_never_allows_egress(modes_db: Database) -> None:
     clock = FakeClock()
-    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=clock)
-    try:
-        op_id = app.make("idempotent", "https://partner.example/refund")
+    with _refund(modes_db, clock) as (app, op_id):
         op = app.get_operation(op_id)
         # As if recorded by a faulty or older tool: the event carries another fingerprint.
         op.trigger_event(Operation.ApprovalGranted, timestamp=clock.now(), principal="alice",
@@ -143,16 +149,17 @@ def test_a_recorded_approval_of_another_fingerprint_never_allows_egress(modes_db
         with pytest.raises(Exception, match="approval_fingerprint_mismatch"):
             op.claim(now=clock.now(), worker_id="w", lease_seconds=30)
         assert op.void_approval(now=clock.now()) == "approval_fingerprint_mismatch"
-    finally:
-        app.close()
+
+
+def _one_refund(modes_db: Database) -> UUID:
+    """Intend one idempotent refund awaiting approval in ``modes_db`` (the app closed again, for a
+    test that goes on through the CLI); its operation id."""
+    with _refund(modes_db, FakeClock()) as (_, op_id):
+        return op_id
 
 
 def test_the_purpose_shows_in_ops_show_and_the_timeline(modes_db: Database) -> None:
-    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=FakeClock())
-    try:
-        op_id = app.make("idempotent", "https://partner.example/refund")
-    finally:
-        app.close()
+    op_id = _one_refund(modes_db)
     env = {"OPLEDGER_APP": "tests.integration.test_approvals:ApprovalApp"}
     runner = CliRunner()
     url = ["--database-url", modes_db.url()]
@@ -175,11 +182,7 @@ def test_the_policy_named_in_config_decides(modes_db: Database) -> None:
     """``OPLEDGER_APPROVAL_POLICY`` names the policy (``module:function``): the default refuses the
     intender's own approval, a host policy named there allows it, a name that does not resolve
     is a one-line configuration error and nothing is recorded."""
-    app = ApprovalApp(env=modes_db.library_env(create_table=False), clock=FakeClock())
-    try:
-        op_id = app.make("idempotent", "https://partner.example/refund")
-    finally:
-        app.close()
+    op_id = _one_refund(modes_db)
     env = {"OPLEDGER_APP": "tests.integration.test_approvals:ApprovalApp"}
     runner = CliRunner()
     args = ["approve", str(op_id), "--principal", "system", "--role", "approver", "--database-url", modes_db.url()]

@@ -4,6 +4,8 @@ out more calls than declared, the rest wait (``BudgetWaited``) and all settle.""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 from uuid import uuid4
@@ -37,13 +39,27 @@ def _worker(app: ModesApp, view: Any, adapter: FakeAdapter, clock: FakeClock, wo
                   projection=StatusProjection(app=app, view=view))
 
 
+@contextmanager
+def _running(view: Any, adapter: FakeAdapter, clock: FakeClock, *apps: ModesApp) -> Iterator[list[Worker]]:
+    """One worker per app in ``apps`` (ids ``a``, ``b``, …) on one adapter and view; on leaving,
+    the workers, the view and the apps are closed."""
+    workers = [_worker(app, view, adapter, clock, chr(ord("a") + n)) for n, app in enumerate(apps)]
+    try:
+        yield workers
+    finally:
+        for worker in workers:
+            worker.close()
+        view.close()
+        for app in apps:
+            app.close()
+
+
 def test_no_window_gives_out_more_calls_than_declared(modes_db: Database) -> None:
     clock = FakeClock()
     env = modes_db.library_env(create_table=False)
     app, other = BudgetApp(env=env, clock=clock), BudgetApp(env=env, clock=clock)
     ids = [app.make("idempotent", "https://partner.example/pay", n=i) for i in range(7)]
     view = open_view(modes_db)
-    adapter = FakeAdapter()
     sent_at: list[Any] = []
 
     def record(request: Any) -> Any:
@@ -51,26 +67,13 @@ def test_no_window_gives_out_more_calls_than_declared(modes_db: Database) -> Non
         from ledger.outcomes import Succeeded
         return Succeeded(status_code=200)
 
-    adapter = FakeAdapter(script=record)
-    workers = [_worker(app, view, adapter, clock, "a"), _worker(other, view, adapter, clock, "b")]
-    try:
-        for _ in range(12):  # 12 windows' worth of time, two workers taking turns
-            for _ in range(4):
-                for worker in workers:
-                    worker.run_once()
-                    worker.egress.wait(0.02)
-            clock.advance(WINDOW / 2)
+    with _running(view, FakeAdapter(script=record), clock, app, other) as workers:
+        _run(workers, clock, 6)  # 6 windows' worth of time, two workers taking turns
         per_window = Counter(window_bounds(at, WINDOW)[0] for at in sent_at)
         assert len(sent_at) == len(ids) and max(per_window.values()) <= LIMIT, per_window
         assert all(app.get_operation(i).status.value == "settled" for i in ids)
         waited = [e for i in ids for e in app.events.get(i) if isinstance(e, Operation.BudgetWaited)]
         assert waited and all(w.scope == "test.idempotent" for w in waited)
-    finally:
-        for worker in workers:
-            worker.close()
-        view.close()
-        app.close()
-        other.close()
 
 
 # ----------------------------------------------------------------- hierarchical budgets and lookups
@@ -120,9 +123,7 @@ def test_a_call_fits_the_tenant_the_integration_and_the_global_budget(modes_db: 
         sent.append((window_bounds(clock.now(), WINDOW)[0], request.integration, request.tenant))
         return Succeeded(status_code=200)
 
-    adapter = FakeAdapter(script=record)
-    workers = [_worker(app, view, adapter, clock, "a"), _worker(other, view, adapter, clock, "b")]
-    try:
+    with _running(view, FakeAdapter(script=record), clock, app, other) as workers:
         _run(workers, clock, 8)
         assert len(sent) == len(ids)
         assert max(Counter(w for w, _, _ in sent).values()) <= 4  # global
@@ -134,12 +135,6 @@ def test_a_call_fits_the_tenant_the_integration_and_the_global_budget(modes_db: 
         assert waited <= {GLOBAL_SCOPE, "test.idempotent", "test.idempotent|tenant=acme",
                           "test.idempotent|tenant=beta"}
         _check_metrics(app, view, waited=len(waited_events(app, ids)))
-    finally:
-        for worker in workers:
-            worker.close()
-        view.close()
-        app.close()
-        other.close()
 
 
 def test_a_tenant_at_its_limit_waits_while_others_use_the_integrations_calls(modes_db: Database) -> None:
@@ -147,8 +142,7 @@ def test_a_tenant_at_its_limit_waits_while_others_use_the_integrations_calls(mod
     app = NestedApp(env=modes_db.library_env(create_table=False), clock=clock)
     acme = [_intend(app, DeliveryMode.IDEMPOTENT, "acme", n) for n in range(3)]
     view = open_view(modes_db)
-    worker = _worker(app, view, FakeAdapter(), clock, "a")
-    try:
+    with _running(view, FakeAdapter(), clock, app) as (worker,):
         clock.set(window_bounds(clock.now(), WINDOW)[0] + timedelta(seconds=1))  # early in a window
         worker.run_once()
         worker.egress.wait(1.0)
@@ -162,10 +156,6 @@ def test_a_tenant_at_its_limit_waits_while_others_use_the_integrations_calls(mod
         worker.egress.wait(1.0)
         worker.run_once()
         assert app.get_operation(beta).attempts == 1  # the integration's third call, this window
-    finally:
-        worker.close()
-        view.close()
-        app.close()
 
 
 class LookupApp(ModesApp):
@@ -192,18 +182,13 @@ def test_lookups_take_calls_from_the_budget(modes_db: Database) -> None:
         calls.append((window_bounds(clock.now(), WINDOW)[0], "lookup"))
         return Succeeded(status_code=200)
 
-    worker = _worker(app, view, FakeAdapter(script=send, lookup_script=lookup), clock, "a")
-    try:
+    with _running(view, FakeAdapter(script=send, lookup_script=lookup), clock, app) as (worker,):
         _run([worker], clock, 20)
         assert Counter(kind for _, kind in calls) == {"send": 3, "lookup": 3}
         assert max(Counter(w for w, _ in calls).values()) <= 2  # lookups counted with the sends
         assert all(app.get_operation(i).status.value == "settled" for i in ids)
         taken = [e for e in _window_events(app) if isinstance(e, CallWindow.CallTaken)]
         assert Counter(e.kind for e in taken) == {"send": 3, "lookup": 3}
-    finally:
-        worker.close()
-        view.close()
-        app.close()
 
 
 def _window_events(app: ModesApp) -> list[Any]:
@@ -308,8 +293,7 @@ def test_a_reclaim_that_meets_a_used_up_budget_records_the_wait_and_looks_up_onc
         lookups.append(clock.now())
         return Succeeded(status_code=200)
 
-    worker = _worker(app, view, FakeAdapter(lookup_script=lookup), clock, "a")
-    try:
+    with _running(view, FakeAdapter(lookup_script=lookup), clock, app) as (worker,):
         clock.advance(4)  # the lease lapsed; the window (to +10 s) has no call left
         for _ in range(3):  # more passes in the same window record nothing more
             worker.run_once()
@@ -331,10 +315,6 @@ def test_a_reclaim_that_meets_a_used_up_budget_records_the_wait_and_looks_up_onc
         done = app.get_operation(op_id)
         assert done.status.value == "settled" and done.lease_takeovers == 1 and done.attempts == 1
         assert _events(app, op_id).count("BudgetWaited") == 1
-    finally:
-        worker.close()
-        view.close()
-        app.close()
 
 
 def test_a_lookup_after_a_lost_response_that_meets_a_used_up_budget_records_the_wait(modes_db: Database) -> None:
@@ -358,8 +338,7 @@ def test_a_lookup_after_a_lost_response_that_meets_a_used_up_budget_records_the_
         calls.append((clock.now(), "lookup"))
         return Succeeded(status_code=200)
 
-    worker = _worker(app, view, FakeAdapter(script=send, lookup_script=lookup), clock, "a")
-    try:
+    with _running(view, FakeAdapter(script=send, lookup_script=lookup), clock, app) as (worker,):
         for _ in range(4):  # within the window
             worker.run_once()
             worker.egress.wait(1.0)
@@ -384,7 +363,3 @@ def test_a_lookup_after_a_lost_response_that_meets_a_used_up_budget_records_the_
             assert _events(app, op_id).count("BudgetWaited") == 1
         taken = [e for e in _window_events(app) if isinstance(e, CallWindow.CallTaken)]
         assert Counter(e.kind for e in taken) == {"send": 2, "lookup": 2}
-    finally:
-        worker.close()
-        view.close()
-        app.close()

@@ -30,6 +30,17 @@ def test_entity_and_intent_are_recorded_in_one_save(orders_app: OrdersApp) -> No
     assert sorted(t for t, _ in _log(orders_app)) == ["Intended", "Intended", "Placed"]
 
 
+def _settled_and_intended(orders_app: OrdersApp) -> tuple[Order, Order, Operation]:
+    """A saved order; a loaded copy of it with its payment settled (a transition, not saved);
+    and the ``payments.charge`` operation intended from that transition (not saved either)."""
+    order = Order(customer_email="a@example.test", amount_cents=100)
+    orders_app.save(order)
+    loaded = orders_app.repository.get(order.id)
+    loaded._payment_settled("x", "succeeded")
+    return order, loaded, orders_app.intend(loaded, "payments.charge", payload=_payload(loaded),
+                                            target="http://p/pay")
+
+
 def test_entity_version_conflict_rolls_back_the_intent(orders_app: OrdersApp) -> None:
     order = Order(customer_email="a@example.test", amount_cents=100)
     orders_app.save(order)
@@ -47,11 +58,7 @@ def test_entity_version_conflict_rolls_back_the_intent(orders_app: OrdersApp) ->
 
 
 def test_operation_conflict_rolls_back_the_entity_event(orders_app: OrdersApp) -> None:
-    order = Order(customer_email="a@example.test", amount_cents=100)
-    orders_app.save(order)
-    loaded = orders_app.repository.get(order.id)
-    loaded._payment_settled("x", "succeeded")
-    op = orders_app.intend(loaded, "payments.charge", payload=_payload(loaded), target="http://p/pay")
+    order, loaded, op = _settled_and_intended(orders_app)
     # Someone else records the same operation first (same derived id), without the entity event.
     orders_app.save(Operation.intend(
         now=orders_app.clock.now(), integration=orders_app.registry.get("payments.charge"),
@@ -73,11 +80,7 @@ def test_replaying_a_transition_yields_the_same_operation_id(orders_app: OrdersA
 
 
 def test_exact_retry_returns_the_stored_operation_and_a_changed_intent_conflicts(orders_app: OrdersApp) -> None:
-    order = Order(customer_email="a@example.test", amount_cents=100)
-    orders_app.save(order)
-    loaded = orders_app.repository.get(order.id)
-    loaded._payment_settled("x", "succeeded")
-    op = orders_app.intend(loaded, "payments.charge", payload=_payload(loaded), target="http://p/pay")
+    order, loaded, op = _settled_and_intended(orders_app)
     orders_app.save(loaded, op)
 
     replay = orders_app.repository.get(order.id, version=1)

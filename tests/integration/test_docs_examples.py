@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import types
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from ledger.config import Database
 from migrations import migrate
 from projections.status import StatusProjection
 from projections.views import open_view
+from tests.loopback import QuietHandler
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -66,23 +67,15 @@ def test_readme_example_co_commits_and_settles(tmp_path: Path) -> None:
         del sys.modules["shop"]
 
 
-class _Provider(BaseHTTPRequestHandler):
+class _Provider(QuietHandler):
     """A provider that answers every POST 200 and keeps the requests' headers (``received``)."""
 
     received: list[dict[str, str]] = []
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.read_body()
         type(self).received.append({k.lower(): v for k, v in self.headers.items()})
-        body = b"{}"
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.answer(b"{}", {"Content-Type": "application/json"})
 
 
 def _readme_shell_lines() -> list[str]:

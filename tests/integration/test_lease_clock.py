@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import psycopg
 import pytest
 from structlog.testing import capture_logs
 
@@ -16,15 +15,9 @@ from ledger.config import Database
 from projections.status import StatusProjection
 from projections.view import StatusView
 from projections.views import open_view
+from tests.conftest import database_now
 
 UTC = UTC
-
-
-def _database_now(database: Database) -> datetime:
-    with psycopg.connect(database.conninfo()) as conn:
-        row = conn.execute("SELECT clock_timestamp()").fetchone()
-    assert row is not None
-    return row[0].astimezone(UTC)
 
 
 def _intend_at(database: Database, at: datetime) -> list:
@@ -63,7 +56,7 @@ def test_a_skewed_worker_follows_the_database_and_says_so(migrated: Database, vi
         clock = view.lease_clock(OffsetClock(SystemClock(), 15.0), max_skew_seconds=2.0)
     assert isinstance(clock, ReferenceClock) and clock.reading is not None
     assert clock.reading.offset_seconds == pytest.approx(-15.0, abs=0.5)
-    assert abs((clock.now() - _database_now(migrated)).total_seconds()) < 0.5
+    assert abs((clock.now() - database_now(migrated)).total_seconds()) < 0.5
     warnings = [e for e in logs if e["log_level"] == "warning"]
     assert len(warnings) == 1 and warnings[0]["offset_seconds"] == pytest.approx(-15.0, abs=0.5)
     first = clock.reading
@@ -74,7 +67,7 @@ def test_a_skewed_worker_follows_the_database_and_says_so(migrated: Database, vi
 @pytest.mark.postgres
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_due_work_is_chosen_by_the_database_time(migrated: Database, view: StatusView) -> None:
-    db_now = _database_now(migrated)
+    db_now = database_now(migrated)
     past = set(_intend_at(migrated, db_now - timedelta(hours=1)))
     future = set(_intend_at(migrated, db_now + timedelta(hours=1)))
     # Without a lease clock, the caller's time decides (tests drive a fake clock so).

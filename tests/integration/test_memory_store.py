@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import pytest
 from eventsourcing.persistence import StoredEvent
@@ -20,13 +20,9 @@ from projections.memory_view import MemoryStatusStore
 from projections.rows import row_from_operation
 from projections.status import PROJECTION_NAME, StatusProjection, StatusProjectionConfig
 from projections.views import open_view
+from tests.conftest import succeed_directly
 
 POPO = {"PERSISTENCE_MODULE": "eventsourcing.popo"}
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture
@@ -59,14 +55,6 @@ def _place(app: OrdersApp, n: int) -> tuple[list[UUID], list[UUID]]:
     return orders, ops
 
 
-def _drive(app: OrdersApp, op_id: UUID, clock: FakeClock) -> None:
-    op = app.get_operation(op_id)
-    epoch = op.claim(now=clock.now(), worker_id="w", lease_seconds=30)
-    op.start_attempt(epoch=epoch, now=clock.now(), attempt_id=uuid4(), request_fingerprint="f")
-    op.succeed(epoch=epoch, now=clock.now(), attempt_id=op.last_attempt_id)
-    app.save(op)
-
-
 def _expected_rows(app: OrdersApp, ops: list[UUID]) -> dict[UUID, Any]:
     return {op_id: row_from_operation(app.repository.get(op_id)) for op_id in ops}
 
@@ -77,7 +65,7 @@ def test_intents_co_commit_and_the_projection_catches_up_in_memory(app: OrdersAp
     assert app.recorder.max_notification_id() == 9  # each order and its two intents: one commit
     for op_id in ops[:2]:
         clock.advance(1)
-        _drive(app, op_id, clock)
+        succeed_directly(app, op_id, clock)
     view = open_view(store)
     projection = StatusProjection(app=app, view=view, config=StatusProjectionConfig(batch_size=4))
     assert projection.catch_up() == 6 + 2 * 3  # the intents, and three events per driven operation
@@ -88,7 +76,7 @@ def test_intents_co_commit_and_the_projection_catches_up_in_memory(app: OrdersAp
     assert {due.operation_id for due in view.due(clock.now(), 100)} == set(ops)
 
     _, more = _place(app, 1)
-    _drive(app, ops[2], clock)
+    succeed_directly(app, ops[2], clock)
     assert projection.run_once() == 4  # one batch
     assert projection.catch_up() == 1
     assert {row.operation_id: row for row in view.list()} == _expected_rows(app, ops + more)
@@ -98,7 +86,7 @@ def test_intents_co_commit_and_the_projection_catches_up_in_memory(app: OrdersAp
 def test_rebuild_in_memory_gives_identical_rows(app: OrdersApp, store: MemoryStatusStore, clock: FakeClock) -> None:
     _, ops = _place(app, 4)
     for op_id in ops[::2]:
-        _drive(app, op_id, clock)
+        succeed_directly(app, op_id, clock)
     view = open_view(store)
     StatusProjection(app=app, view=view).catch_up()
     before, position = view.list(limit=1000), view.position(PROJECTION_NAME, app.name)
@@ -116,7 +104,7 @@ def test_a_record_that_does_not_decode_quarantines_its_operation_only(app: Order
     app.recorder.insert_events([StoredEvent(originator_id=bad, originator_version=2,
                                             topic=Operation.Claimed.__module__ + ":Operation.Claimed",
                                             state=b"\xff not a ledger event")])
-    _drive(app, ops[1], clock)
+    succeed_directly(app, ops[1], clock)
     view = open_view(store)
     projection = StatusProjection(app=app, view=view)
     projection.catch_up()

@@ -48,11 +48,6 @@ class FollowApp(LedgerApplication):
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
 def app(clock: FakeClock) -> Iterator[FollowApp]:
     app = FollowApp(env=POPO, clock=clock)
     yield app

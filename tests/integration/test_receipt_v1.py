@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import httpx
 from eventsourcing.persistence import StoredEvent
 
 from ledger.receipts import APPLIED, COMPLETED, NOT_APPLIED, V1_GENERIC_BODY, receipt_id
@@ -27,6 +28,14 @@ def stored_v1(desk: ReceiptDesk) -> list[dict[str, Any]]:
     return records
 
 
+def _make_ticket_again(desk: ReceiptDesk, label: str, key: str) -> httpx.Response:
+    """``POST /v1/commands/make_ticket`` as the viewer with ``label`` under idempotency key ``key``
+    (the key the v1 record was stored under, so the answer is a replay)."""
+    return desk.client.post("/v1/commands/make_ticket", content=json.dumps({"label": label}).encode(),
+                            headers={**auth("viewer"), "Content-Type": "application/json",
+                                     "Idempotency-Key": json.dumps(key)})
+
+
 def test_a_v1_receipt_decodes_and_replays_its_generic_envelope(database_url: str) -> None:
     with receipt_desk(database_url) as desk:
         records = stored_v1(desk)
@@ -35,8 +44,7 @@ def test_a_v1_receipt_decodes_and_replays_its_generic_envelope(database_url: str
         receipt = desk.runner.load(rid)
         assert receipt is not None and receipt.state == COMPLETED and receipt.envelope is not None
         assert (receipt.envelope.status, receipt.envelope.outcome) == (200, APPLIED)
-        response = desk.client.post("/v1/commands/make_ticket", content=b'{"label": "legacy"}',
-                                    headers={**auth("viewer"), "Content-Type": "application/json", "Idempotency-Key": '"legacy-key-1"'})
+        response = _make_ticket_again(desk, "legacy", "legacy-key-1")
         assert response.status_code == 200
         assert response.headers["idempotent-replayed"] == "true"
         assert response.headers["content-type"] == "application/json"
@@ -55,8 +63,7 @@ def test_a_v1_not_applied_receipt_replays_a_problem_json_422(database_url: str) 
         receipt = desk.runner.load(rid)
         assert receipt is not None and receipt.envelope is not None
         assert (receipt.envelope.status, receipt.envelope.outcome) == (422, NOT_APPLIED)
-        response = desk.client.post("/v1/commands/make_ticket", content=b'{"label": "legacy-refused"}',
-                                    headers={**auth("viewer"), "Content-Type": "application/json", "Idempotency-Key": '"legacy-key-2"'})
+        response = _make_ticket_again(desk, "legacy-refused", "legacy-key-2")
         assert response.status_code == 422
         assert response.headers["idempotent-replayed"] == "true"
         # An error, so problem+json (RFC 9457) with code and retryable, as every other error is.

@@ -21,7 +21,7 @@ from ledger.operation import Operation
 from projections.metrics import MetricsProjection
 from projections.metrics_store import MetricsStore
 from projections.status import StatusProjection
-from projections.views import open_view
+from projections.views import StatusView, open_view
 from tests.apps import FakeApp
 from tests.refusals import MESSAGE, drop_trigger, refuse_event
 
@@ -29,13 +29,21 @@ OTHERS = 30
 BAD = "https://partner.test/bad"
 
 
+def _inline_worker(app: FakeApp, view: StatusView, adapter: FakeAdapter, clock: FakeClock,
+                   worker_id: str) -> tuple[Worker, StatusProjection]:
+    """A worker with 64 inline egress slots and a fixed random seed, and the status projection it
+    offers every commit to (``on_committed``)."""
+    projection = StatusProjection(app=app, view=view)
+    worker = Worker(app=app, view=view, adapters={"fake": adapter}, clock=clock,
+                    config=WorkerConfig(worker_id=worker_id, egress_slots=64, inline_egress=True),
+                    rng=random.Random(7), projection=projection, on_committed=projection.offer)
+    return worker, projection
+
+
 def _drain(app: FakeApp, database: Database, clock: FakeClock, adapter: FakeAdapter, others: list[UUID],
            bad: UUID, cycles: int = 40) -> tuple[Worker, dict]:
     view = open_view(database)
-    projection = StatusProjection(app=app, view=view)
-    worker = Worker(app=app, view=view, adapters={"fake": adapter}, clock=clock,
-                    config=WorkerConfig(worker_id="refusals", egress_slots=64, inline_egress=True),
-                    rng=random.Random(7), projection=projection, on_committed=projection.offer)
+    worker, projection = _inline_worker(app, view, adapter, clock, "refusals")
     try:
         for _ in range(cycles):
             worker.run_once()  # raises if the worker would stop: it must not
@@ -145,10 +153,7 @@ def test_an_operation_none_of_whose_rows_the_store_takes_is_set_aside(app, fake_
     refuse_event(fake_db, app.name, bad, None)
     adapter = FakeAdapter()
     view = open_view(fake_db)
-    projection = StatusProjection(app=app, view=view)
-    worker = Worker(app=app, view=view, adapters={"fake": adapter}, clock=clock,
-                    config=WorkerConfig(worker_id="aside", egress_slots=64, inline_egress=True),
-                    rng=random.Random(7), projection=projection, on_committed=projection.offer)
+    worker, projection = _inline_worker(app, view, adapter, clock, "aside")
     try:
         with capture_logs() as logs:
             for _ in range(10):

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
-import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
@@ -19,17 +16,13 @@ import pytest
 from typer.testing import CliRunner
 
 from adapters.cli.app import app as cli
-from adapters.webhook import WebhookAdapter
-from executors.runtime import Worker, WorkerConfig
-from executors.secrets import EnvironmentSecrets
-from ledger.clock import SystemClock
 from ledger.config import Database
 from ledger.declarations import DeliveryMode
-from projections.status import StatusProjection
-from projections.views import open_view
 from tests.apps import ModesApp
-from tests.conftest import PG_URL, SECRET
+from tests.conftest import PG_URL
+from tests.loopback import QuietHandler, serving
 from tests.tracing import Spans, spans, texts_of  # noqa: F401 (spans: the fixture)
+from tests.workers import run_until_settled, webhook_worker
 
 CANARY = 'tok/ü"canary+secret 42'
 """A secret whose JSON, URL and base64 forms all differ from its raw text."""
@@ -43,29 +36,18 @@ def echo_forms(value: str) -> list[str]:
             base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode().rstrip("="), raw.hex()]
 
 
-class _Echo(BaseHTTPRequestHandler):
+class _Echo(QuietHandler):
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.read_body()
         body = json.dumps({"forms": echo_forms(CANARY), "internal": INTERNAL}, ensure_ascii=False).encode()
         body += b" raw:" + CANARY.encode() + b" " + json.dumps(CANARY).encode()
-        self.send_response(200)
-        self.send_header("X-Echo", base64.b64encode(CANARY.encode()).decode())
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.answer(body, {"X-Echo": base64.b64encode(CANARY.encode()).decode()})
 
 
 @pytest.fixture
 def echo_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/echo"
-    server.shutdown()
-    server.server_close()
+    with serving(_Echo, "/echo") as url:
+        yield url
 
 
 def _needles() -> list[bytes]:
@@ -123,30 +105,18 @@ def test_a_secret_echoed_in_every_encoding_reaches_no_sink(modes_db: Database, e
                                                           spans: Spans) -> None:  # noqa: F811
     json_logs()
     app = ModesApp(env=modes_db.library_env(create_table=False))
-    clock = SystemClock()
-    view = open_view(modes_db)
-    adapter = WebhookAdapter(secret=SECRET, clock=clock)
-    worker = Worker(app=app, view=view, adapters={"webhook": adapter}, clock=clock,
-                    config=WorkerConfig(worker_id="canary", lease_seconds=10, egress_slots=2),
-                    projection=StatusProjection(app=app, view=view),
-                    secrets=EnvironmentSecrets({"test-token": CANARY}))
     try:
-        from tests.apps import Thing
-        thing = Thing(label="canary")
-        op = app.intend(thing, f"test.{DeliveryMode.IDEMPOTENT.value}", target=echo_url,
-                        payload={"n": 1, "note": INTERNAL, "token": "secretref:test-token"})
-        app.save(thing, op)
-        deadline = time.monotonic() + 20
-        while app.get_operation(op.id).status.value != "settled" and time.monotonic() < deadline:
-            worker.run_once()
-            time.sleep(0.02)
-        done = app.get_operation(op.id)
-        assert done.status.value == "settled", (done.failure, done.ambiguity_reason)
-        assert "[REDACTED]" in done.excerpt and INTERNAL not in done.excerpt
+        with webhook_worker(app, modes_db, worker_id="canary", token=CANARY) as worker:
+            from tests.apps import Thing
+            thing = Thing(label="canary")
+            op = app.intend(thing, f"test.{DeliveryMode.IDEMPOTENT.value}", target=echo_url,
+                            payload={"n": 1, "note": INTERNAL, "token": "secretref:test-token"})
+            app.save(thing, op)
+            run_until_settled(worker, app, op.id)
+            done = app.get_operation(op.id)
+            assert done.status.value == "settled", (done.failure, done.ambiguity_reason)
+            assert "[REDACTED]" in done.excerpt and INTERNAL not in done.excerpt
     finally:
-        worker.close()
-        adapter.close()
-        view.close()
         app.close()
     stored = _sqlite_bytes(modes_db) if modes_db.backend == "sqlite" else _postgres_bytes(modes_db)
     leaks = [needle for needle in _needles() if needle in stored]

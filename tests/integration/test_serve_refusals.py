@@ -7,16 +7,15 @@ events table."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from eventsourcing.utils import get_topic
 from fastapi.testclient import TestClient
 
 from ledger.operation import Operation
-from tests.callback_desk import CallbackDesk, callback_desk
+from tests.callback_desk import callback_desk
 from tests.desk import auth, desk
-from tests.receipt_desk import ReceiptDesk, receipt_desk
+from tests.receipt_desk import receipt_desk
 from tests.refusals import MESSAGE, _run, drop_trigger, events_table, refuse_event
 
 PROBLEM = "application/problem+json"
@@ -30,29 +29,23 @@ def _refused(response: object) -> dict:
     return body
 
 
-@pytest.fixture
-def callbacks(database_url: str) -> Iterator[CallbackDesk]:
+def test_a_refused_callback_is_a_problem_and_the_operation_waits_for_an_operator(database_url: str) -> None:
     with callback_desk(database_url) as d:
-        yield d
-
-
-def test_a_refused_callback_is_a_problem_and_the_operation_waits_for_an_operator(callbacks: CallbackDesk) -> None:
-    d = callbacks
-    bad, bad_attempt = d.accepted(0)
-    good, good_attempt = d.accepted(1)
-    database = d.store.settings.database
-    refuse_event(database, "modes", bad, Operation.CallbackReceived)
-    _refused(d.post(bad, bad_attempt, callback_id="msg_bad"))
-    op = d.ledger.get_operation(bad)
-    assert (op.execution.value, op.write_refused, op.attention) == ("accepted", "callback", "write_refused")
-    # The server goes on: another operation's callback is recorded.
-    assert d.post(good, good_attempt, callback_id="msg_good").status_code == 200
-    assert d.ledger.get_operation(good).execution.value == "succeeded"
-    # Fixed, resolved, and the provider's retry lands.
-    drop_trigger(database, "modes")
-    op.resolve(now=d.clock.now(), principal="otto", resolution="retry_write", evidence="dropped the trigger")
-    d.ledger.save(op)
-    assert d.post(bad, bad_attempt, callback_id="msg_bad").json()["result"] == "recorded"
+        bad, bad_attempt = d.accepted(0)
+        good, good_attempt = d.accepted(1)
+        database = d.store.settings.database
+        refuse_event(database, "modes", bad, Operation.CallbackReceived)
+        _refused(d.post(bad, bad_attempt, callback_id="msg_bad"))
+        op = d.ledger.get_operation(bad)
+        assert (op.execution.value, op.write_refused, op.attention) == ("accepted", "callback", "write_refused")
+        # The server goes on: another operation's callback is recorded.
+        assert d.post(good, good_attempt, callback_id="msg_good").status_code == 200
+        assert d.ledger.get_operation(good).execution.value == "succeeded"
+        # Fixed, resolved, and the provider's retry lands.
+        drop_trigger(database, "modes")
+        op.resolve(now=d.clock.now(), principal="otto", resolution="retry_write", evidence="dropped the trigger")
+        d.ledger.save(op)
+        assert d.post(bad, bad_attempt, callback_id="msg_bad").json()["result"] == "recorded"
 
 
 def test_a_refused_operator_action_is_a_problem(database_url: str) -> None:
@@ -69,35 +62,29 @@ def test_a_refused_operator_action_is_a_problem(database_url: str) -> None:
                            headers=auth("operator")).status_code == 200
 
 
-@pytest.fixture
-def commands(database_url: str) -> Iterator[ReceiptDesk]:
+def test_a_refused_command_is_a_problem_and_its_key_can_be_retried(database_url: str) -> None:
     with receipt_desk(database_url) as d:
-        yield d
-
-
-def test_a_refused_command_is_a_problem_and_its_key_can_be_retried(commands: ReceiptDesk) -> None:
-    d = commands
-    database = d.store.settings.database
-    table, topic = events_table(database, "commands"), get_topic(Operation.Intended)
-    if database.backend == "sqlite":
-        _run(database, [f"CREATE TRIGGER refuse_one BEFORE INSERT ON {table} WHEN NEW.topic = '{topic}' "
-                        f"BEGIN SELECT RAISE(ABORT, '{MESSAGE}'); END"])
-    else:
-        function = f'"{database.schema}".refuse_one'
-        _run(database, [
-            f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.topic = '{topic}' "
-            f"THEN RAISE EXCEPTION '{MESSAGE}'; END IF; RETURN NEW; END $$",
-            f"CREATE TRIGGER refuse_one BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {function}()"])
-    headers = {**auth("viewer"), "Content-Type": "application/json", "Idempotency-Key": '"k-refused"'}
-    body = json.dumps({"label": "a"}).encode()
-    assert _refused(d.client.post("/v1/commands/make_ticket", content=body, headers=headers))
-    assert d.tickets() == 0
-    unkeyed = d.client.post("/v1/commands/make_ticket", content=body,
-                            headers={**auth("viewer"), "Content-Type": "application/json"})
-    _refused(unkeyed)
-    drop_trigger(database, "commands")
-    assert d.client.post("/v1/commands/make_ticket", content=body, headers=headers).status_code == 201
-    assert d.tickets() == 1
+        database = d.store.settings.database
+        table, topic = events_table(database, "commands"), get_topic(Operation.Intended)
+        if database.backend == "sqlite":
+            _run(database, [f"CREATE TRIGGER refuse_one BEFORE INSERT ON {table} WHEN NEW.topic = '{topic}' "
+                            f"BEGIN SELECT RAISE(ABORT, '{MESSAGE}'); END"])
+        else:
+            function = f'"{database.schema}".refuse_one'
+            _run(database, [
+                f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.topic = '{topic}' "
+                f"THEN RAISE EXCEPTION '{MESSAGE}'; END IF; RETURN NEW; END $$",
+                f"CREATE TRIGGER refuse_one BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {function}()"])
+        headers = {**auth("viewer"), "Content-Type": "application/json", "Idempotency-Key": '"k-refused"'}
+        body = json.dumps({"label": "a"}).encode()
+        assert _refused(d.client.post("/v1/commands/make_ticket", content=body, headers=headers))
+        assert d.tickets() == 0
+        unkeyed = d.client.post("/v1/commands/make_ticket", content=body,
+                                headers={**auth("viewer"), "Content-Type": "application/json"})
+        _refused(unkeyed)
+        drop_trigger(database, "commands")
+        assert d.client.post("/v1/commands/make_ticket", content=body, headers=headers).status_code == 201
+        assert d.tickets() == 1
 
 
 def test_a_refused_operator_action_on_the_cli_is_one_line_and_exit_2(database_url: str,

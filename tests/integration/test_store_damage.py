@@ -54,6 +54,19 @@ def _flip_page_type(path: Path, table: str) -> None:
         f.write(b"\x7f")
 
 
+def _edited_store(tmp_path: Path, sql: str) -> tuple[Database, int, dict]:
+    """A fresh store (``_store``) with ``sql`` run on it behind the ledger's back, and what
+    ``opledger doctor`` then says of it: ``(database, exit code, report)``."""
+    database = _store(tmp_path)
+    assert database.path is not None
+    conn = sqlite3.connect(database.path)
+    with conn:
+        conn.execute(sql)
+    conn.close()
+    code, report = _doctor(database)
+    return database, code, report
+
+
 def cli(database: Database, *args: str, timeout: float = 60,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OPLEDGER_DATABASE_URL": database.url(), "OPLEDGER_APP": APP,
@@ -169,51 +182,27 @@ def test_a_missing_wal_is_named_and_refused(tmp_path: Path) -> None:
 
 
 def test_a_drifted_view_is_reported(tmp_path: Path) -> None:
-    database = _store(tmp_path)
-    assert database.path is not None
-    conn = sqlite3.connect(database.path)
-    with conn:
-        conn.execute("UPDATE opledger_operation_status SET attempts = 1 WHERE rowid = "
-                     "(SELECT min(rowid) FROM opledger_operation_status)")
-    conn.close()
-    code, report = _doctor(database)
+    database, code, report = _edited_store(tmp_path, "UPDATE opledger_operation_status SET attempts = 1 WHERE rowid = "
+                                                     "(SELECT min(rowid) FROM opledger_operation_status)")
     assert code == 1 and "attempts" in _failed(report)["drift"]
     assert cli(database, "projections", "rebuild").returncode == 0
     assert _doctor(database)[0] == 0
 
 
 def test_a_status_row_the_log_cannot_explain_is_reported(tmp_path: Path) -> None:
-    database = _store(tmp_path)
-    assert database.path is not None
-    conn = sqlite3.connect(database.path)
-    with conn:
-        conn.execute("UPDATE opledger_operation_status SET version = 99 WHERE rowid = "
-                     "(SELECT min(rowid) FROM opledger_operation_status)")
-    conn.close()
-    code, report = _doctor(database)
+    _, code, report = _edited_store(tmp_path, "UPDATE opledger_operation_status SET version = 99 WHERE rowid = "
+                                              "(SELECT min(rowid) FROM opledger_operation_status)")
     assert code == 1 and "version the log does not hold" in _failed(report)["tracking"]
 
 
 def test_a_deleted_record_is_a_gap_in_the_log(tmp_path: Path) -> None:
-    database = _store(tmp_path)
-    assert database.path is not None
-    conn = sqlite3.connect(database.path)
-    with conn:
-        conn.execute("DELETE FROM stored_events WHERE rowid = 2")
-    conn.close()
-    code, report = _doctor(database)
+    _, code, report = _edited_store(tmp_path, "DELETE FROM stored_events WHERE rowid = 2")
     assert code == 1 and "missing from the log" in _failed(report)["log"]
 
 
 def test_a_record_that_does_not_decode_is_reported(tmp_path: Path) -> None:
-    database = _store(tmp_path)
-    assert database.path is not None
-    conn = sqlite3.connect(database.path)
-    with conn:
-        conn.execute("UPDATE stored_events SET state = X'7b7d' WHERE rowid = "
-                     "(SELECT max(rowid) FROM stored_events WHERE topic GLOB 'ledger.*')")
-    conn.close()
-    code, report = _doctor(database)
+    _, code, report = _edited_store(tmp_path, "UPDATE stored_events SET state = X'7b7d' WHERE rowid = "
+                                              "(SELECT max(rowid) FROM stored_events WHERE topic GLOB 'ledger.*')")
     assert code == 1 and "do not decode" in _failed(report)["records"]
 
 

@@ -6,10 +6,8 @@ the authorizing request's, as before. On both backends."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from unittest.mock import patch
 from uuid import UUID
 
@@ -17,21 +15,16 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from adapters.webhook import WebhookAdapter
-from executors.runtime import Worker, WorkerConfig
-from executors.secrets import EnvironmentSecrets
 from ledger import tracing
-from ledger.clock import SystemClock
 from ledger.config import Database
 from ledger.declarations import DeliveryMode
 from ledger.inbound import CommandContext
-from projections.status import StatusProjection
-from projections.views import open_view
 from tests.apps import ModesApp, Thing
-from tests.conftest import SECRET
 from tests.desk import auth
+from tests.loopback import serving
 from tests.receipt_desk import ReceiptDesk, receipt_desk
 from tests.tracing import Spans, spans, texts_of  # noqa: F401 (spans: the fixture)
+from tests.workers import run_until_settled, webhook_worker
 
 HOST_TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 TOKEN = "tok-tracing-secret-5521"
@@ -60,31 +53,13 @@ class _FlakyProvider(BaseHTTPRequestHandler):
 @pytest.fixture
 def provider_url() -> Iterator[str]:
     _FlakyProvider.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FlakyProvider)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
-    server.shutdown()
-    server.server_close()
+    with serving(_FlakyProvider, "/hook") as url:
+        yield url
 
 
 def _run_until_settled(modes_db: Database, app: ModesApp, op_id: object) -> None:
-    clock = SystemClock()
-    view = open_view(modes_db)
-    adapter = WebhookAdapter(secret=SECRET, clock=clock)
-    worker = Worker(app=app, view=view, adapters={"webhook": adapter}, clock=clock,
-                    config=WorkerConfig(worker_id="tracer", lease_seconds=10, egress_slots=2),
-                    projection=StatusProjection(app=app, view=view),
-                    secrets=EnvironmentSecrets({"test-token": TOKEN}))
-    try:
-        deadline = time.monotonic() + 20
-        while app.get_operation(op_id).status.value != "settled" and time.monotonic() < deadline:  # type: ignore[arg-type]
-            worker.run_once()
-            time.sleep(0.02)
-    finally:
-        worker.close()
-        adapter.close()
-        view.close()
+    with webhook_worker(app, modes_db, worker_id="tracer", token=TOKEN) as worker:
+        run_until_settled(worker, app, op_id)
 
 
 def test_one_trace_from_the_host_span_through_a_retry_to_settlement(

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import pytest
 from eventsourcing import utils as es_utils
@@ -35,7 +35,7 @@ from projections.history import check_readable_history
 from projections.loading import load_aggregates
 from projections.status import StatusProjection, StatusProjectionConfig
 from projections.views import open_view
-from tests.conftest import SECRET
+from tests.conftest import SECRET, succeed_directly
 
 
 class NoteAdded(Operation.Event):
@@ -69,14 +69,6 @@ def _place(app: OrdersApp, n: int) -> list[UUID]:
                                  payments_url="http://p/pay", notify_url="http://p/n")
         ids.extend(ops)
     return ids
-
-
-def _drive(app: OrdersApp, op_id: UUID, clock: Any) -> None:
-    op = app.get_operation(op_id)
-    epoch = op.claim(now=clock.now(), worker_id="w", lease_seconds=30)
-    op.start_attempt(epoch=epoch, now=clock.now(), attempt_id=uuid4(), request_fingerprint="f")
-    op.succeed(epoch=epoch, now=clock.now(), attempt_id=op.last_attempt_id)
-    app.save(op)
 
 
 def _rows(view: Any) -> dict[UUID, Any]:
@@ -123,7 +115,7 @@ def test_records_under_registered_old_topics_are_read_by_every_reader(
         orders_app: OrdersApp, migrated: Database, database_url: str, clock: Any, style: str) -> None:
     registered, target, old_topic_of = RENAMES[style]
     ids = _place(orders_app, 2)
-    _drive(orders_app, ids[0], clock)
+    succeed_directly(orders_app, ids[0], clock)
     # Before the rename was registered, these records were written under the old topics.
     register_topic(registered, target())
     renamed = 0
@@ -191,7 +183,7 @@ def test_an_event_this_code_cannot_read_waits_on_the_attention_queue_until_the_c
         projection.catch_up()
         version, position = _append(orders_app, ids[0], NEW_TOPIC,
                                     {"timestamp": clock.now().isoformat(), "note": "from a newer version"})
-        _drive(orders_app, ids[1], clock)  # other operations keep moving
+        succeed_directly(orders_app, ids[1], clock)  # other operations keep moving
         projection.catch_up()
 
         rows = _rows(view)
@@ -206,7 +198,7 @@ def test_an_event_this_code_cannot_read_waits_on_the_attention_queue_until_the_c
         queue = view.attention()
         assert [row.operation_id for row in queue] == [ids[0]]
         # Once: more of the log, a restart, the same single mark.
-        _drive(orders_app, ids[2], clock)
+        succeed_directly(orders_app, ids[2], clock)
         StatusProjection(app=orders_app, view=view).catch_up()
         assert [row.operation_id for row in view.attention()] == [ids[0]]
         assert json.loads(view.get(ids[0]).attention_detail)["position"] == position
@@ -239,7 +231,7 @@ def test_an_event_this_code_cannot_read_waits_on_the_attention_queue_until_the_c
         assert view.attention() == []
         # And it keeps following it: its lease runs out, another worker takes it over.
         clock.advance(60)
-        _drive(orders_app, ids[0], clock)
+        succeed_directly(orders_app, ids[0], clock)
         projection.catch_up()
         assert view.get(ids[0]).status == "succeeded"
     finally:

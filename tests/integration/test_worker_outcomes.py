@@ -16,18 +16,13 @@ import pytest
 from structlog.testing import capture_logs
 
 from adapters.partner import PartnerProcess
-from adapters.webhook import WebhookAdapter
 from executors.commit import commit_changes
-from executors.runtime import Worker, WorkerConfig
-from executors.secrets import EnvironmentSecrets
-from ledger.clock import SystemClock
+from executors.runtime import Worker
 from ledger.config import Database
 from ledger.declarations import DeliveryMode
 from ledger.status import ExecutionState as E
-from projections.status import StatusProjection
-from projections.views import open_view
 from tests.apps import MAX_ATTEMPTS, ModesApp
-from tests.conftest import SECRET
+from tests.workers import webhook_worker
 
 TIMEOUT_PAST_CLIENT = 1.2  # seconds; the test integrations time out after 0.5 s
 
@@ -41,17 +36,9 @@ def modes_app(modes_db: Database) -> Iterator[ModesApp]:
 
 @pytest.fixture
 def worker(modes_app: ModesApp, modes_db: Database) -> Iterator[Worker]:
-    clock = SystemClock()  # the partner checks webhook-timestamp against its own clock
-    view = open_view(modes_db)
-    adapter = WebhookAdapter(secret=SECRET, clock=clock)
-    running = Worker(app=modes_app, view=view, adapters={"webhook": adapter}, clock=clock,
-                     config=WorkerConfig(worker_id="test-worker", lease_seconds=10, egress_slots=4),
-                     projection=StatusProjection(app=modes_app, view=view),
-                     secrets=EnvironmentSecrets({"test-token": "tok_secret_value_123"}))
-    yield running
-    running.close()
-    adapter.close()
-    view.close()
+    with webhook_worker(modes_app, modes_db, worker_id="test-worker", token="tok_secret_value_123",
+                        egress_slots=4) as running:
+        yield running
 
 
 def _fault(partner: PartnerProcess, path: str, **fault: object) -> None:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
+from uuid import UUID
 
 import pytest
 
-from adapters.processes import WorkerProcess, spawn_worker
+from adapters.partner import PartnerLog
+from adapters.processes import ChildProcess, WorkerProcess, spawn_worker
+from ledger.application import LedgerApplication
 from ledger.config import Database
+from ledger.operation import Operation
 from tests.conftest import SECRET
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,20 +36,44 @@ def worker_env(database_url: str, *, app: str, lease_seconds: float = 1.0, **ext
     }
 
 
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
-    """Start worker processes; all are killed at the end of the test."""
-    started: list[WorkerProcess] = []
+P = TypeVar("P", bound=ChildProcess)
 
-    def start(env: dict[str, str]) -> WorkerProcess:
-        process = spawn_worker(env, tmp_path / f"worker-{len(started)}.log")
-        started.append(process)
-        return process
+
+def spawning(spawn: Callable[..., P], tmp_path: Path, stem: str, **fixed: Any) -> Iterator[Callable[..., P]]:
+    """The body of a fixture that starts child processes (``yield from spawning(...)``): yields
+    ``start(env, **options)``, which runs ``spawn(env, log_path, **fixed, **options)`` with the
+    log at ``tmp_path/<stem>-<n>.log`` and returns the process; kills every one started at the end."""
+    started: list[P] = []
+
+    def start(env: dict[str, str], **options: Any) -> P:
+        started.append(spawn(env, tmp_path / f"{stem}-{len(started)}.log", **fixed, **options))
+        return started[-1]
 
     yield start
     for process in started:
         process.kill()
 
 
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start worker processes; all are killed at the end of the test."""
+    yield from spawning(spawn_worker, tmp_path, "worker")
+
+
 def read_only_env(database: Database) -> dict[str, str]:
     return database.library_env(create_table=False, read_only=database.backend == "sqlite")
+
+
+def load_operation(app_class: type[LedgerApplication], db: Database, op_id: UUID) -> Operation:
+    """Operation ``op_id`` as ``app_class`` reads it from ``db`` now, opened beside the running
+    processes (read-only on SQLite) and closed again."""
+    app = app_class(env=read_only_env(db))
+    try:
+        return app.get_operation(op_id)
+    finally:
+        app.close()
+
+
+def signed_deliveries(log: PartnerLog, op_id: UUID) -> list[Any]:
+    """The partner's logged deliveries of operation ``op_id`` whose signature it found valid."""
+    return [r for r in log.requests(str(op_id)) if r.kind == "delivery" and r.signature_valid]

@@ -5,11 +5,13 @@ its log, each request by the window its attempt was counted in), and all 200 set
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime
 
 import pytest
 
 from adapters.partner import PartnerProcess
+from adapters.processes import WorkerProcess
 from ledger.budgets import window_bounds
 from ledger.config import Database
 from projections.views import open_view
@@ -22,6 +24,27 @@ pytestmark = [pytest.mark.process, pytest.mark.postgres]
 OPERATIONS, LIMIT, WINDOW = 200, 10, 2.0
 
 
+def _four_workers_settle(modes_db: Database, database_url: str, workers: Callable[..., WorkerProcess], app: str,
+                         count: int) -> None:
+    """Start four worker processes of ``app`` (``module:Class``) and wait (150 s at most) until
+    ``count`` operations are settled; fails naming how many are in each status otherwise."""
+    env = worker_env(database_url, app=app, lease_seconds=5.0)
+    for _ in range(4):
+        workers(env)
+    view = open_view(modes_db)
+    try:
+        def settled() -> bool:
+            return len(view.list(status="settled", limit=count + 10)) == count
+
+        try:
+            wait_until(settled, timeout=150, interval=0.5, what="every operation settled")
+        except pytest.fail.Exception:
+            statuses = Counter(row.status for row in view.list(limit=count + 10))
+            raise AssertionError(f"not all settled: {dict(statuses)}") from None
+    finally:
+        view.close()
+
+
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_four_workers_keep_one_call_budget(modes_db: Database, database_url: str, partner: PartnerProcess,
                                            workers) -> None:
@@ -30,19 +53,8 @@ def test_four_workers_keep_one_call_budget(modes_db: Database, database_url: str
         ids = [app.make("idempotent", f"{partner.url}/pay", n=n) for n in range(OPERATIONS)]
     finally:
         app.close()
-    env = worker_env(database_url, app="tests.apps:BudgetApp", lease_seconds=5.0)
-    for _ in range(4):
-        workers(env)
-    view = open_view(modes_db)
-    try:
-        def all_settled() -> bool:
-            rows = view.list(status="settled", limit=OPERATIONS + 10)
-            return len(rows) == OPERATIONS
-
-        # 200 calls at 10 per 2 s take 40 s; the rest is start-up and settling.
-        wait_until(all_settled, timeout=150, interval=0.5, what="every operation settled")
-    finally:
-        view.close()
+    # 200 calls at 10 per 2 s take 40 s; the rest is start-up and settling.
+    _four_workers_settle(modes_db, database_url, workers, "tests.apps:BudgetApp", OPERATIONS)
     app = BudgetApp(env=modes_db.library_env(create_table=False))
     try:
         attempts = {str(e.attempt_id): e.timestamp for i in ids for e in app.events.get(i)
@@ -85,22 +97,8 @@ def test_four_workers_keep_hierarchical_budgets(modes_db: Database, database_url
                for (mode, tenant), count in NESTED_OPERATIONS.items() for n in range(count)}
     finally:
         app.close()
-    env = worker_env(database_url, app="tests.apps:NestedBudgetApp", lease_seconds=5.0)
-    for _ in range(4):
-        workers(env)
-    view = open_view(modes_db)
-    try:
-        def settled() -> bool:
-            return len(view.list(status="settled", limit=len(ids) + 10)) == len(ids)
-
-        try:
-            # 48 calls at 8 per 2 s take 12 s; the rest is start-up and settling (slower on a loaded machine).
-            wait_until(settled, timeout=150, interval=0.5, what="every operation settled")
-        except pytest.fail.Exception:
-            statuses = Counter(row.status for row in view.list(limit=len(ids) + 10))
-            raise AssertionError(f"not all settled: {dict(statuses)}") from None
-    finally:
-        view.close()
+    # 48 calls at 8 per 2 s take 12 s; the rest is start-up and settling (slower on a loaded machine).
+    _four_workers_settle(modes_db, database_url, workers, "tests.apps:NestedBudgetApp", len(ids))
     app = NestedBudgetApp(env=modes_db.library_env(create_table=False))
     try:
         attempts = {str(e.attempt_id): (e.timestamp, *ids[i]) for i in ids for e in app.events.get(i)

@@ -30,7 +30,7 @@ from ledger.declarations import DeliveryMode
 from tests.apps import ModesApp
 from tests.callback_desk import CALLBACK_SECRET
 from tests.conftest import SECRET, wait_until
-from tests.process.conftest import worker_env
+from tests.process.conftest import spawning, worker_env
 
 pytestmark = pytest.mark.postgres
 APP = "tests.apps:ModesApp"
@@ -45,16 +45,7 @@ def pg_url(database_url: str) -> str:
 
 @pytest.fixture
 def serves(tmp_path: Path) -> Iterator[Callable[..., ServeProcess]]:
-    started: list[ServeProcess] = []
-
-    def start(env: dict[str, str], port: int | None = None) -> ServeProcess:
-        served = spawn_serve(env, tmp_path / f"serve-{len(started)}.log", port=port)
-        started.append(served)
-        return served
-
-    yield start
-    for served in started:
-        served.kill()
+    yield from spawning(spawn_serve, tmp_path, "serve")
 
 
 def serve_env(database_url: str, **extra: str) -> dict[str, str]:

@@ -13,22 +13,21 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from uuid import UUID
 
 import httpx
-import psycopg
 import pytest
 
-from adapters.partner import PartnerLog, PartnerProcess
+from adapters.partner import PartnerProcess
 from adapters.processes import WorkerProcess
 from ledger.config import Database
 from ledger.operation import Operation
 from ledger.status import ExecutionState
 from migrations import migrate
-from tests.conftest import wait_until
-from tests.process.conftest import read_only_env, worker_env
+from tests.conftest import database_now, wait_until
+from tests.process.conftest import load_operation, read_only_env, signed_deliveries, worker_env
 from tests.process.skewed_worker import SlowCallsApp
 
 pytestmark = [pytest.mark.process, pytest.mark.postgres,
@@ -96,25 +95,6 @@ def _timeline(db: Database, op_id: UUID) -> list:
         app.close()
 
 
-def _load(db: Database, op_id: UUID) -> Operation:
-    app = SlowCallsApp(env=read_only_env(db))
-    try:
-        return app.get_operation(op_id)
-    finally:
-        app.close()
-
-
-def _database_now(db: Database) -> datetime:
-    with psycopg.connect(db.conninfo()) as conn:
-        row = conn.execute("SELECT clock_timestamp()").fetchone()
-    assert row is not None
-    return row[0].astimezone(UTC)
-
-
-def _deliveries(log: PartnerLog, op_id: UUID) -> list:
-    return [r for r in log.requests(str(op_id)) if r.kind == "delivery" and r.signature_valid]
-
-
 def _skew_warnings(worker: WorkerProcess) -> list[float]:
     offsets = []
     for line in worker.log_path.read_text().splitlines():
@@ -129,21 +109,21 @@ def test_a_fast_worker_cannot_take_over_a_live_lease(store: Database, partner: P
     _fault(partner, "/slow", delay=CALL_SECONDS)
     ops = {mode: _make(store, mode, f"{partner.url}/slow", n) for n, mode in enumerate(("idempotent", "non_idempotent"))}
     slow = skewed(-SKEW_SECONDS)
-    wait_until(lambda: all(_deliveries(partner.log, op_id) for op_id in ops.values()), what="both calls on the wire")
+    wait_until(lambda: all(signed_deliveries(partner.log, op_id) for op_id in ops.values()), what="both calls on the wire")
     on_the_wire = time.monotonic()
     fast = skewed(+SKEW_SECONDS)
     # The fast worker polls while the calls are out, for at least one lease: by its own clock,
     # every lease the slow worker writes expired 30 s ago.
     assert time.monotonic() - on_the_wire < CALL_SECONDS - LEASE_SECONDS, \
         "the fast worker started too late to test anything: make CALL_SECONDS longer"
-    wait_until(lambda: all(_load(store, op_id).status.value in ("settled", "ambiguous", "settlement_blocked")
+    wait_until(lambda: all(load_operation(SlowCallsApp, store, op_id).status.value in ("settled", "ambiguous", "settlement_blocked")
                            for op_id in ops.values()), timeout=CALL_SECONDS + 20, what="both operations to end")
     for mode, op_id in ops.items():
-        op = _load(store, op_id)
+        op = load_operation(SlowCallsApp, store, op_id)
         assert op.epoch == 1, f"{mode}: the lease was taken over (epoch {op.epoch}, {op.status.value})"
         assert op.execution is ExecutionState.SUCCEEDED and op.status.value == "settled", (mode, op.failure)
         assert op.ambiguity_reason is None
-        assert len(_deliveries(partner.log, op_id)) == 1, f"{mode}: sent more than once"
+        assert len(signed_deliveries(partner.log, op_id)) == 1, f"{mode}: sent more than once"
         assert sum(isinstance(e, Operation.LeaseRenewed) for e in _timeline(store, op_id)) >= 2
     # Each says at start that its clock is off (offset = database minus local).
     assert _skew_warnings(slow)[0] == pytest.approx(+SKEW_SECONDS, abs=0.5)
@@ -155,11 +135,11 @@ def test_a_dead_lease_is_reclaimed_within_its_ttl_and_one_poll_interval(store: D
     _fault(partner, "/stall", delay=30, times=1)  # the first call outlives its worker; the retry does not
     op_id = _make(store, "idempotent", f"{partner.url}/stall", 0)
     fast = skewed(+SKEW_SECONDS)
-    wait_until(lambda: _deliveries(partner.log, op_id), what="the call on the wire")
+    wait_until(lambda: signed_deliveries(partner.log, op_id), what="the call on the wire")
     skewed(-SKEW_SECONDS)  # the slow worker waits, ready, while the fast one holds the lease
     fast.kill()
-    killed_at = _database_now(store)
-    seen_at = wait_until(lambda: _load(store, op_id).epoch >= 2 and _database_now(store), timeout=20,
+    killed_at = database_now(store)
+    seen_at = wait_until(lambda: load_operation(SlowCallsApp, store, op_id).epoch >= 2 and database_now(store), timeout=20,
                          what="the slow worker to reclaim the operation (judging by its own clock, it would take 30 s more)")
     events = _timeline(store, op_id)
     leases = [e.lease_expires_at for e in events if isinstance(e, (Operation.Claimed, Operation.LeaseRenewed))
@@ -174,7 +154,7 @@ def test_a_dead_lease_is_reclaimed_within_its_ttl_and_one_poll_interval(store: D
     assert reclaim.takeover and reclaim.timestamp >= expired_at
     assert (reclaim.timestamp - expired_at).total_seconds() <= POLL_SECONDS + SCHEDULING_SLACK_SECONDS
     assert (reclaim.timestamp - killed_at).total_seconds() <= LEASE_SECONDS + POLL_SECONDS + SCHEDULING_SLACK_SECONDS
-    op = wait_until(lambda: (op := _load(store, op_id)).status.value == "settled" and op, what="the retry to settle")
+    op = wait_until(lambda: (op := load_operation(SlowCallsApp, store, op_id)).status.value == "settled" and op, what="the retry to settle")
     assert op.execution is ExecutionState.SUCCEEDED and op.ambiguity_reason is None
-    assert {d.idempotency_key for d in _deliveries(partner.log, op_id)} == {str(op_id)}
+    assert {d.idempotency_key for d in signed_deliveries(partner.log, op_id)} == {str(op_id)}
     assert partner.log.applied_count(str(op_id)) == 1

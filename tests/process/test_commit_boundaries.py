@@ -20,14 +20,14 @@ from uuid import UUID
 import pytest
 
 from adapters.doctor import run_doctor
-from adapters.partner import PartnerLog, PartnerProcess
+from adapters.partner import PartnerProcess
 from adapters.runtime import open_store
 from ledger.config import Database, Settings
 from ledger.status import ExecutionState
 from projections.status import StatusProjection
 from tests.apps import ModesApp, Thing
 from tests.conftest import wait_until
-from tests.process.conftest import REPO, read_only_env, worker_env
+from tests.process.conftest import REPO, read_only_env, signed_deliveries, worker_env
 
 pytestmark = pytest.mark.process
 
@@ -64,10 +64,6 @@ def _make(db: Database, mode: str, target: str) -> tuple[UUID, UUID]:
         app.close()
 
 
-def _deliveries(log: PartnerLog, op_id: UUID) -> list:
-    return [r for r in log.requests(str(op_id)) if r.kind == "delivery" and r.signature_valid]
-
-
 def _finished(db: Database, op_id: UUID):
     app = ModesApp(env=read_only_env(db))
     try:
@@ -89,7 +85,7 @@ def _check_invariants(db: Database, database_url: str, op_id: UUID, thing_id: UU
         assert isinstance(thing, Thing)
         assert [r.operation_id for r in store.view.list(limit=10)] == [op_id], "no lost or extra intent"
     assert row is not None and row.status == op.status.value and row.execution == op.execution.value
-    deliveries = _deliveries(partner.log, op_id)
+    deliveries = signed_deliveries(partner.log, op_id)
     assert (len(deliveries), op.execution.value) in (expected, ALSO_HONEST.get(boundary_mode)), op.failure
     assert {d.idempotency_key for d in deliveries} <= {str(op_id)}
     assert partner.log.applied_count(str(op_id)) <= 1

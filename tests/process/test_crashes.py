@@ -12,12 +12,12 @@ from uuid import UUID
 import httpx
 import pytest
 
-from adapters.partner import PartnerLog, PartnerProcess
+from adapters.partner import PartnerProcess
 from ledger.config import Database
 from ledger.status import ExecutionState
 from tests.apps import MAX_ATTEMPTS, ModesApp
 from tests.conftest import wait_until
-from tests.process.conftest import read_only_env, worker_env
+from tests.process.conftest import load_operation, signed_deliveries, worker_env
 
 pytestmark = pytest.mark.process
 
@@ -36,20 +36,8 @@ def _make(db: Database, mode: str, target: str, n: int = 0) -> UUID:
         app.close()
 
 
-def _load(db: Database, op_id: UUID):
-    app = ModesApp(env=read_only_env(db))
-    try:
-        return app.get_operation(op_id)
-    finally:
-        app.close()
-
-
-def _deliveries(log: PartnerLog, op_id: UUID) -> list:
-    return [r for r in log.requests(str(op_id)) if r.kind == "delivery" and r.signature_valid]
-
-
 def _settled_or_attention(db: Database, op_id: UUID):
-    op = _load(db, op_id)
+    op = load_operation(ModesApp, db, op_id)
     return op if (op.status.value in ("settled", "ambiguous", "settlement_blocked")) else None
 
 
@@ -60,13 +48,13 @@ def test_crash_loop_still_stops_at_the_attempt_budget(modes_db: Database, databa
     env = worker_env(database_url, app=APP, lease_seconds=1.0)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         worker = workers(env)
-        wait_until(lambda: len(_deliveries(partner.log, op_id)) >= attempt, what=f"attempt {attempt} on the wire")
+        wait_until(lambda: len(signed_deliveries(partner.log, op_id)) >= attempt, what=f"attempt {attempt} on the wire")
         worker.kill()
     workers(env)
     op = wait_until(lambda: _settled_or_attention(modes_db, op_id), what="the budget to be exhausted")
     assert op.attempts == MAX_ATTEMPTS
     assert op.execution is ExecutionState.AMBIGUOUS and op.attention == "budget_exhausted"
-    assert len(_deliveries(partner.log, op_id)) == MAX_ATTEMPTS
+    assert len(signed_deliveries(partner.log, op_id)) == MAX_ATTEMPTS
     assert partner.log.applied_count(str(op_id)) == 1, "same key every time: the partner applied it once"
 
 
@@ -75,12 +63,12 @@ def test_sigterm_records_the_outcome_that_arrived_before_exit(modes_db: Database
     _fault(partner, "/slowish", delay=0.3)  # under the 0.5 s client timeout
     op_id = _make(modes_db, "non_idempotent", f"{partner.url}/slowish")
     worker = workers(worker_env(database_url, app=APP, lease_seconds=5.0, OPLEDGER_GRACE_SECONDS="5"))
-    wait_until(lambda: _deliveries(partner.log, op_id), what="the attempt on the wire")
+    wait_until(lambda: signed_deliveries(partner.log, op_id), what="the attempt on the wire")
     worker.process.send_signal(signal.SIGTERM)
     assert worker.process.wait(20) == 0
-    op = _load(modes_db, op_id)
+    op = load_operation(ModesApp, modes_db, op_id)
     assert op.execution is ExecutionState.SUCCEEDED, op.failure
-    assert len(_deliveries(partner.log, op_id)) == 1
+    assert len(signed_deliveries(partner.log, op_id)) == 1
 
 
 @pytest.mark.postgres
@@ -92,7 +80,7 @@ def test_slow_attempt_outlives_its_lease(mode: str, modes_db: Database, database
     op_id = _make(modes_db, mode, f"{partner.url}/stall")
     env = worker_env(database_url, app=APP, lease_seconds=1.0)
     first = workers(env)
-    wait_until(lambda: _deliveries(partner.log, op_id), what="the first attempt on the wire")
+    wait_until(lambda: signed_deliveries(partner.log, op_id), what="the first attempt on the wire")
     first.process.send_signal(signal.SIGSTOP)  # a long pause: the lease runs out mid-attempt
     try:
         workers(env)
@@ -102,9 +90,9 @@ def test_slow_attempt_outlives_its_lease(mode: str, modes_db: Database, database
     epoch_after_takeover = op.epoch
     wait_until(lambda: "late outcome" in first.log_path.read_text() or "rejected" in first.log_path.read_text(),
                timeout=15, what="the first worker to notice it was fenced")
-    op = _load(modes_db, op_id)
+    op = load_operation(ModesApp, modes_db, op_id)
     assert op.epoch >= epoch_after_takeover and op.status.value in ("settled", "ambiguous")
-    deliveries = _deliveries(partner.log, op_id)
+    deliveries = signed_deliveries(partner.log, op_id)
     if mode == "non_idempotent":
         assert op.execution is ExecutionState.AMBIGUOUS and len(deliveries) == 1, "never sent twice"
     else:

@@ -23,7 +23,7 @@ from ledger.declarations import DeliveryMode
 from tests.apps import PatientModesApp
 from tests.callback_desk import CALLBACK_SECRET
 from tests.conftest import SECRET, wait_until
-from tests.process.conftest import REPO, worker_env
+from tests.process.conftest import REPO, spawning, worker_env
 
 APP = "tests.apps:PatientModesApp"
 SLOW_SECONDS = 2.0
@@ -40,15 +40,7 @@ def store(database_url: str) -> Database:
 
 @pytest.fixture
 def one_process(tmp_path: Path) -> Iterator[Callable[..., ServeProcess]]:
-    started: list[ServeProcess] = []
-
-    def start(env: dict[str, str], port: int) -> ServeProcess:
-        started.append(spawn_serve(env, tmp_path / "worker-serve.log", port=port, command=("worker", "--serve")))
-        return started[-1]
-
-    yield start
-    for process in started:
-        process.kill()
+    yield from spawning(spawn_serve, tmp_path, "worker-serve", command=("worker", "--serve"))
 
 
 def history(db: Database, ids: list[UUID]) -> dict[UUID, list[tuple[str, object]]]:
@@ -73,7 +65,7 @@ def test_callbacks_and_execution_in_one_process_on_sqlite(store: Database, tmp_p
             app.close()
         port = free_port()  # the partner calls back on this process's own port
         served = one_process(worker_env(store.url(), app=APP, OPLEDGER_CALLBACK_BASE_URL=f"http://127.0.0.1:{port}",
-                                        OPLEDGER_SECRET_CALLBACK_TEST_CALLBACK=CALLBACK_SECRET), port)
+                                        OPLEDGER_SECRET_CALLBACK_TEST_CALLBACK=CALLBACK_SECRET), port=port)
         ids = slow + called_back
         wait_until(lambda: all(names[-1][0] == "Settled" for names in history(store, ids).values()), timeout=60,
                    what="every operation settled")

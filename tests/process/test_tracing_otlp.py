@@ -16,7 +16,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from uuid import UUID
 
@@ -41,7 +41,8 @@ from ledger.declarations import DeliveryMode
 from tests.apps import ModesApp
 from tests.callback_desk import CALLBACK_SECRET
 from tests.conftest import SECRET, drop_schema, new_postgres_url, require_postgres, wait_until
-from tests.process.conftest import worker_env
+from tests.loopback import QuietHandler
+from tests.process.conftest import spawning, worker_env
 from tests.receipt_desk import migrate_commands
 
 pytestmark = [pytest.mark.postgres, pytest.mark.process]
@@ -105,11 +106,11 @@ class Receiver(ThreadingHTTPServer):
             return [s for s in self.spans if s.name.startswith(prefix) and s.trace_id == trace_id]
 
 
-class _ReceiverHandler(BaseHTTPRequestHandler):
+class _ReceiverHandler(QuietHandler):
     server: Receiver
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = self.read_body()
         if self.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
         if self.path != "/v1/traces":
@@ -119,15 +120,7 @@ class _ReceiverHandler(BaseHTTPRequestHandler):
         request = ExportTraceServiceRequest()
         request.ParseFromString(body)
         self.server.add(request)
-        answer = ExportTraceServiceResponse().SerializeToString()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.answer(ExportTraceServiceResponse().SerializeToString(), {"Content-Type": "application/x-protobuf"})
 
 
 @pytest.fixture
@@ -155,16 +148,7 @@ def host_tracer(receiver: Receiver) -> Iterator[TracerProvider]:
 
 @pytest.fixture
 def serves(tmp_path: Path) -> Iterator[Callable[..., ServeProcess]]:
-    started: list[ServeProcess] = []
-
-    def start(env: dict[str, str]) -> ServeProcess:
-        served = spawn_serve(env, tmp_path / f"serve-{len(started)}.log")
-        started.append(served)
-        return served
-
-    yield start
-    for served in started:
-        served.kill()
+    yield from spawning(spawn_serve, tmp_path, "serve")
 
 
 @dataclass

@@ -13,6 +13,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
+from eventsourcing.domain import Aggregate
+
+from ledger.application import LedgerApplication
 from ledger.declarations import Integration
 from ledger.identity import Source
 from ledger.operation import Operation
@@ -26,6 +29,21 @@ LEASE_SECONDS = 60.0
 """Lease length the builder claims with; every step advances the clock by one second."""
 
 ENTITY_TYPE = "app.orders:Order"
+
+
+class PlainEntity(Aggregate):
+    """A source entity with no events of its own: its creation is its only transition."""
+
+
+def in_memory_app(*integrations: Integration) -> tuple[LedgerApplication, PlainEntity]:
+    """A ledger application declaring ``integrations`` on the in-memory event store
+    (``eventsourcing.popo``), and a new, not yet saved :class:`PlainEntity` to intend from."""
+
+    class App(LedgerApplication):
+        pass
+
+    App.integrations = list(integrations)
+    return App(env={"PERSISTENCE_MODULE": "eventsourcing.popo"}), PlainEntity()
 
 
 def declaration(**overrides: Any) -> dict[str, Any]:

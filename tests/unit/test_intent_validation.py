@@ -6,14 +6,13 @@ from datetime import UTC, datetime
 from uuid import uuid4
 
 import pytest
-from eventsourcing.domain import Aggregate
 
-from ledger.application import LedgerApplication
 from ledger.config import Database
 from ledger.declarations import Integration
 from ledger.errors import ConfigurationError, InvalidArgumentError, PayloadError
 from ledger.identity import Source
 from ledger.operation import Operation
+from tests.unit.builders import in_memory_app
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 HOOK = Integration.parse({"name": "hooks.send", "version": 1, "adapter": "webhook",
@@ -47,14 +46,7 @@ def test_a_good_intent_with_a_traceparent_is_accepted() -> None:
 
 
 def test_intend_needs_the_authorizing_transition() -> None:
-    class Thing(Aggregate):
-        pass
-
-    class App(LedgerApplication):
-        integrations = [HOOK]
-
-    app = App(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
-    thing = Thing()
+    app, thing = in_memory_app(HOOK)
     app.save(thing)
     with pytest.raises(InvalidArgumentError, match="authorizing transition"):
         app.intend(thing, "hooks.send", payload={"n": 1}, target="https://p.example/h")

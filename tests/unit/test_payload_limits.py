@@ -10,14 +10,13 @@ from typing import Any
 from uuid import uuid4
 
 import pytest
-from eventsourcing.domain import Aggregate
 
-from ledger.application import LedgerApplication
 from ledger.declarations import DEFAULT_MAX_PAYLOAD_BYTES, Integration, canonical_json
 from ledger.errors import DeclarationError, InvalidArgumentError, PayloadError
 from ledger.identity import Source
 from ledger.intents import MAX_EVIDENCE_CHARS, MAX_PAYLOAD_DEPTH, MAX_REASON_CHARS
 from ledger.operation import Operation
+from tests.unit.builders import in_memory_app
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 FIELDS = {"n": "public", "doc": "public", "note": "internal", "key": "secret"}
@@ -113,14 +112,7 @@ def test_credentials_in_a_declared_endpoint_are_refused() -> None:
 
 
 def test_an_empty_tenant_is_refused_not_defaulted() -> None:
-    class Thing(Aggregate):
-        pass
-
-    class App(LedgerApplication):
-        integrations = [HOOK]
-
-    app = App(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
-    thing = Thing()
+    app, thing = in_memory_app(HOOK)
     with pytest.raises(PayloadError, match="tenant: must not be empty"):
         app.intend(thing, "hooks.send", payload={"n": 1}, target=TARGET, tenant="")
     with pytest.raises(PayloadError, match="tenant: must not be empty"):
