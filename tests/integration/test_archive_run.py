@@ -1,0 +1,116 @@
+"""``opledger archive`` (issue 29 item 2), on both backends: only closed operations are selected,
+a run writes a segment that ``archive verify`` accepts and removes what it holds from the hot
+store, an archived id is refused by ``intend``, and a rerun archives nothing twice."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from uuid import UUID, uuid4
+
+import pytest
+from typer.testing import CliRunner
+
+from adapters.cli.app import app as cli
+from adapters.demo.orders import Order, OrdersApp
+from ledger.archives import read_statuses, segments
+from ledger.clock import FakeClock
+from ledger.config import Database
+from ledger.errors import OperationArchivedError
+from migrations.drivers import archives_of
+from projections import StatusProjection, open_view
+from projections.view import StatusView
+
+
+@pytest.fixture
+def view(migrated: Database) -> Iterator[StatusView]:
+    opened = open_view(migrated)
+    yield opened
+    opened.close()
+
+
+def _close(app: OrdersApp, clock: FakeClock, op_id: UUID, order_version: int) -> None:
+    op = app.get_operation(op_id)
+    epoch = op.claim(now=clock.now(), worker_id="w", lease_seconds=30)
+    op.start_attempt(epoch=epoch, now=clock.now(), attempt_id=uuid4(), request_fingerprint="f")
+    op.succeed(epoch=epoch, now=clock.now(), attempt_id=op.last_attempt_id)
+    op.settle(now=clock.now(), entity_version=order_version)
+    app.save(op)
+
+
+def _store(app: OrdersApp, clock: FakeClock, view: StatusView) -> tuple[list[UUID], list[UUID], UUID]:
+    """Two orders: the first's payment, notification and fulfilment closed (settled), the
+    second's left pending. Returns (closed ids, open ids, the first order's id)."""
+    order_id, closed = app.place_order(customer_email="c@example.test", amount_cents=100,
+                                       payments_url="http://p/pay", notify_url="http://p/n")
+    fulfil = app.fulfil_order(order_id, fulfil_url="http://p/f")
+    closed = [*closed, fulfil]
+    for op_id in closed:
+        _close(app, clock, op_id, app.repository.get(order_id).version)
+    _, still_open = app.place_order(customer_email="d@example.test", amount_cents=200,
+                                    payments_url="http://p/pay", notify_url="http://p/n")
+    StatusProjection(app=app, view=view).catch_up()
+    return list(closed), list(still_open), order_id
+
+
+def _archive(migrated: Database, out: Path, *extra: str) -> dict:
+    result = CliRunner().invoke(cli, ["archive", "--out", str(out), "--before", "1s", "--json",
+                                      "--database-url", migrated.url(), *extra],
+                                env={"OPLEDGER_APP": "adapters.demo.orders:OrdersApp"})
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_closed_operations_are_archived_verified_and_removed_and_a_rerun_archives_none_twice(
+        orders_app: OrdersApp, clock: FakeClock, view: StatusView, migrated: Database, tmp_path: Path) -> None:
+    closed, still_open, _ = _store(orders_app, clock, view)
+    out = tmp_path / "archive"
+
+    dry = _archive(migrated, out, "--dry-run")
+    assert (dry["dry_run"], dry["operations"], dry["segments"]) == (True, len(closed), [])
+    assert not out.exists()
+
+    done = _archive(migrated, out)
+    assert (done["operations"], done["segments"], done["removed"]) == (len(closed), [1], len(closed))
+    [(_, segment)] = segments(out)
+    assert {s["id"] for s in read_statuses(segment)} == {str(i) for i in closed}
+    assert {s["status"] for s in read_statuses(segment)} == {"settled"}
+    for op_id in closed:  # gone from the hot store: records and status row
+        assert not orders_app.recorder.select_events(op_id)
+        assert view.get(op_id) is None
+    for op_id in still_open:
+        assert orders_app.recorder.select_events(op_id) and view.get(op_id) is not None
+    lookup = archives_of(orders_app).archive_lookup([*closed, *still_open])
+    assert lookup == {op_id: (1, "settled") for op_id in closed}
+
+    verified = CliRunner().invoke(cli, ["archive", "verify", str(out)])
+    assert verified.exit_code == 0 and "1 segments" in verified.stdout, verified.output
+
+    again = _archive(migrated, out)
+    assert (again["operations"], again["segments"], again["removed"]) == (0, [], 0)
+    assert len(segments(out)) == 1
+
+
+def test_an_archived_id_is_refused_by_intend(orders_app: OrdersApp, clock: FakeClock, view: StatusView,
+                                             migrated: Database, tmp_path: Path) -> None:
+    _, _, order_id = _store(orders_app, clock, view)
+    _archive(migrated, tmp_path / "archive")
+    # A host replaying old input: the order as it was before fulfilment, fulfilled again.
+    replay: Order = orders_app.repository.get(order_id, version=_version_before_fulfilment(orders_app, order_id))
+    replay.request_fulfilment()
+    with pytest.raises(OperationArchivedError, match="seg-000001"):
+        orders_app.intend(replay, "orders.fulfil", target="http://p/f", payload={"order_id": str(order_id), "items": 1})
+
+
+def _version_before_fulfilment(app: OrdersApp, order_id: UUID) -> int:
+    events = list(app.repository.event_store.get(order_id))
+    return next(e.originator_version for e in events if type(e).__name__ == "FulfilmentRequested") - 1
+
+
+def test_nothing_is_selected_without_a_policy_or_before(orders_app: OrdersApp, clock: FakeClock, view: StatusView,
+                                                        migrated: Database, tmp_path: Path) -> None:
+    _store(orders_app, clock, view)
+    result = CliRunner().invoke(cli, ["archive", "--out", str(tmp_path / "a"), "--database-url", migrated.url()],
+                                env={"OPLEDGER_APP": "adapters.demo.orders:OrdersApp", "OPLEDGER_RETENTION": ""})
+    assert result.exit_code == 2 and "OPLEDGER_RETENTION" in result.output
