@@ -46,7 +46,7 @@ from ledger.archives import (
     write_segment,
 )
 from ledger.retention import cutoff_for, is_archivable, retention_for
-from migrations.drivers import ArchiveCandidate, Archives, EventLoads, RecordedSegment
+from migrations.drivers import ArchiveCandidate, ArchiveLabels, Archives, EventLoads, RecordedSegment
 from projections.view import StatusView
 
 SEGMENT_OPERATIONS = 1_000
@@ -146,12 +146,24 @@ def select(archives: Archives, limits: Mapping[str, datetime], *, limit: int | N
     return chosen if limit is None else chosen[:limit]
 
 
+def totals_of(statuses: Sequence[Mapping[str, Any]]) -> Counter[ArchiveLabels]:
+    """A segment's operations by ``(final status, integration, tenant, delivery mode)``: what the
+    status totals and the ``opledger_operations`` gauge carry forward for them."""
+    return Counter((str(s.get("status")), str(s.get("integration")), str(s.get("tenant")),
+                    str(s.get("delivery_mode"))) for s in statuses if s.get("kind") == "operation")
+
+
 def summary_of(statuses: Sequence[Mapping[str, Any]]) -> str:
-    """The carried-forward summary of a segment's operations, JSON text: how many of each final
-    status (``{"status": {"settled": 3, ...}}``), which the status totals add in
-    (docs/adr/0010-archives.md, "As built")."""
-    counts = Counter(str(s.get("status")) for s in statuses if s.get("kind") == "operation")
-    return json.dumps({"status": dict(sorted(counts.items()))}, sort_keys=True)
+    """The carried-forward summary recorded with a segment, JSON text: its operations by final
+    status (``{"status": {"settled": 3, ...}}``) and by label set (``"by_labels": [[status,
+    integration, tenant, delivery_mode, n], ...]``), as added to the store's carried-forward
+    totals (docs/adr/0010-archives.md, "As built")."""
+    totals = totals_of(statuses)
+    by_status: Counter[str] = Counter()
+    for (status, *_), n in totals.items():
+        by_status[status] += n
+    return json.dumps({"status": dict(sorted(by_status.items())),
+                       "by_labels": [[*key, n] for key, n in sorted(totals.items())]}, sort_keys=True)
 
 
 def recover(archives: Archives, out: Path) -> list[int]:
@@ -192,7 +204,8 @@ def recover(archives: Archives, out: Path) -> list[int]:
 def _record(archives: Archives, segment: Segment, statuses: Sequence[Mapping[str, Any]], records: int,
             operations: Sequence[tuple[UUID, int, str]], at: datetime) -> None:
     archives.archive_record(RecordedSegment(segment.number, segment.digest, summary_of(statuses)),
-                            aggregates=len(statuses), records=records, archived_at=at, operations=operations)
+                            aggregates=len(statuses), records=records, archived_at=at, operations=operations,
+                            totals=totals_of(statuses))
 
 
 def remove_archived(archives: Archives, progress: Callable[[int], None] | None = None) -> int:

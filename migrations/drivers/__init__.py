@@ -16,6 +16,7 @@ from weakref import WeakKeyDictionary
 from ledger.config import Database
 from migrations.drivers.protocols import (
     ArchiveCandidate,
+    ArchiveLabels,
     Archives,
     DatabaseDriver,
     EventLoads,
@@ -39,7 +40,7 @@ __all__ = [
     "StoreDriver", "Archives", "EventLoads", "LogReads", "Reservations", "ReservationHold", "StoreProbes",
     "TopicCounts",
     # rows
-    "Record", "EventRow", "OpenIntents", "ArchiveCandidate", "RecordedSegment",
+    "Record", "EventRow", "OpenIntents", "ArchiveCandidate", "ArchiveLabels", "RecordedSegment",
 ]
 
 _chosen: WeakKeyDictionary[Any, StoreDriver] = WeakKeyDictionary()

@@ -25,6 +25,7 @@ from ledger.store_identity import STORE_TABLE
 from migrations.drivers.database import ConfiguredStore
 from migrations.drivers.protocols import (
     ArchiveCandidate,
+    ArchiveLabels,
     EventRow,
     OpenIntents,
     Record,
@@ -135,11 +136,14 @@ class PostgresDriver:
         return [ArchiveCandidate(*row) for row in rows]
 
     def archive_record(self, segment: RecordedSegment, *, aggregates: int, records: int, archived_at: datetime,
-                       operations: Sequence[tuple[UUID, int, str]]) -> None:
+                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int]) -> None:
         """See ``Archives.archive_record``."""
         with self._recorder.datastore.transaction(commit=True) as cursor:
             cursor.execute(self._archive_sql("archive_insert_segment"),
                            [segment.segment, segment.digest, aggregates, records, segment.summary, archived_at])
+            if cursor.rowcount == 0:
+                return  # recorded already, with its index and totals
+            cursor.executemany(self._archive_sql("archive_add_totals"), [[*key, n] for key, n in totals.items()])
             cursor.executemany(self._archive_sql("archive_insert_operation"),
                                [[op_id, segment.segment, version, status, archived_at]
                                 for op_id, version, status in operations])

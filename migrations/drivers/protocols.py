@@ -160,6 +160,10 @@ class ArchiveCandidate(NamedTuple):
     updated_at: datetime
 
 
+ArchiveLabels = tuple[str, str, str, str]
+"""``(final status, integration, tenant, delivery mode)``: a label set of the carried-forward totals."""
+
+
 class RecordedSegment(NamedTuple):
     """A segment the store recorded: its number, manifest digest (``sha256:<hex>``) and the
     carried-forward summary (JSON text, ``ledger.archive_run``)."""
@@ -182,9 +186,11 @@ class Archives(Protocol):
         ...
 
     def archive_record(self, segment: RecordedSegment, *, aggregates: int, records: int, archived_at: datetime,
-                       operations: Sequence[tuple[UUID, int, str]]) -> None:
-        """In one transaction: record ``segment`` and an index row per ``(operation id, version
-        archived, final status)``. A segment or id recorded already is left as it is."""
+                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int]) -> None:
+        """In one transaction: record ``segment``, an index row per ``(operation id, version
+        archived, final status)``, and add ``totals`` (operations by final status and label set)
+        to the carried-forward totals the status counts add in. A segment recorded already is
+        left as it is, and nothing else is written (a rerun adds nothing twice)."""
         ...
 
     def archive_segments(self) -> list[RecordedSegment]:

@@ -18,7 +18,7 @@ from ledger.store_files import check_store_files, create_store_file
 from ledger.store_identity import STORE_TABLE
 from migrations.drivers.database import ConfiguredStore
 from migrations.drivers.owned import OwnedStore
-from migrations.drivers.protocols import ArchiveCandidate, EventRow, OpenIntents, Record, RecordedSegment
+from migrations.drivers.protocols import ArchiveCandidate, ArchiveLabels, EventRow, OpenIntents, Record, RecordedSegment
 from migrations.drivers.queries import load_queries
 
 MAX_IDS_PER_QUERY = 500
@@ -110,12 +110,15 @@ class SQLiteDriver(OwnedStore):
                 in rows]
 
     def archive_record(self, segment: RecordedSegment, *, aggregates: int, records: int, archived_at: datetime,
-                       operations: Sequence[tuple[UUID, int, str]]) -> None:
+                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int]) -> None:
         """See ``Archives.archive_record``."""
         at = _time(archived_at)
         with self._write() as cursor:
             cursor.execute(self._queries["archive_insert_segment"],
                            [segment.segment, segment.digest, aggregates, records, segment.summary, at])
+            if cursor.sqlite_cursor.rowcount == 0:  # the library's cursor wraps sqlite3's
+                return  # recorded already, with its index and totals
+            cursor.executemany(self._queries["archive_add_totals"], [(*key, n) for key, n in totals.items()])
             for operation_id, version, status in operations:
                 cursor.execute(self._queries["archive_insert_operation"],
                                [str(operation_id), segment.segment, version, status, at])

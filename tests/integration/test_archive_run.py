@@ -1,6 +1,7 @@
-"""``opledger archive`` (issue 29 item 2), on both backends: only closed operations are selected,
-a run writes a segment that ``archive verify`` accepts and removes what it holds from the hot
-store, an archived id is refused by ``intend``, and a rerun archives nothing twice."""
+"""``opledger archive`` (issue 29 items 2 and 4), on both backends: only closed operations are
+selected, a run writes a segment that ``archive verify`` accepts and removes what it holds from
+the hot store, an archived id is refused by ``intend``, a rerun archives nothing twice, and the
+status totals and metrics stay as they were."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.errors import OperationArchivedError
 from migrations.drivers import archives_of
-from projections import StatusProjection, open_view
+from projections import MetricsProjection, MetricsStore, StatusProjection, open_view
 from projections.view import StatusView
 
 
@@ -114,3 +115,22 @@ def test_nothing_is_selected_without_a_policy_or_before(orders_app: OrdersApp, c
     result = CliRunner().invoke(cli, ["archive", "--out", str(tmp_path / "a"), "--database-url", migrated.url()],
                                 env={"OPLEDGER_APP": "adapters.demo.orders:OrdersApp", "OPLEDGER_RETENTION": ""})
     assert result.exit_code == 2 and "OPLEDGER_RETENTION" in result.output
+
+
+def test_status_totals_and_metrics_do_not_go_backwards(orders_app: OrdersApp, clock: FakeClock, view: StatusView,
+                                                      migrated: Database, tmp_path: Path) -> None:
+    closed, still_open, _ = _store(orders_app, clock, view)
+    metrics = MetricsStore(view)
+    MetricsProjection(app=orders_app, store=metrics).catch_up()
+    counts, counters, gauges = view.counts(), metrics.totals(), metrics.gauges().by_status
+    assert counts == {"settled": len(closed), "pending": len(still_open)}
+
+    _archive(migrated, tmp_path / "archive")
+    MetricsProjection(app=orders_app, store=metrics).catch_up()
+    assert all(view.get(op_id) is None for op_id in closed)  # gone from the hot store, still counted
+    assert (view.counts(), metrics.totals(), metrics.gauges().by_status) == (counts, counters, gauges)
+
+    _archive(migrated, tmp_path / "archive")  # a rerun adds nothing twice
+    assert (view.counts(), metrics.gauges().by_status) == (counts, gauges)
+    [segment] = archives_of(orders_app).archive_segments()
+    assert json.loads(segment.summary)["status"] == {"settled": len(closed)}

@@ -16,4 +16,12 @@ CREATE TABLE IF NOT EXISTS opledger_archived_operations (
     status TEXT NOT NULL,
     archived_at TIMESTAMPTZ NOT NULL
 );
+CREATE TABLE IF NOT EXISTS opledger_archive_totals (
+    status TEXT NOT NULL,
+    integration TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    delivery_mode TEXT NOT NULL,
+    operations INTEGER NOT NULL,
+    PRIMARY KEY (status, integration, tenant, delivery_mode)
+);
 UPDATE opledger_store SET value = '6' WHERE key = 'schema_version';

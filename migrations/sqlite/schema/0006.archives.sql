@@ -20,4 +20,15 @@ CREATE TABLE IF NOT EXISTS opledger_archived_operations (
     status TEXT NOT NULL,
     archived_at TEXT NOT NULL
 );
+-- The carried-forward totals: archived operations by final status and label set, added in the
+-- transaction that records their segment; the status totals and the `opledger_operations` gauge
+-- add them in, so neither goes backwards when operations leave the hot store.
+CREATE TABLE IF NOT EXISTS opledger_archive_totals (
+    status TEXT NOT NULL,
+    integration TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    delivery_mode TEXT NOT NULL,
+    operations INTEGER NOT NULL,
+    PRIMARY KEY (status, integration, tenant, delivery_mode)
+);
 UPDATE opledger_store SET value = '6' WHERE key = 'schema_version';
