@@ -134,3 +134,16 @@ def test_status_totals_and_metrics_do_not_go_backwards(orders_app: OrdersApp, cl
     assert (view.counts(), metrics.gauges().by_status) == (counts, gauges)
     [segment] = archives_of(orders_app).archive_segments()
     assert json.loads(segment.summary)["status"] == {"settled": len(closed)}
+
+
+@pytest.mark.parametrize("command", ["show", "timeline"])
+def test_ops_show_and_timeline_of_an_archived_id_name_its_segment(
+        command: str, orders_app: OrdersApp, clock: FakeClock, view: StatusView, migrated: Database,
+        tmp_path: Path) -> None:
+    closed, _, _ = _store(orders_app, clock, view)
+    _archive(migrated, tmp_path / "archive")
+    result = CliRunner().invoke(cli, ["ops", command, str(closed[0]), "--database-url", migrated.url()],
+                                env={"OPLEDGER_APP": "adapters.demo.orders:OrdersApp"})
+    assert result.exit_code == 2, result.output
+    assert "archived (settled) in segment seg-000001" in result.output, result.output
+    assert "Traceback" not in result.output
