@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from uuid import UUID, uuid4
 
 import pytest
 from typer.testing import CliRunner
 
+from adapters.archive_run import ArchiveReport, run_archive
 from adapters.cli.app import app as cli
 from adapters.demo.orders import Order, OrdersApp
 from ledger.archives import read_statuses, segments
@@ -147,3 +149,53 @@ def test_ops_show_and_timeline_of_an_archived_id_name_its_segment(
     assert result.exit_code == 2, result.output
     assert "archived (settled) in segment seg-000001" in result.output, result.output
     assert "Traceback" not in result.output
+
+
+PROVENANCE = {"identity": "test", "schema": 6, "codec": 1, "version": "0", "commit": ""}
+
+
+def _run(app: OrdersApp, view: StatusView, out: Path) -> ArchiveReport:
+    now = datetime.now(UTC)
+    return run_archive(app, view, archives_of(app), out, now=now, limits={name: now for name in
+                       ("payments.charge", "notifications.send", "orders.fulfil")}, provenance=PROVENANCE)
+
+
+class Killed(Exception):
+    """Stands for a SIGKILL at a commit boundary."""
+
+
+def test_a_run_killed_before_recording_or_mid_removal_is_completed_by_the_next(
+        orders_app: OrdersApp, clock: FakeClock, view: StatusView, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    closed, _, _ = _store(orders_app, clock, view)
+    out = tmp_path / "archive"
+    archives = archives_of(orders_app)
+    with monkeypatch.context() as patch:  # killed after the segment was written and verified
+        patch.setattr(type(archives), "archive_record", lambda *a, **k: (_ for _ in ()).throw(Killed()))
+        with pytest.raises(Killed):
+            _run(orders_app, view, out)
+    assert len(segments(out)) == 1 and archives.archive_segments() == []
+    assert all(orders_app.recorder.select_events(op_id) for op_id in closed)  # nothing removed unrecorded
+
+    removals = []
+    original = type(archives).archive_remove
+
+    def remove_once(self: object, batch: list) -> None:
+        if removals:
+            raise Killed()
+        removals.append(batch)
+        original(self, batch)  # type: ignore[arg-type]
+
+    with monkeypatch.context() as patch:  # the next run records it, then is killed mid-removal
+        patch.setattr("adapters.archive_run.REMOVE_BATCH", 1)
+        patch.setattr(type(archives), "archive_remove", remove_once)
+        with pytest.raises(Killed):
+            _run(orders_app, view, out)
+    assert [s.segment for s in archives.archive_segments()] == [1]
+    assert sum(1 for op_id in closed if orders_app.recorder.select_events(op_id)) == len(closed) - 1
+
+    report = _run(orders_app, view, out)
+    assert (report.segments, report.operations, report.removed) == ([], 0, len(closed) - 1)
+    assert not any(orders_app.recorder.select_events(op_id) for op_id in closed)
+    assert len(segments(out)) == 1 and set(archives.archive_lookup(closed)) == set(closed)
+    assert CliRunner().invoke(cli, ["archive", "verify", str(out)]).exit_code == 0
