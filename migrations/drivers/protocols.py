@@ -165,12 +165,15 @@ ArchiveLabels = tuple[str, str, str, str]
 
 
 class RecordedSegment(NamedTuple):
-    """A segment the store recorded: its number, manifest digest (``sha256:<hex>``) and the
-    carried-forward summary (JSON text, ``ledger.archive_run``)."""
+    """A segment the store recorded: its number, manifest digest (``sha256:<hex>``), the
+    carried-forward summary (JSON text, ``adapters.archive_run.summary_of``) and, as read back,
+    how many records it moved out (0 before it is recorded: ``Archives.archive_record`` takes
+    the count on its own)."""
 
     segment: int
     digest: str
     summary: str
+    records: int = 0
 
 
 class Archives(Protocol):

@@ -125,8 +125,8 @@ class SQLiteDriver(OwnedStore):
 
     def archive_segments(self) -> list[RecordedSegment]:
         """See ``Archives.archive_segments``."""
-        return [RecordedSegment(int(n), str(d), str(s))
-                for n, d, s in self._select(self._queries["archive_select_segments"], [], tuples=True)]
+        return [RecordedSegment(int(n), str(d), str(s), int(r))
+                for n, d, s, r in self._select(self._queries["archive_select_segments"], [], tuples=True)]
 
     def archive_lookup(self, ids: Collection[UUID]) -> dict[UUID, tuple[int, str]]:
         """See ``Archives.archive_lookup``."""

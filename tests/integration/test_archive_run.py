@@ -199,3 +199,14 @@ def test_a_run_killed_before_recording_or_mid_removal_is_completed_by_the_next(
     assert not any(orders_app.recorder.select_events(op_id) for op_id in closed)
     assert len(segments(out)) == 1 and set(archives.archive_lookup(closed)) == set(closed)
     assert CliRunner().invoke(cli, ["archive", "verify", str(out)]).exit_code == 0
+
+
+def test_doctor_counts_the_records_archived_out_of_the_log(orders_app: OrdersApp, clock: FakeClock, view: StatusView,
+                                                           migrated: Database, tmp_path: Path) -> None:
+    _store(orders_app, clock, view)
+    _archive(migrated, tmp_path / "archive")
+    result = CliRunner().invoke(cli, ["doctor", "--json", "--database-url", migrated.url()],
+                                env={"OPLEDGER_APP": "adapters.demo.orders:OrdersApp"})
+    checks = {check["name"]: check for check in json.loads(result.stdout)["checks"]}
+    assert checks["log"]["status"] == "ok", checks["log"]
+    assert checks["drift"]["status"] == "ok", checks["drift"]
