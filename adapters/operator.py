@@ -27,6 +27,7 @@ from ledger.errors import (
     ApprovalRefusedError,
     CorruptRecordError,
     IllegalTransitionError,
+    OperationNotFoundError,
     OperatorActionRefusedError,
     UnknownIntegrationError,
 )
@@ -34,7 +35,7 @@ from ledger.operation import Operation
 from ledger.redaction import mask_url
 from ledger.refusals import WriteKind
 from ledger.status import ACTIVE_STATES
-from migrations.drivers import database_driver
+from migrations.drivers import archives_of, database_driver
 from projections.rows import AttentionMark, StatusRow
 from projections.status import StatusProjection
 
@@ -206,12 +207,38 @@ def show(store: Store, op_id: UUID) -> dict[str, Any]:
     """
     row = store.queries.get(op_id)
     try:
-        op = store.app.get_operation(op_id)
+        op = get_or_archived(store.app, op_id)
     except CorruptRecordError as exc:
         if row is None:
             raise
         return describe_undecodable(row, exc)
     return describe(store.app, op, row)
+
+
+def get_or_archived(app: Any, op_id: UUID) -> Operation:
+    """``app.get_operation``, naming the archive segment of an operation ``opledger archive``
+    moved out of the hot store (docs/adr/0010-archives.md).
+
+    Raises:
+        OperationNotFoundError: no such operation; for an archived one the message names its
+            segment, its final status and how to read it back (``opledger archive restore``).
+        CorruptRecordError: as ``get_operation``.
+    """
+    try:
+        found_op: Operation = app.get_operation(op_id)
+        return found_op
+    except OperationNotFoundError:
+        try:
+            found = archives_of(app).archive_lookup([op_id]).get(op_id)
+        except ValueError:  # a store held in memory keeps no archives
+            found = None
+        if found is None:
+            raise
+        segment, status = found
+        raise OperationNotFoundError(
+            f"operation {op_id} is archived ({status}) in segment seg-{segment:06d}: its history left the "
+            f"store; restore that segment of the archive directory for an audit (opledger archive restore "
+            f"DIR/seg-{segment:06d} --database-url ...)") from None
 
 
 def event_entry(app: Any, event: Any, name: str | None, version: int | None) -> dict[str, Any]:

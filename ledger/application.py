@@ -30,6 +30,7 @@ from ledger.errors import (
     DeclarationError,
     IntentConflictError,
     InvalidArgumentError,
+    OperationArchivedError,
     OperationNotFoundError,
     SettlementEntityMismatchError,
 )
@@ -217,6 +218,7 @@ class LedgerApplication(Application):
 
         Raises:
             IntentConflictError: the derived id exists with another fingerprint.
+            OperationArchivedError: the derived id was archived (``opledger archive``).
             UnknownIntegrationError: the integration is not declared.
             PayloadError: the payload breaks the declaration.
             SettlementEntityMismatchError: the entity is not of the type the declaration
@@ -245,7 +247,10 @@ class LedgerApplication(Application):
         # An entity created in this very transaction has no stored history, so no operation can
         # exist for it yet: only a transition of a stored entity needs the lookup.
         created_now = entity.version == len(entity.pending_events)
-        existing = None if created_now else self._find_operation(operation_id(source, declaration.name))
+        op_id = operation_id(source, declaration.name)
+        existing = None if created_now else self._find_operation(op_id)
+        if existing is None and not created_now:
+            self._refuse_archived(op_id)
         if existing is not None:
             given = fingerprint(declaration, payload, resolved_target)
             if existing.fingerprint != given:
@@ -287,6 +292,19 @@ class LedgerApplication(Application):
         if found is None:
             raise OperationNotFoundError(f"no operation {op_id}")
         return found
+
+    def _refuse_archived(self, op_id: UUID) -> None:
+        """Refuse an id the store's archive index holds (its records are gone from the hot
+        store, so only the index knows). The store's factory answers where it keeps archives
+        (``migrations.drivers.recorders``); a store held in memory keeps none.
+
+        Raises:
+            OperationArchivedError: ``op_id`` is archived.
+        """
+        lookup = getattr(self.factory, "archived_segment", None)
+        segment = lookup(self.recorder, op_id) if lookup is not None else None
+        if segment is not None:
+            raise OperationArchivedError(op_id, segment)
 
     def _find_operation(self, op_id: UUID) -> Operation | None:
         if not self.recorder.select_events(op_id, limit=1):

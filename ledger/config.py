@@ -23,6 +23,7 @@ from ledger.clock import DEFAULT_MAX_SKEW_SECONDS
 from ledger.connection_options import SECRET_PARAMETERS, connection_options, one_line
 from ledger.errors import ConfigurationError
 from ledger.redaction import mask_url
+from ledger.retention import parse_duration
 from ledger.time_limits import MAX_GRACE_SECONDS, MAX_LEASE_SECONDS, MAX_POLL_INTERVAL_SECONDS
 
 DEFAULT_DATABASE_URL = "sqlite:///.opledger/opledger.db"
@@ -324,6 +325,10 @@ class Settings(BaseSettings):
             ``header`` (the first two only: for stores large enough that reading them at every
             command is too slow; damage is then found when a read meets it, or by ``doctor``).
             ``migrate``, ``backup`` and ``import-json`` always run ``quick_check``.
+        retention: how long a closed operation stays in the hot store before ``opledger archive``
+            may move it into an archive, a duration (``90d``, ``12h``, a number of seconds;
+            ``ledger.retention.parse_duration``); None (the default) keeps everything. A
+            declaration's ``retention_seconds`` overrides it for its integration.
     """
 
     # allow_inf_nan=False: OPLEDGER_LEASE_SECONDS=inf or nan is refused at start, not discovered
@@ -349,12 +354,21 @@ class Settings(BaseSettings):
     approval_policy: str | None = Field(default=None, pattern=r"^[\w.]+:[\w.]+$")
     settlement_policy: str | None = Field(default=None, pattern=r"^[\w.]+:[\w.]+$")
     poll_lease_seconds: float = Field(default=DEFAULT_POLL_LEASE_SECONDS, gt=0, le=MAX_LEASE_SECONDS)
+    retention: str | None = None
 
     @field_validator("database_url")
     @classmethod
     def _parsable(cls, value: str) -> str:
         Database.parse(value)
         return value
+
+    @field_validator("retention")
+    @classmethod
+    def _retention_duration(cls, value: str | None) -> str | None:
+        if value is not None and value.strip():
+            parse_duration(value)  # its ValueError is reported with the field's name
+            return value
+        return None
 
     @field_validator("poll_interval_seconds")
     @classmethod
@@ -366,6 +380,11 @@ class Settings(BaseSettings):
                 f"must be at most a third of lease_seconds ({lease:g} s): an idle worker renews "
                 "leases only between waits; lower the poll interval or raise the lease")
         return value
+
+    @property
+    def retention_seconds(self) -> float | None:
+        """The store-wide retention policy in seconds, None when off (``retention``)."""
+        return parse_duration(self.retention) if self.retention else None
 
     @property
     def database(self) -> Database:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from ledger.adapter_names import adapter_problem
 from ledger.errors import DeclarationError, UnknownIntegrationError
 from ledger.redaction import url_has_credentials
+from ledger.retention import MAX_RETENTION_SECONDS
 from ledger.time_limits import (
     MAX_BACKOFF_SECONDS,
     MAX_BASE_BACKOFF_SECONDS,
@@ -53,7 +54,7 @@ DEFAULT_POLL_LIMIT_SECONDS = 7 * 86_400.0
 """The hard limit on following an accepted operation, from its acceptance, seconds (a week)."""
 _DIGEST_DEFAULTS: dict[str, Any] = {"max_payload_bytes": DEFAULT_MAX_PAYLOAD_BYTES, "approval_purpose": "",
                                     "approval_valid_seconds": DEFAULT_APPROVAL_VALID_SECONDS,
-                                    "budgets.per_tenant": None,
+                                    "budgets.per_tenant": None, "retention_seconds": None,
                                     "polling": {"initial_delay_seconds": DEFAULT_POLL_INITIAL_DELAY_SECONDS,
                                                 "max_interval_seconds": DEFAULT_POLL_MAX_INTERVAL_SECONDS,
                                                 "overdue_interval_seconds": DEFAULT_POLL_OVERDUE_INTERVAL_SECONDS,
@@ -282,6 +283,9 @@ class Integration(_Strict):
     polling: Polling = Polling()
     payload: Mapping[str, Classification] = Field(default_factory=dict)
     max_payload_bytes: int = Field(default=DEFAULT_MAX_PAYLOAD_BYTES, ge=1, le=MAX_MAX_PAYLOAD_BYTES)
+    retention_seconds: float | None = Field(default=None, gt=0, le=MAX_RETENTION_SECONDS,
+                                            description="how long a closed operation stays in the hot store; "
+                                                        "overrides OPLEDGER_RETENTION (issue 29)")
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False, allow_inf_nan=False)
 

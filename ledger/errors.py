@@ -113,6 +113,24 @@ class IntentConflictError(LedgerError):
         )
 
 
+class OperationArchivedError(LedgerError):
+    """The operation was closed and moved into an archive segment (``opledger archive``): its id
+    is never intended again (docs/adr/0010-archives.md §3). A host replaying old input would
+    otherwise re-create an operation whose effect already happened. Fix: nothing to redo; its
+    history is in the named segment (``opledger archive restore`` puts it back for an audit).
+
+    Attributes:
+        operation_id: the archived operation.
+        segment: the number of the segment holding it.
+    """
+
+    def __init__(self, operation_id: UUID, segment: int) -> None:
+        self.operation_id = operation_id
+        self.segment = segment
+        super().__init__(f"operation {operation_id} is archived (segment seg-{segment:06d}); "
+                         "an archived operation is never intended again")
+
+
 # Python-style alias: the issue text names this rule ``IntentConflict``.
 IntentConflict = IntentConflictError
 

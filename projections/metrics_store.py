@@ -9,6 +9,7 @@ event twice (DESIGN §8).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -104,12 +105,16 @@ class MetricsStore:
         read from the status view now (never stored: they depend on "now")."""
         with self.view._transaction() as cur:
             cur.execute(self.queries["count_by_labels"])
-            by_status = {(str(s), str(i), str(t), str(m)): int(n) for s, i, t, m, n in cur.fetchall()}
+            by_status: Counter[tuple[str, str, str, str]] = Counter(
+                {(str(s), str(i), str(t), str(m)): int(n) for s, i, t, m, n in cur.fetchall()})
+            # Archived operations count as they did before they left (docs/adr/0010-archives.md).
+            cur.execute(self.queries["select_archive_totals"])
+            by_status.update({(str(s), str(i), str(t), str(m)): int(n) for s, i, t, m, n in cur.fetchall()})
             cur.execute(self.queries["count_attention_by_labels"])
             attention = {(str(r), str(i), str(t), str(m)): int(n) for r, i, t, m, n in cur.fetchall()}
             cur.execute(self.queries["select_oldest_pending"])
             oldest = {(str(i), str(t), str(m)): _as_time(at) for i, t, m, at in cur.fetchall()}
-        return Gauges(by_status=by_status, attention=attention, oldest_pending=oldest)
+        return Gauges(by_status=dict(by_status), attention=attention, oldest_pending=oldest)
 
     def _advance(self, cur: Any, projection: str, upstream: str, start: int, position: int) -> None:
         cur.execute(self.queries["advance_tracking"], {"projection": projection, "upstream": upstream,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
@@ -102,7 +103,12 @@ class SqlStatusView:
     def counts(self) -> dict[str, int]:
         with self._statement() as cur:
             cur.execute(self.queries["count_by_status"])
-            return {str(status): int(n) for status, n in cur.fetchall()}
+            found = Counter({str(status): int(n) for status, n in cur.fetchall()})
+            # Archived operations count as they did before they left (docs/adr/0010-archives.md).
+            cur.execute(self.queries["select_archive_totals"])
+            for status, _, _, _, n in cur.fetchall():
+                found[str(status)] += int(n)
+        return dict(found)
 
     def search(self, where: OperationFilter) -> list[StatusRow]:
         after_at, after_id = where.after or (None, None)

@@ -1,4 +1,6 @@
-"""``opledger archive verify DIR``: check an archive's segments, hashes and hash chain.
+"""``opledger archive``: move closed operations into archive segments (``--out DIR``; see
+``adapters.cli.archive_run``), and ``opledger archive verify DIR``: check an archive's segments,
+hashes and hash chain.
 
 An archive holds closed history moved out of the hot store (``ledger.archives``: segments of
 stored records with a manifest each, chained by digest). ``verify`` reads only the directory:
@@ -15,13 +17,43 @@ from pathlib import Path
 
 import typer
 
-from adapters.cli.common import JsonOption, console, print_json
+from adapters.cli.archive_run import BeforeOption, DryRunOption, OutOption, run
+from adapters.cli.common import DatabaseOption, JsonOption, console, fail, print_json
 from ledger.archive_check import verify_archive
 from ledger.archives import ArchiveError, read_manifest, segments
 
-archive_app = typer.Typer(help="Check archives of closed history, and restore a segment for an audit.",
-                          no_args_is_help=True)
+archive_app = typer.Typer(help="Archive closed operations (--out DIR), check archives, and restore a segment "
+                               "for an audit.", no_args_is_help=True, invoke_without_command=True)
 _DirectoryArgument = typer.Argument(..., help="the archive directory (holds seg-000001, seg-000002, ...)")
+
+
+@archive_app.callback()
+def archive(
+    ctx: typer.Context,
+    out: Path | None = OutOption,
+    before: str | None = BeforeOption,
+    dry_run: bool = DryRunOption,
+    json_output: bool = JsonOption,
+    database_url: str = DatabaseOption,
+) -> None:
+    """Move closed operations older than the retention policy (or --before) into verified
+    segments under --out, then remove them from the hot store. Safe to rerun.
+    \f
+
+    Args:
+        ctx: typer's context (a subcommand such as ``verify`` runs instead).
+        out: the archive directory.
+        before: one cutoff for every integration (a time or a duration back from now).
+        dry_run: count only.
+        json_output: print ``{"out", "dry_run", "operations", "records", "segments", "removed",
+            "by_integration"}``.
+        database_url: the store (default: the configured one).
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if out is None:
+        fail("opledger archive needs --out DIR (the archive directory), or a subcommand: verify, restore", 2)
+    run(out, before, dry_run, json_output, database_url)
 
 
 @archive_app.command("verify")

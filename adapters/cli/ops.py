@@ -30,7 +30,7 @@ from adapters.cli.common import (
     print_table,
     settings,
 )
-from adapters.operator import OperatorAction, perform, show, timeline_entries
+from adapters.operator import OperatorAction, get_or_archived, perform, show, timeline_entries
 from adapters.receipt_attention import KIND_OPERATION, KIND_RECEIPT, attention_queue, load_receipt, perform_on_receipt
 from ledger.codec import LEDGER_TOPIC_PREFIX
 from ledger.errors import CorruptRecordError, OperationNotFoundError
@@ -184,7 +184,7 @@ def timeline(operation_id: str, database_url: str = DatabaseOption, json_output:
     op_id = _uuid(operation_id)
     with UserErrors(), _store(database_url) as store:
         try:
-            store.app.get_operation(op_id)  # a clear error when it does not exist
+            get_or_archived(store.app, op_id)  # a clear error when it does not exist, or is archived
         except CorruptRecordError:
             pass  # it exists: the timeline shows its events up to the damaged one
         entries = timeline_entries(store.app, op_id)

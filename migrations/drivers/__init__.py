@@ -15,12 +15,16 @@ from weakref import WeakKeyDictionary
 
 from ledger.config import Database
 from migrations.drivers.protocols import (
+    ArchiveCandidate,
+    ArchiveLabels,
+    Archives,
     DatabaseDriver,
     EventLoads,
     EventRow,
     LogReads,
     OpenIntents,
     Record,
+    RecordedSegment,
     ReservationHold,
     Reservations,
     StoreDriver,
@@ -30,11 +34,13 @@ from migrations.drivers.protocols import (
 
 __all__ = [
     # choosing
-    "driver_of", "database_driver", "DatabaseDriver", "memory_env",
+    "driver_of", "driver_of_recorder", "archives_of", "archives_of_recorder",
+    "database_driver", "DatabaseDriver", "memory_env",
     # the concerns
-    "StoreDriver", "EventLoads", "LogReads", "Reservations", "ReservationHold", "StoreProbes", "TopicCounts",
+    "StoreDriver", "Archives", "EventLoads", "LogReads", "Reservations", "ReservationHold", "StoreProbes",
+    "TopicCounts",
     # rows
-    "Record", "EventRow", "OpenIntents",
+    "Record", "EventRow", "OpenIntents", "ArchiveCandidate", "ArchiveLabels", "RecordedSegment",
 ]
 
 _chosen: WeakKeyDictionary[Any, StoreDriver] = WeakKeyDictionary()
@@ -51,7 +57,11 @@ def driver_of(app: Any) -> StoreDriver:
     Raises:
         ValueError: the recorder is of none of those kinds.
     """
-    recorder = app.recorder
+    return driver_of_recorder(app.recorder)
+
+
+def driver_of_recorder(recorder: Any) -> StoreDriver:
+    """:func:`driver_of` for a store's recorder (kept for that recorder)."""
     driver = _chosen.get(recorder)
     if driver is None:
         driver = _chosen[recorder] = _choose(recorder)
@@ -77,6 +87,29 @@ def _choose(recorder: Any) -> StoreDriver:
             return PostgresDriver(recorder)
     raise ValueError(f"no store driver for a recorder of type {type(recorder).__qualname__}; "
                      "expected the library's SQLite, PostgreSQL or in-memory application recorder")
+
+
+def archives_of(app: Any) -> Archives:
+    """Return the archive methods of ``app``'s store (``Archives``).
+
+    Raises:
+        ValueError: the store is held in memory, where nothing outlives the process to archive.
+    """
+    return archives_of_recorder(app.recorder)
+
+
+def archives_of_recorder(recorder: Any) -> Archives:
+    """:func:`archives_of` for a store's recorder.
+
+    Raises:
+        ValueError: as :func:`archives_of`.
+    """
+    driver: Any = driver_of_recorder(recorder)
+    if not hasattr(driver, "archive_candidates"):
+        raise ValueError(f"a store held by the {driver.name} driver keeps no archives: "
+                         "archive a SQLite or PostgreSQL store")
+    archives: Archives = driver
+    return archives
 
 
 def memory_env() -> dict[str, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -22,7 +23,15 @@ from psycopg.sql import SQL, Identifier
 from ledger.errors import ConfigurationError
 from ledger.store_identity import STORE_TABLE
 from migrations.drivers.database import ConfiguredStore
-from migrations.drivers.protocols import EventRow, OpenIntents, Record, ReservationHold
+from migrations.drivers.protocols import (
+    ArchiveCandidate,
+    ArchiveLabels,
+    EventRow,
+    OpenIntents,
+    Record,
+    RecordedSegment,
+    ReservationHold,
+)
 from migrations.drivers.queries import load_queries
 
 
@@ -49,7 +58,8 @@ class PostgresDriver:
     def __init__(self, recorder: Any) -> None:
         self._recorder = recorder
         self._queries = load_queries(self.name)
-        self._table = f'"{recorder.datastore.schema}"."{recorder.events_table_name}"'
+        self._schema = f'"{recorder.datastore.schema}"'
+        self._table = f'{self._schema}."{recorder.events_table_name}"'
 
     def _rows(self, query: str, params: list[Any], *, binary: bool = True, prepare: bool = True) -> list[Any]:
         sql = self._queries[query].format(table=self._table)
@@ -108,6 +118,55 @@ class PostgresDriver:
         """See ``TopicCounts.intents_list_all``."""
         return self._rows("select_intents", [list(topics)], prepare=False)
 
+
+    # -- Archives (docs/adr/0010-archives.md §3)
+    def _archive_sql(self, name: str) -> str:
+        return self._queries[name].format(schema=self._schema, table=self._table)
+
+    def _archive_rows(self, name: str, params: list[Any]) -> list[Any]:
+        with self._recorder.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as cursor:
+            cursor.execute(self._archive_sql(name), params)
+            return cursor.fetchall()
+
+    def archive_candidates(self, before: datetime, after: tuple[datetime, UUID] | None,
+                           limit: int) -> list[ArchiveCandidate]:
+        """See ``Archives.archive_candidates``."""
+        start = after or (datetime.min.replace(tzinfo=UTC), UUID(int=0))
+        rows = self._archive_rows("archive_candidates", [before, *start, limit])
+        return [ArchiveCandidate(*row) for row in rows]
+
+    def archive_record(self, segment: RecordedSegment, *, aggregates: int, records: int, archived_at: datetime,
+                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int]) -> None:
+        """See ``Archives.archive_record``."""
+        with self._recorder.datastore.transaction(commit=True) as cursor:
+            cursor.execute(self._archive_sql("archive_insert_segment"),
+                           [segment.segment, segment.digest, aggregates, records, segment.summary, archived_at])
+            if cursor.rowcount == 0:
+                return  # recorded already, with its index and totals
+            cursor.executemany(self._archive_sql("archive_add_totals"), [[*key, n] for key, n in totals.items()])
+            cursor.executemany(self._archive_sql("archive_insert_operation"),
+                               [[op_id, segment.segment, version, status, archived_at]
+                                for op_id, version, status in operations])
+
+    def archive_segments(self) -> list[RecordedSegment]:
+        """See ``Archives.archive_segments``."""
+        return [RecordedSegment(*row) for row in self._archive_rows("archive_select_segments", [])]
+
+    def archive_lookup(self, ids: Collection[UUID]) -> dict[UUID, tuple[int, str]]:
+        """See ``Archives.archive_lookup``."""
+        rows = self._archive_rows("archive_select_archived", [list(dict.fromkeys(ids))])
+        return {op_id: (segment, status) for op_id, segment, status in rows}
+
+    def archive_unremoved(self, limit: int) -> list[tuple[UUID, int]]:
+        """See ``Archives.archive_unremoved``."""
+        return [(op_id, version) for op_id, version in self._archive_rows("archive_select_unremoved", [limit])]
+
+    def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> None:
+        """See ``Archives.archive_remove``."""
+        pairs = [[op_id, version] for op_id, version in operations]
+        with self._recorder.datastore.transaction(commit=True) as cursor:
+            cursor.executemany(self._archive_sql("archive_delete_events"), pairs)
+            cursor.executemany(self._archive_sql("archive_delete_status"), pairs)
 
 class _Hold:
     """The reserving reads of one held connection (``ReservationHold``).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 from uuid import UUID
@@ -141,6 +142,76 @@ class TopicCounts(Protocol):
 
     def intents_list_all(self, topics: Sequence[str]) -> list[EventRow]:
         """Return every stored record of ``topics`` (the ``Intended`` topics), in no order."""
+        ...
+
+
+class ArchiveCandidate(NamedTuple):
+    """A status row :meth:`Archives.archive_candidates` selected: what
+    ``ledger.retention.is_archivable`` is asked about, and where the keyset goes on."""
+
+    operation_id: UUID
+    version: int
+    integration: str
+    status: str
+    execution: str
+    settlement: str
+    disposition: str | None
+    attention: str | None
+    updated_at: datetime
+
+
+ArchiveLabels = tuple[str, str, str, str]
+"""``(final status, integration, tenant, delivery mode)``: a label set of the carried-forward totals."""
+
+
+class RecordedSegment(NamedTuple):
+    """A segment the store recorded: its number, manifest digest (``sha256:<hex>``), the
+    carried-forward summary (JSON text, ``adapters.archive_run.summary_of``) and, as read back,
+    how many records it moved out (0 before it is recorded: ``Archives.archive_record`` takes
+    the count on its own)."""
+
+    segment: int
+    digest: str
+    summary: str
+    records: int = 0
+
+
+class Archives(Protocol):
+    """Moving closed operations out of the hot store (docs/adr/0010-archives.md §3): select,
+    record a written segment and its index, remove what it holds, in bounded batches."""
+
+    def archive_candidates(self, before: datetime, after: tuple[datetime, UUID] | None,
+                           limit: int) -> list[ArchiveCandidate]:
+        """Return up to ``limit`` status rows that look closed (settled or needing no
+        settlement, or abandoned; not pending settlement; not on the attention queue), last
+        changed before ``before``, not archived yet, after the keyset ``after`` (the last
+        row's ``(updated_at, operation_id)``), oldest first."""
+        ...
+
+    def archive_record(self, segment: RecordedSegment, *, aggregates: int, records: int, archived_at: datetime,
+                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int]) -> None:
+        """In one transaction: record ``segment``, an index row per ``(operation id, version
+        archived, final status)``, and add ``totals`` (operations by final status and label set)
+        to the carried-forward totals the status counts add in. A segment recorded already is
+        left as it is, and nothing else is written (a rerun adds nothing twice)."""
+        ...
+
+    def archive_segments(self) -> list[RecordedSegment]:
+        """Return every recorded segment, in number order."""
+        ...
+
+    def archive_lookup(self, ids: Collection[UUID]) -> dict[UUID, tuple[int, str]]:
+        """Return ``{id: (segment, final status)}`` for those of ``ids`` that are archived."""
+        ...
+
+    def archive_unremoved(self, limit: int) -> list[tuple[UUID, int]]:
+        """Return up to ``limit`` ``(operation id, version archived)`` pairs of archived
+        operations whose records and status row are still in the hot store."""
+        ...
+
+    def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> None:
+        """In one transaction: delete each operation's records up to the version archived and
+        its status row when it is that version (a later record is never deleted)."""
         ...
 
 

@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore, PostgresFactory
@@ -54,7 +55,23 @@ class _DurableSQLitePool(SQLiteConnectionPool):
         return connection
 
 
-class LedgerSQLiteFactory(SQLiteFactory):
+class _ArchiveIndex:
+    """What both factories answer for ``LedgerApplication.intend``: whether an id is archived."""
+
+    def archived_segment(self, recorder: Any, operation_id: UUID) -> int | None:
+        """The segment an archived operation is in, or None (``Archives.archive_lookup``).
+
+        Args:
+            recorder: the application's recorder (its store's driver is chosen from it).
+            operation_id: the id about to be intended.
+        """
+        from migrations.drivers import archives_of_recorder
+
+        found = archives_of_recorder(recorder).archive_lookup([operation_id]).get(operation_id)
+        return found[0] if found else None
+
+
+class LedgerSQLiteFactory(_ArchiveIndex, SQLiteFactory):
     """The library's SQLite factory with durability verified (selected by ``ledger.config``).
 
     A writable store is opened only by the process that owns it: the factory takes the store's
@@ -80,7 +97,7 @@ class LedgerSQLiteFactory(SQLiteFactory):
             self.lock.release()
 
 
-class LedgerPostgresFactory(PostgresFactory):
+class LedgerPostgresFactory(_ArchiveIndex, PostgresFactory):
     """The library's PostgreSQL factory, its pool given the database URL's libpq parameters
     (selected by ``ledger.config``).
 

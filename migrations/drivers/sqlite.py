@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -17,7 +18,7 @@ from ledger.store_files import check_store_files, create_store_file
 from ledger.store_identity import STORE_TABLE
 from migrations.drivers.database import ConfiguredStore
 from migrations.drivers.owned import OwnedStore
-from migrations.drivers.protocols import EventRow, OpenIntents, Record
+from migrations.drivers.protocols import ArchiveCandidate, ArchiveLabels, EventRow, OpenIntents, Record, RecordedSegment
 from migrations.drivers.queries import load_queries
 
 MAX_IDS_PER_QUERY = 500
@@ -93,6 +94,67 @@ class SQLiteDriver(OwnedStore):
         sql = self._queries["select_intents"].format(table=self._table, topics=",".join("?" * len(topics)))
         return self._ids(self._select(sql, list(topics), tuples=True))
 
+
+    # -- Archives (docs/adr/0010-archives.md §3)
+    def _write(self) -> Any:
+        return self._recorder.datastore.transaction(commit=True)
+
+    def archive_candidates(self, before: datetime, after: tuple[datetime, UUID] | None,
+                           limit: int) -> list[ArchiveCandidate]:
+        """See ``Archives.archive_candidates``."""
+        start = (_time(after[0]), str(after[1])) if after else ("", "")
+        rows = self._select(self._queries["archive_candidates"], [_time(before), *start, limit], tuples=True)
+        return [ArchiveCandidate(UUID(op_id), version, integration, status, execution, settlement, disposition,
+                                 attention, datetime.fromisoformat(updated_at))
+                for op_id, version, integration, status, execution, settlement, disposition, attention, updated_at
+                in rows]
+
+    def archive_record(self, segment: RecordedSegment, *, aggregates: int, records: int, archived_at: datetime,
+                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int]) -> None:
+        """See ``Archives.archive_record``."""
+        at = _time(archived_at)
+        with self._write() as cursor:
+            cursor.execute(self._queries["archive_insert_segment"],
+                           [segment.segment, segment.digest, aggregates, records, segment.summary, at])
+            if cursor.sqlite_cursor.rowcount == 0:  # the library's cursor wraps sqlite3's
+                return  # recorded already, with its index and totals
+            cursor.executemany(self._queries["archive_add_totals"], [(*key, n) for key, n in totals.items()])
+            for operation_id, version, status in operations:
+                cursor.execute(self._queries["archive_insert_operation"],
+                               [str(operation_id), segment.segment, version, status, at])
+
+    def archive_segments(self) -> list[RecordedSegment]:
+        """See ``Archives.archive_segments``."""
+        return [RecordedSegment(int(n), str(d), str(s), int(r))
+                for n, d, s, r in self._select(self._queries["archive_select_segments"], [], tuples=True)]
+
+    def archive_lookup(self, ids: Collection[UUID]) -> dict[UUID, tuple[int, str]]:
+        """See ``Archives.archive_lookup``."""
+        wanted = [str(i) for i in dict.fromkeys(ids)]
+        found: dict[UUID, tuple[int, str]] = {}
+        for start in range(0, len(wanted), MAX_IDS_PER_QUERY):
+            chunk = wanted[start:start + MAX_IDS_PER_QUERY]
+            sql = self._queries["archive_select_archived"].format(ids=",".join("?" * len(chunk)))
+            found.update({UUID(i): (int(n), str(status)) for i, n, status in self._select(sql, chunk, tuples=True)})
+        return found
+
+    def archive_unremoved(self, limit: int) -> list[tuple[UUID, int]]:
+        """See ``Archives.archive_unremoved``."""
+        return [(UUID(i), int(v)) for i, v in self._select(self._queries["archive_select_unremoved"], [limit],
+                                                           tuples=True)]
+
+    def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> None:
+        """See ``Archives.archive_remove``."""
+        events = self._queries["archive_delete_events"].format(table=self._table)
+        with self._write() as cursor:
+            for operation_id, version in operations:
+                cursor.execute(events, [operation_id.hex, version])
+                cursor.execute(self._queries["archive_delete_status"], [str(operation_id), version])
+
+
+def _time(value: datetime) -> str:
+    """A time as the status view stores it: UTC, fixed width, so text order is time order."""
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
 
 class SQLiteDatabase(ConfiguredStore):
     """The database-level driver of a store in one SQLite file: one process owns it."""

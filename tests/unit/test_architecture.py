@@ -64,7 +64,7 @@ PUBLIC_API = {
         "SettlementState", "Status", "TERMINAL_STATUSES", "Succeeded", "Accepted", "Failed", "Ambiguous",
         "FailureCategory", "EgressRequest", "Adapter", "RemoteOperations", "StillRunning", "CancelConfirmed",
         "CancelRefused", "LedgerError", "IllegalTransitionError",
-        "StaleEpochError", "LeaseExpiredError", "AttemptBudgetExceededError", "IntentConflictError",
+        "StaleEpochError", "LeaseExpiredError", "AttemptBudgetExceededError", "IntentConflictError", "OperationArchivedError",
         "DeclarationError", "PayloadError", "CorruptRecordError", "ConfigurationError", "StoreLockedError",
         "StoreIdentityError", "StorePathError", "StoreDamagedError", "OperationNotFoundError", "UnknownIntegrationError", "UnreadableEventError", "UnreadableHistoryError",
     ],

@@ -1,0 +1,325 @@
+"""The archive run: move closed operations out of the hot store into verified segments.
+
+Each step is idempotent, in the order docs/adr/0010-archives.md §3 decides:
+
+1. finish what a killed run left: a complete segment on disk the store did not record is
+   verified and recorded (or, when it no longer verifies, removed and written again), and the
+   records of recorded operations still in the hot store are removed;
+2. select candidates with the store driver (``Archives.archive_candidates``), confirm each with
+   ``ledger.retention.is_archivable`` against its integration's cutoff;
+3. write a segment (``ledger.archives.write_segment``: ``.partial``, flushed, renamed), re-read
+   and verify it (``ledger.archive_check.verify_segment``);
+4. record the segment, its carried-forward summary and an index row per operation in one
+   transaction (``Archives.archive_record``);
+5. remove the operations' records and status rows in bounded batches, each its own transaction
+   (``Archives.archive_remove``), only up to the version archived.
+
+Nothing is removed that is not in a verified, recorded segment, and an id in the index is never
+selected again, so a rerun never archives an id twice.
+
+Source: issue 29 item 2; docs/adr/0010-archives.md.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from adapters.operator import timeline_entries
+from ledger.archive_check import verify_segment
+from ledger.archives import (
+    ArchiveError,
+    Segment,
+    StoredRecord,
+    manifest_digest,
+    read_manifest,
+    read_records,
+    read_statuses,
+    segments,
+    write_segment,
+)
+from ledger.retention import cutoff_for, is_archivable, retention_for
+from migrations.drivers import ArchiveCandidate, ArchiveLabels, Archives, EventLoads, RecordedSegment
+from projections.view import StatusView
+
+SEGMENT_OPERATIONS = 1_000
+"""Operations per segment, at most: a segment is written, verified and recorded whole."""
+PAGE = 1_000
+"""Candidates read per selection."""
+REMOVE_BATCH = 100
+"""Operations whose records one removal transaction deletes: bounded, so workers and ``serve``
+writing beside the run never wait long on it."""
+
+
+@dataclass
+class ArchiveReport:
+    """What a run did (or, dry, would do).
+
+    Attributes:
+        dry_run: nothing was written or removed.
+        operations: operations archived (or archivable, dry).
+        records: their stored records.
+        segments: the numbers of the segments written or recovered.
+        removed: operations whose records and status rows were removed.
+        by_integration: operations per integration.
+    """
+
+    dry_run: bool
+    operations: int = 0
+    records: int = 0
+    segments: list[int] = field(default_factory=list)
+    removed: int = 0
+    by_integration: Counter[str] = field(default_factory=Counter)
+
+    def as_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data."""
+        return {"dry_run": self.dry_run, "operations": self.operations, "records": self.records,
+                "segments": self.segments, "removed": self.removed, "by_integration": dict(self.by_integration)}
+
+
+class NoRetentionError(ValueError):
+    """Neither ``--before`` nor a retention policy (``OPLEDGER_RETENTION``, a declaration's
+    ``retention_seconds``) says what may be archived."""
+
+
+def cutoffs(registry: Any, *, now: datetime, before: datetime | None,
+            store_seconds: float | None) -> dict[str, datetime]:
+    """The cutoff of each declared integration: ``before`` for all when given, else its policy's.
+
+    Args:
+        registry: the application's declarations (``ledger.declarations.Registry``).
+        now: the current time, UTC (injected).
+        before: an explicit cutoff (``--before``), or None.
+        store_seconds: ``OPLEDGER_RETENTION`` in seconds, or None.
+
+    Returns:
+        ``{integration name: cutoff}``; integrations kept forever are left out.
+
+    Raises:
+        NoRetentionError: no integration has a cutoff.
+    """
+    found: dict[str, datetime] = {}
+    for declaration in registry:  # the latest version of a name wins: sorted by (name, version)
+        seconds = retention_for(store_seconds, declaration.retention_seconds)
+        if before is not None:
+            found[declaration.name] = before
+        elif seconds is not None:
+            found[declaration.name] = cutoff_for(now, seconds)
+        else:
+            found.pop(declaration.name, None)
+    if not found:
+        raise NoRetentionError("nothing may be archived: pass --before TIME|DURATION, or set OPLEDGER_RETENTION "
+                               "(or retention_seconds in a declaration)")
+    return found
+
+
+def select(archives: Archives, limits: Mapping[str, datetime], *, limit: int | None = None) -> list[ArchiveCandidate]:
+    """Every operation that may be archived now, oldest first: the driver's candidates, each
+    confirmed by ``ledger.retention.is_archivable`` against its integration's cutoff.
+
+    Args:
+        archives: the store's driver.
+        limits: ``{integration: cutoff}`` (:func:`cutoffs`).
+        limit: stop after this many; None for all.
+    """
+    latest = max(limits.values())
+    chosen: list[ArchiveCandidate] = []
+    after: tuple[datetime, UUID] | None = None
+    while limit is None or len(chosen) < limit:
+        page = archives.archive_candidates(latest, after, PAGE)
+        for row in page:
+            cutoff = limits.get(row.integration)
+            if cutoff is not None and is_archivable(execution=row.execution, settlement=row.settlement,
+                                                    disposition=row.disposition, attention=row.attention,
+                                                    closed_at=row.updated_at, cutoff=cutoff):
+                chosen.append(row)
+        if len(page) < PAGE:
+            break
+        after = (page[-1].updated_at, page[-1].operation_id)
+    return chosen if limit is None else chosen[:limit]
+
+
+def totals_of(statuses: Sequence[Mapping[str, Any]]) -> Counter[ArchiveLabels]:
+    """A segment's operations by ``(final status, integration, tenant, delivery mode)``: what the
+    status totals and the ``opledger_operations`` gauge carry forward for them."""
+    return Counter((str(s.get("status")), str(s.get("integration")), str(s.get("tenant")),
+                    str(s.get("delivery_mode"))) for s in statuses if s.get("kind") == "operation")
+
+
+def summary_of(statuses: Sequence[Mapping[str, Any]]) -> str:
+    """The carried-forward summary recorded with a segment, JSON text: its operations by final
+    status (``{"status": {"settled": 3, ...}}``) and by label set (``"by_labels": [[status,
+    integration, tenant, delivery_mode, n], ...]``), as added to the store's carried-forward
+    totals (docs/adr/0010-archives.md, "As built")."""
+    totals = totals_of(statuses)
+    by_status: Counter[str] = Counter()
+    for (status, *_), n in totals.items():
+        by_status[status] += n
+    return json.dumps({"status": dict(sorted(by_status.items())),
+                       "by_labels": [[*key, n] for key, n in sorted(totals.items())]}, sort_keys=True)
+
+
+def recover(archives: Archives, out: Path) -> list[int]:
+    """Step 1 of a run: record a complete segment a killed run wrote but did not record (it is
+    verified first; one that does not verify is removed, to be written again), and check the
+    archive directory is the one the store recorded.
+
+    Returns:
+        The numbers of the segments recorded now.
+
+    Raises:
+        ArchiveError: ``out`` lacks a segment the store recorded, or holds one whose digest
+            differs from the recorded one (not this store's archive, or tampered with).
+    """
+    recorded = {s.segment: s.digest for s in archives.archive_segments()}
+    on_disk = dict(segments(out))
+    last = max(recorded, default=0)
+    if last and (last not in on_disk or manifest_digest(on_disk[last]) != recorded[last]):
+        raise ArchiveError(f"{out} does not hold segment {last} as this store recorded it: pass the "
+                           "store's archive directory as --out (`opledger archive verify` checks it)")
+    done = []
+    for number in sorted(n for n in on_disk if n > last):
+        path = on_disk[number]
+        if verify_segment(path):
+            shutil.rmtree(path)  # never recorded, so nothing was removed on its strength
+            continue
+        statuses = read_statuses(path)
+        versions: dict[UUID, int] = {}
+        for record in read_records(path):
+            versions[record.originator_id] = max(versions.get(record.originator_id, 0), record.originator_version)
+        written_at = datetime.fromisoformat(str(read_manifest(path)["written_at"]))
+        _record(archives, Segment(number, path, manifest_digest(path)), statuses, sum(versions.values()),
+                [(UUID(str(s["id"])), versions[UUID(str(s["id"]))], str(s["status"])) for s in statuses], written_at)
+        done.append(number)
+    return done
+
+
+def _record(archives: Archives, segment: Segment, statuses: Sequence[Mapping[str, Any]], records: int,
+            operations: Sequence[tuple[UUID, int, str]], at: datetime) -> None:
+    archives.archive_record(RecordedSegment(segment.number, segment.digest, summary_of(statuses)),
+                            aggregates=len(statuses), records=records, archived_at=at, operations=operations,
+                            totals=totals_of(statuses))
+
+
+def remove_archived(archives: Archives, progress: Callable[[int], None] | None = None) -> int:
+    """Step 5 (and its resumption): remove the records and status rows of every recorded
+    operation still in the hot store, :data:`REMOVE_BATCH` per transaction.
+
+    Returns:
+        How many operations were removed.
+    """
+    removed = 0
+    while batch := archives.archive_unremoved(REMOVE_BATCH):
+        archives.archive_remove(batch)
+        removed += len(batch)
+        if progress is not None:
+            progress(removed)
+    return removed
+
+
+def archive_segment(app: Any, view: StatusView, archives: Archives, out: Path, chosen: Sequence[ArchiveCandidate], *,
+                    now: datetime, provenance: Mapping[str, Any]) -> tuple[Segment, list[ArchiveCandidate], int] | None:
+    """Steps 3 and 4 for one batch: write, verify and record a segment of ``chosen``.
+
+    An operation whose stored history moved on since it was selected (a record past the status
+    row's version) is left for a later run.
+
+    Returns:
+        ``(segment, the candidates archived, records)``, or None when none of ``chosen`` could be archived.
+
+    Raises:
+        ArchiveError: the written segment does not verify (nothing is recorded or removed).
+    """
+    loads: EventLoads = app_driver(app)
+    rows = loads.events_list_many([c.operation_id for c in chosen])
+    by_id: dict[UUID, list[StoredRecord]] = {}
+    for op_id, version, topic, state in rows:
+        by_id.setdefault(op_id, []).append(StoredRecord(op_id, version, topic, bytes(state)))
+    records: list[StoredRecord] = []
+    decoded: list[dict[str, Any]] = []
+    statuses: list[dict[str, Any]] = []
+    operations: list[tuple[UUID, int, str]] = []
+    archived: list[ArchiveCandidate] = []
+    for candidate in chosen:
+        held = by_id.get(candidate.operation_id, [])
+        status = view.get(candidate.operation_id)
+        if not held or held[-1].originator_version != candidate.version or status is None \
+                or status.version != candidate.version:
+            continue
+        entries = timeline_entries(app, candidate.operation_id)
+        if len(entries) != len(held) or any(e["event"] == "CORRUPT" for e in entries):
+            continue
+        records.extend(held)
+        decoded.extend({"id": str(candidate.operation_id), **entry} for entry in entries)
+        statuses.append({"id": str(candidate.operation_id), "kind": "operation", **status.as_json()})
+        operations.append((candidate.operation_id, candidate.version, candidate.status))
+        archived.append(candidate)
+    if not operations:
+        return None
+    segment = write_segment(out, records=records, decoded=decoded, statuses=statuses, written_at=now,
+                            provenance=provenance)
+    if problems := verify_segment(segment.path):
+        raise ArchiveError(f"{segment.path.name} does not verify after writing, nothing removed: "
+                           + "; ".join(problems))
+    _record(archives, segment, statuses, len(records), operations, now)
+    return segment, archived, len(records)
+
+
+def app_driver(app: Any) -> EventLoads:
+    """The store driver's event loads of ``app`` (``migrations.drivers.driver_of``)."""
+    from migrations.drivers import driver_of
+
+    return driver_of(app)
+
+
+def run_archive(app: Any, view: StatusView, archives: Archives, out: Path, *, now: datetime,
+                limits: Mapping[str, datetime], provenance: Mapping[str, Any], dry_run: bool = False,
+                progress: Callable[[int], None] | None = None) -> ArchiveReport:
+    """One archive run (the module's steps 1 to 5).
+
+    Args:
+        app: the host application over the store.
+        view: the store's status view (each operation's final status).
+        archives: the store's driver (``migrations.drivers.archives_of``).
+        out: the archive directory.
+        now: the run's time, UTC (injected): the segments' ``written_at`` and ``archived_at``.
+        limits: ``{integration: cutoff}`` (:func:`cutoffs`).
+        provenance: the manifest's store identity, schema and codec versions, opledger's
+            version and commit (``ledger.archives.write_segment``).
+        dry_run: only count what would be archived; nothing is written, recorded or removed.
+        progress: called with the operations archived so far.
+
+    Returns:
+        What was done.
+
+    Raises:
+        ArchiveError: the archive directory is not the store's, or a segment does not verify.
+    """
+    report = ArchiveReport(dry_run=dry_run)
+    if dry_run:
+        for row in select(archives, limits):
+            report.operations += 1
+            report.by_integration[row.integration] += 1
+        return report
+    report.segments.extend(recover(archives, out))
+    report.removed += remove_archived(archives)
+    while chosen := select(archives, limits, limit=SEGMENT_OPERATIONS):
+        written = archive_segment(app, view, archives, out, chosen, now=now, provenance=provenance)
+        if written is None:
+            break  # every candidate moved on since selected: a later run takes them
+        segment, archived, records = written
+        report.segments.append(segment.number)
+        report.operations += len(archived)
+        report.records += records
+        report.by_integration.update(c.integration for c in archived)
+        report.removed += remove_archived(archives)
+        if progress is not None:
+            progress(report.operations)
+    return report

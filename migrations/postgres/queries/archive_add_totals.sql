@@ -1,0 +1,5 @@
+-- Archives.archive_record: add a segment's operations to the carried-forward totals.
+INSERT INTO {schema}.opledger_archive_totals AS t (status, integration, tenant, delivery_mode, operations)
+VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (status, integration, tenant, delivery_mode)
+DO UPDATE SET operations = t.operations + excluded.operations

@@ -1,0 +1,2 @@
+-- Archives.archive_segments: every recorded segment, its digest, carried-forward summary and records moved out.
+SELECT segment, digest, summary, records FROM {schema}.opledger_archive_segments ORDER BY segment

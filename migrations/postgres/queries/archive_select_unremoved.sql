@@ -1,0 +1,6 @@
+-- Archives.archive_unremoved: archived operations whose status row (and so records) are still
+-- in the hot store: what a removal interrupted by a kill left.
+SELECT a.operation_id, a.version FROM {schema}.opledger_archived_operations a
+WHERE EXISTS (SELECT 1 FROM {schema}.opledger_operation_status s WHERE s.operation_id = a.operation_id AND s.version <= a.version)
+ORDER BY a.operation_id
+LIMIT %s

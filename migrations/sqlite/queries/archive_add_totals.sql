@@ -1,0 +1,5 @@
+-- Archives.archive_record: add a segment's operations to the carried-forward totals.
+INSERT INTO opledger_archive_totals (status, integration, tenant, delivery_mode, operations)
+VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (status, integration, tenant, delivery_mode)
+DO UPDATE SET operations = opledger_archive_totals.operations + excluded.operations

@@ -1,0 +1,212 @@
+"""``opledger archive`` (issue 29 items 2 and 4), on both backends: only closed operations are
+selected, a run writes a segment that ``archive verify`` accepts and removes what it holds from
+the hot store, an archived id is refused by ``intend``, a rerun archives nothing twice, and the
+status totals and metrics stay as they were."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from uuid import UUID, uuid4
+
+import pytest
+from typer.testing import CliRunner
+
+from adapters.archive_run import ArchiveReport, run_archive
+from adapters.cli.app import app as cli
+from adapters.demo.orders import Order, OrdersApp
+from ledger.archives import read_statuses, segments
+from ledger.clock import FakeClock
+from ledger.config import Database
+from ledger.errors import OperationArchivedError
+from migrations.drivers import archives_of
+from projections import MetricsProjection, MetricsStore, StatusProjection, open_view
+from projections.view import StatusView
+
+
+@pytest.fixture
+def view(migrated: Database) -> Iterator[StatusView]:
+    opened = open_view(migrated)
+    yield opened
+    opened.close()
+
+
+def _close(app: OrdersApp, clock: FakeClock, op_id: UUID, order_version: int) -> None:
+    op = app.get_operation(op_id)
+    epoch = op.claim(now=clock.now(), worker_id="w", lease_seconds=30)
+    op.start_attempt(epoch=epoch, now=clock.now(), attempt_id=uuid4(), request_fingerprint="f")
+    op.succeed(epoch=epoch, now=clock.now(), attempt_id=op.last_attempt_id)
+    op.settle(now=clock.now(), entity_version=order_version)
+    app.save(op)
+
+
+def _store(app: OrdersApp, clock: FakeClock, view: StatusView) -> tuple[list[UUID], list[UUID], UUID]:
+    """Two orders: the first's payment, notification and fulfilment closed (settled), the
+    second's left pending. Returns (closed ids, open ids, the first order's id)."""
+    order_id, closed = app.place_order(customer_email="c@example.test", amount_cents=100,
+                                       payments_url="http://p/pay", notify_url="http://p/n")
+    fulfil = app.fulfil_order(order_id, fulfil_url="http://p/f")
+    closed = [*closed, fulfil]
+    for op_id in closed:
+        _close(app, clock, op_id, app.repository.get(order_id).version)
+    _, still_open = app.place_order(customer_email="d@example.test", amount_cents=200,
+                                    payments_url="http://p/pay", notify_url="http://p/n")
+    StatusProjection(app=app, view=view).catch_up()
+    return list(closed), list(still_open), order_id
+
+
+def _archive(migrated: Database, out: Path, *extra: str) -> dict:
+    result = CliRunner().invoke(cli, ["archive", "--out", str(out), "--before", "1s", "--json",
+                                      "--database-url", migrated.url(), *extra],
+                                env={"OPLEDGER_APP": "adapters.demo.orders:OrdersApp"})
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_closed_operations_are_archived_verified_and_removed_and_a_rerun_archives_none_twice(
+        orders_app: OrdersApp, clock: FakeClock, view: StatusView, migrated: Database, tmp_path: Path) -> None:
+    closed, still_open, _ = _store(orders_app, clock, view)
+    out = tmp_path / "archive"
+
+    dry = _archive(migrated, out, "--dry-run")
+    assert (dry["dry_run"], dry["operations"], dry["segments"]) == (True, len(closed), [])
+    assert not out.exists()
+
+    done = _archive(migrated, out)
+    assert (done["operations"], done["segments"], done["removed"]) == (len(closed), [1], len(closed))
+    [(_, segment)] = segments(out)
+    assert {s["id"] for s in read_statuses(segment)} == {str(i) for i in closed}
+    assert {s["status"] for s in read_statuses(segment)} == {"settled"}
+    for op_id in closed:  # gone from the hot store: records and status row
+        assert not orders_app.recorder.select_events(op_id)
+        assert view.get(op_id) is None
+    for op_id in still_open:
+        assert orders_app.recorder.select_events(op_id) and view.get(op_id) is not None
+    lookup = archives_of(orders_app).archive_lookup([*closed, *still_open])
+    assert lookup == {op_id: (1, "settled") for op_id in closed}
+
+    verified = CliRunner().invoke(cli, ["archive", "verify", str(out)])
+    assert verified.exit_code == 0 and "1 segments" in verified.stdout, verified.output
+
+    again = _archive(migrated, out)
+    assert (again["operations"], again["segments"], again["removed"]) == (0, [], 0)
+    assert len(segments(out)) == 1
+
+
+def test_an_archived_id_is_refused_by_intend(orders_app: OrdersApp, clock: FakeClock, view: StatusView,
+                                             migrated: Database, tmp_path: Path) -> None:
+    _, _, order_id = _store(orders_app, clock, view)
+    _archive(migrated, tmp_path / "archive")
+    # A host replaying old input: the order as it was before fulfilment, fulfilled again.
+    replay: Order = orders_app.repository.get(order_id, version=_version_before_fulfilment(orders_app, order_id))
+    replay.request_fulfilment()
+    with pytest.raises(OperationArchivedError, match="seg-000001"):
+        orders_app.intend(replay, "orders.fulfil", target="http://p/f", payload={"order_id": str(order_id), "items": 1})
+
+
+def _version_before_fulfilment(app: OrdersApp, order_id: UUID) -> int:
+    events = list(app.repository.event_store.get(order_id))
+    return next(e.originator_version for e in events if type(e).__name__ == "FulfilmentRequested") - 1
+
+
+def test_nothing_is_selected_without_a_policy_or_before(orders_app: OrdersApp, clock: FakeClock, view: StatusView,
+                                                        migrated: Database, tmp_path: Path) -> None:
+    _store(orders_app, clock, view)
+    result = CliRunner().invoke(cli, ["archive", "--out", str(tmp_path / "a"), "--database-url", migrated.url()],
+                                env={"OPLEDGER_APP": "adapters.demo.orders:OrdersApp", "OPLEDGER_RETENTION": ""})
+    assert result.exit_code == 2 and "OPLEDGER_RETENTION" in result.output
+
+
+def test_status_totals_and_metrics_do_not_go_backwards(orders_app: OrdersApp, clock: FakeClock, view: StatusView,
+                                                      migrated: Database, tmp_path: Path) -> None:
+    closed, still_open, _ = _store(orders_app, clock, view)
+    metrics = MetricsStore(view)
+    MetricsProjection(app=orders_app, store=metrics).catch_up()
+    counts, counters, gauges = view.counts(), metrics.totals(), metrics.gauges().by_status
+    assert counts == {"settled": len(closed), "pending": len(still_open)}
+
+    _archive(migrated, tmp_path / "archive")
+    MetricsProjection(app=orders_app, store=metrics).catch_up()
+    assert all(view.get(op_id) is None for op_id in closed)  # gone from the hot store, still counted
+    assert (view.counts(), metrics.totals(), metrics.gauges().by_status) == (counts, counters, gauges)
+
+    _archive(migrated, tmp_path / "archive")  # a rerun adds nothing twice
+    assert (view.counts(), metrics.gauges().by_status) == (counts, gauges)
+    [segment] = archives_of(orders_app).archive_segments()
+    assert json.loads(segment.summary)["status"] == {"settled": len(closed)}
+
+
+@pytest.mark.parametrize("command", ["show", "timeline"])
+def test_ops_show_and_timeline_of_an_archived_id_name_its_segment(
+        command: str, orders_app: OrdersApp, clock: FakeClock, view: StatusView, migrated: Database,
+        tmp_path: Path) -> None:
+    closed, _, _ = _store(orders_app, clock, view)
+    _archive(migrated, tmp_path / "archive")
+    result = CliRunner().invoke(cli, ["ops", command, str(closed[0]), "--database-url", migrated.url()],
+                                env={"OPLEDGER_APP": "adapters.demo.orders:OrdersApp"})
+    assert result.exit_code == 2, result.output
+    assert "archived (settled) in segment seg-000001" in result.output, result.output
+    assert "Traceback" not in result.output
+
+
+PROVENANCE = {"identity": "test", "schema": 6, "codec": 1, "version": "0", "commit": ""}
+
+
+def _run(app: OrdersApp, view: StatusView, out: Path) -> ArchiveReport:
+    now = datetime.now(UTC)
+    return run_archive(app, view, archives_of(app), out, now=now, limits={name: now for name in
+                       ("payments.charge", "notifications.send", "orders.fulfil")}, provenance=PROVENANCE)
+
+
+class Killed(Exception):
+    """Stands for a SIGKILL at a commit boundary."""
+
+
+def test_a_run_killed_before_recording_or_mid_removal_is_completed_by_the_next(
+        orders_app: OrdersApp, clock: FakeClock, view: StatusView, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    closed, _, _ = _store(orders_app, clock, view)
+    out = tmp_path / "archive"
+    archives = archives_of(orders_app)
+    with monkeypatch.context() as patch:  # killed after the segment was written and verified
+        patch.setattr(type(archives), "archive_record", lambda *a, **k: (_ for _ in ()).throw(Killed()))
+        with pytest.raises(Killed):
+            _run(orders_app, view, out)
+    assert len(segments(out)) == 1 and archives.archive_segments() == []
+    assert all(orders_app.recorder.select_events(op_id) for op_id in closed)  # nothing removed unrecorded
+
+    removals = []
+    original = type(archives).archive_remove
+
+    def remove_once(self: object, batch: list) -> None:
+        if removals:
+            raise Killed()
+        removals.append(batch)
+        original(self, batch)  # type: ignore[arg-type]
+
+    with monkeypatch.context() as patch:  # the next run records it, then is killed mid-removal
+        patch.setattr("adapters.archive_run.REMOVE_BATCH", 1)
+        patch.setattr(type(archives), "archive_remove", remove_once)
+        with pytest.raises(Killed):
+            _run(orders_app, view, out)
+    assert [s.segment for s in archives.archive_segments()] == [1]
+    assert sum(1 for op_id in closed if orders_app.recorder.select_events(op_id)) == len(closed) - 1
+
+    report = _run(orders_app, view, out)
+    assert (report.segments, report.operations, report.removed) == ([], 0, len(closed) - 1)
+    assert not any(orders_app.recorder.select_events(op_id) for op_id in closed)
+    assert len(segments(out)) == 1 and set(archives.archive_lookup(closed)) == set(closed)
+    assert CliRunner().invoke(cli, ["archive", "verify", str(out)]).exit_code == 0
+
+
+def test_doctor_counts_the_records_archived_out_of_the_log(orders_app: OrdersApp, clock: FakeClock, view: StatusView,
+                                                           migrated: Database, tmp_path: Path) -> None:
+    _store(orders_app, clock, view)
+    _archive(migrated, tmp_path / "archive")
+    result = CliRunner().invoke(cli, ["doctor", "--json", "--database-url", migrated.url()],
+                                env={"OPLEDGER_APP": "adapters.demo.orders:OrdersApp"})
+    checks = {check["name"]: check for check in json.loads(result.stdout)["checks"]}
+    assert checks["log"]["status"] == "ok", checks["log"]
+    assert checks["drift"]["status"] == "ok", checks["drift"]
