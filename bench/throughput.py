@@ -62,7 +62,7 @@ from bench.harness import (
     writer,
 )
 from bench.wire import BareRun, bare_client, bare_result, judge_wire, nginx_partner
-from ledger.config import DEFAULT_EGRESS_PER_HOST, Settings
+from ledger.config import DEFAULT_EGRESS_PER_HOST, Database, Settings
 
 SQLITE_TWO_WORKER_SLOTS = 512
 """Egress slots of the SQLite "2 workers" rows: one process (one owner), twice the default."""
@@ -165,55 +165,70 @@ def _produce(app, n: int, producers: int, integration: str, target: str | None) 
 
 
 def e2e_postgres(cfg: Config, n: int, options: Options, partners: dict[str, str]) -> tuple[float, dict]:
-    integration = _integration(cfg)
     with fresh_store(cfg.backend, options) as database:
-        view = reader(database)
-        workers = start_workers(cfg.processes, worker_env(database, threads=cfg.egress_threads), options,
-                                f"{cfg.name}-{cfg.backend}")
-        try:
-            wait_ready(workers)
-            time.sleep(0.5)  # let the projection leader settle in
-            meter = CpuMeter([worker.pid for worker in workers])
-            with writer(database) as app:
-                meter.start()
-                began = time.perf_counter()
-                produced = _produce(app, n, PRODUCERS, integration, _target(cfg, partners))
-                done = wait_until(lambda: settled_count(view) >= n, timeout=TIMEOUT_SECONDS,
-                                  what=f"{n} settled ({cfg})", workers=workers)
-                cpu = meter.stop(n)
-        finally:
-            stop_workers(workers)
-            view.close()
+        return e2e_postgres_on(database, cfg, n, options, partners)
+
+
+def e2e_postgres_on(database: Database, cfg: Config, n: int, options: Options,
+                    partners: dict[str, str]) -> tuple[float, dict]:
+    """One end-to-end run on ``database`` (empty or preloaded: it waits for ``n`` more settled
+    than there were); returns (seconds, extra facts)."""
+    integration = _integration(cfg)
+    view = reader(database)
+    base = settled_count(view)
+    workers = start_workers(cfg.processes, worker_env(database, threads=cfg.egress_threads), options,
+                            f"{cfg.name}-{cfg.backend}")
+    try:
+        wait_ready(workers)
+        time.sleep(0.5)  # let the projection leader settle in
+        meter = CpuMeter([worker.pid for worker in workers])
+        with writer(database) as app:
+            meter.start()
+            began = time.perf_counter()
+            produced = _produce(app, n, PRODUCERS, integration, _target(cfg, partners))
+            done = wait_until(lambda: settled_count(view) >= base + n, timeout=TIMEOUT_SECONDS,
+                              what=f"{n} settled ({cfg})", workers=workers)
+            cpu = meter.stop(n)
+    finally:
+        stop_workers(workers)
+        view.close()
     return done - began, {"producer_seconds": round(produced, 3), "producers": PRODUCERS, "cpu_us_per_op": cpu}
 
 
 def e2e_sqlite(cfg: Config, n: int, options: Options, partners: dict[str, str]) -> tuple[float, dict]:
+    with fresh_store(cfg.backend, options) as database:
+        return e2e_sqlite_on(database, cfg, n, options, partners)
+
+
+def e2e_sqlite_on(database: Database, cfg: Config, n: int, options: Options,
+                  partners: dict[str, str]) -> tuple[float, dict]:
+    """As :func:`e2e_postgres_on`, with host and worker in this process (SQLite's one writer)."""
     from adapters.runtime import run_worker
     from bench.app import BenchApp
 
     integration = _integration(cfg)
-    with fresh_store(cfg.backend, options) as database:
-        env = worker_env(database, threads=cfg.egress_threads)
-        slots = {"worker_threads": cfg.egress_threads} if cfg.egress_threads else {}  # else the default
-        settings = Settings(database_url=env["OPLEDGER_DATABASE_URL"], app=env["OPLEDGER_APP"],
-                            poll_interval_seconds=0.05, webhook_secret=SECRET, **slots)
-        stop = threading.Event()
-        # The worker owns the store (it takes the lock); the host commits from the same process.
-        thread = threading.Thread(target=run_worker, args=(settings,), kwargs={"stop": stop}, daemon=True)
-        thread.start()
-        app = BenchApp(env=database.library_env(create_table=False))
-        view = reader(database)
-        try:
-            time.sleep(0.5)
-            began = time.perf_counter()
-            produced = _produce(app, n, 1, integration, _target(cfg, partners))
-            done = wait_until(lambda: settled_count(view) >= n, timeout=TIMEOUT_SECONDS,
-                              what=f"{n} settled ({cfg})")
-        finally:
-            stop.set()
-            thread.join(timeout=30)
-            view.close()
-            app.close()
+    env = worker_env(database, threads=cfg.egress_threads)
+    slots = {"worker_threads": cfg.egress_threads} if cfg.egress_threads else {}  # else the default
+    settings = Settings(database_url=env["OPLEDGER_DATABASE_URL"], app=env["OPLEDGER_APP"],
+                        poll_interval_seconds=0.05, webhook_secret=SECRET, **slots)
+    stop = threading.Event()
+    # The worker owns the store (it takes the lock); the host commits from the same process.
+    thread = threading.Thread(target=run_worker, args=(settings,), kwargs={"stop": stop}, daemon=True)
+    thread.start()
+    app = BenchApp(env=database.library_env(create_table=False))
+    view = reader(database)
+    base = settled_count(view)
+    try:
+        time.sleep(0.5)
+        began = time.perf_counter()
+        produced = _produce(app, n, 1, integration, _target(cfg, partners))
+        done = wait_until(lambda: settled_count(view) >= base + n, timeout=TIMEOUT_SECONDS,
+                          what=f"{n} settled ({cfg})")
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        view.close()
+        app.close()
     return done - began, {"producer_seconds": round(produced, 3), "producers": 1,
                           "note": "host and worker in one process"}
 
