@@ -43,6 +43,7 @@ from bench import procrastinate_baseline as queue
 from bench.app import HTTP, NOOP
 from bench.fast_partner import fast_partner
 from bench.harness import (
+    POLL_SECONDS,
     SECRET,
     CpuMeter,
     Options,
@@ -164,15 +165,17 @@ def _produce(app, n: int, producers: int, integration: str, target: str | None) 
     return time.perf_counter() - began
 
 
-def e2e_postgres(cfg: Config, n: int, options: Options, partners: dict[str, str]) -> tuple[float, dict]:
+def e2e_postgres(cfg: Config, n: int, options: Options, partners: dict[str, str],
+                 poll: float = POLL_SECONDS) -> tuple[float, dict]:
     with fresh_store(cfg.backend, options) as database:
-        return e2e_postgres_on(database, cfg, n, options, partners)
+        return e2e_postgres_on(database, cfg, n, options, partners, poll=poll)
 
 
 def e2e_postgres_on(database: Database, cfg: Config, n: int, options: Options,
-                    partners: dict[str, str]) -> tuple[float, dict]:
+                    partners: dict[str, str], *, poll: float = POLL_SECONDS) -> tuple[float, dict]:
     """One end-to-end run on ``database`` (empty or preloaded: it waits for ``n`` more settled
-    than there were); returns (seconds, extra facts)."""
+    than there were, reading the view's counts every ``poll`` seconds: a ``GROUP BY`` over
+    every row, so a big store wants a longer one); returns (seconds, extra facts)."""
     integration = _integration(cfg)
     view = reader(database)
     base = settled_count(view)
@@ -187,7 +190,7 @@ def e2e_postgres_on(database: Database, cfg: Config, n: int, options: Options,
             began = time.perf_counter()
             produced = _produce(app, n, PRODUCERS, integration, _target(cfg, partners))
             done = wait_until(lambda: settled_count(view) >= base + n, timeout=TIMEOUT_SECONDS,
-                              what=f"{n} settled ({cfg})", workers=workers)
+                              what=f"{n} settled ({cfg})", workers=workers, interval=poll)
             cpu = meter.stop(n)
     finally:
         stop_workers(workers)
@@ -195,13 +198,14 @@ def e2e_postgres_on(database: Database, cfg: Config, n: int, options: Options,
     return done - began, {"producer_seconds": round(produced, 3), "producers": PRODUCERS, "cpu_us_per_op": cpu}
 
 
-def e2e_sqlite(cfg: Config, n: int, options: Options, partners: dict[str, str]) -> tuple[float, dict]:
+def e2e_sqlite(cfg: Config, n: int, options: Options, partners: dict[str, str],
+               poll: float = POLL_SECONDS) -> tuple[float, dict]:
     with fresh_store(cfg.backend, options) as database:
-        return e2e_sqlite_on(database, cfg, n, options, partners)
+        return e2e_sqlite_on(database, cfg, n, options, partners, poll=poll)
 
 
 def e2e_sqlite_on(database: Database, cfg: Config, n: int, options: Options,
-                  partners: dict[str, str]) -> tuple[float, dict]:
+                  partners: dict[str, str], *, poll: float = POLL_SECONDS) -> tuple[float, dict]:
     """As :func:`e2e_postgres_on`, with host and worker in this process (SQLite's one writer)."""
     from adapters.runtime import run_worker
     from bench.app import BenchApp
@@ -223,7 +227,7 @@ def e2e_sqlite_on(database: Database, cfg: Config, n: int, options: Options,
         began = time.perf_counter()
         produced = _produce(app, n, 1, integration, _target(cfg, partners))
         done = wait_until(lambda: settled_count(view) >= base + n, timeout=TIMEOUT_SECONDS,
-                          what=f"{n} settled ({cfg})")
+                          what=f"{n} settled ({cfg})", interval=poll)
     finally:
         stop.set()
         thread.join(timeout=30)
