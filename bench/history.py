@@ -28,7 +28,7 @@ from typing import Any
 from bench.app import APP_TOPIC
 from bench.harness import Options, Result, Stats, fresh_store, rate, url_of
 from bench.preload import preload
-from bench.throughput import Config, e2e_postgres, e2e_postgres_on, e2e_sqlite, e2e_sqlite_on
+from bench.throughput import Config, e2e, e2e_postgres_on, e2e_sqlite_on
 from ledger.config import Database, Settings
 
 DEFAULT_N = {"postgres": 1_000_000, "sqlite": 200_000}
@@ -138,7 +138,7 @@ def run(options: Options, log: Callable[[str], Any] = print) -> list[Result]:
     for backend in options.backends:
         n = options.size(DEFAULT_N[backend], SMOKE_N)
         cfg = Config("e2e", backend, 2)
-        empty_run, big_run = (e2e_postgres, e2e_postgres_on) if backend == "postgres" else (e2e_sqlite, e2e_sqlite_on)
+        big_run = e2e_postgres_on if backend == "postgres" else e2e_sqlite_on
         with fresh_store(backend, options) as database:
             loaded = preload(database, n, log=log)
             log(f"  {backend}: {n} closed operations preloaded: {loaded}")
@@ -147,7 +147,7 @@ def run(options: Options, log: Callable[[str], Any] = print) -> list[Result]:
             empty: list[float] = []
             big: list[float] = []
             for _ in range(options.repetitions):
-                seconds, _extra = empty_run(cfg, e2e_n, options, {}, poll=POLL)
+                seconds, _extra = e2e(cfg, e2e_n, options, {}, poll=POLL)
                 empty.append(rate(e2e_n, seconds))
                 seconds, _extra = big_run(database, cfg, e2e_n, options, {}, poll=POLL)
                 big.append(rate(e2e_n, seconds))

@@ -165,10 +165,12 @@ def _produce(app, n: int, producers: int, integration: str, target: str | None) 
     return time.perf_counter() - began
 
 
-def e2e_postgres(cfg: Config, n: int, options: Options, partners: dict[str, str],
-                 poll: float = POLL_SECONDS) -> tuple[float, dict]:
+def e2e(cfg: Config, n: int, options: Options, partners: dict[str, str],
+        poll: float = POLL_SECONDS) -> tuple[float, dict]:
+    """One end-to-end run on a fresh, empty store of ``cfg.backend``; returns (seconds, extra)."""
+    run = e2e_postgres_on if cfg.backend == "postgres" else e2e_sqlite_on
     with fresh_store(cfg.backend, options) as database:
-        return e2e_postgres_on(database, cfg, n, options, partners, poll=poll)
+        return run(database, cfg, n, options, partners, poll=poll)
 
 
 def e2e_postgres_on(database: Database, cfg: Config, n: int, options: Options,
@@ -196,12 +198,6 @@ def e2e_postgres_on(database: Database, cfg: Config, n: int, options: Options,
         stop_workers(workers)
         view.close()
     return done - began, {"producer_seconds": round(produced, 3), "producers": PRODUCERS, "cpu_us_per_op": cpu}
-
-
-def e2e_sqlite(cfg: Config, n: int, options: Options, partners: dict[str, str],
-               poll: float = POLL_SECONDS) -> tuple[float, dict]:
-    with fresh_store(cfg.backend, options) as database:
-        return e2e_sqlite_on(database, cfg, n, options, partners, poll=poll)
 
 
 def e2e_sqlite_on(database: Database, cfg: Config, n: int, options: Options,
@@ -342,7 +338,7 @@ def run(options: Options, log=print) -> list[Result]:
                         f"{rate(run.requests, run.seconds):8.1f} requests/s  CPU µs/call {run.cpu_us_per_call:.0f}"
                         + (f"  ({run.errors} errors)" if run.errors else ""))
                 size = n
-                runner = drain if cfg.kind == "drain" else (e2e_postgres if cfg.backend == "postgres" else e2e_sqlite)
+                runner = drain if cfg.kind == "drain" else e2e
                 seconds, extra = runner(cfg, size, options, partners)
                 samples[cfg].append(rate(size, seconds))
                 used = extra.pop("cpu_us_per_op", None)
