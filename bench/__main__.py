@@ -4,6 +4,7 @@
     python -m bench --full          # also the 1M-event projection logs
     python -m bench --smoke         # tiny sizes, one repetition: CI's smoke run (< 1 minute)
     python -m bench --only throughput --repeat 5 --n 5000
+    python -m bench --only history --n 200000   # the big store (opt-in; --n is the preload)
 
 Needs PostgreSQL (``OPLEDGER_BENCH_POSTGRES_URL``, default ``postgresql://root@127.0.0.1:5432/test``)
 and the bench extra (``pip install -e '.[bench]'``). Run from the repository root.
@@ -20,8 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench import cocommit, memory, outages, projection, recovery, report, simulation, throughput
-from bench.harness import Options, Result, postgres_version
+from bench import cocommit, history, memory, outages, projection, recovery, report, simulation, throughput
+from bench.harness import BACKENDS, Options, Result, postgres_version
 
 SCENARIOS: dict[str, Callable[..., list[Result]]] = {
     "cocommit": cocommit.run,
@@ -31,7 +32,10 @@ SCENARIOS: dict[str, Callable[..., list[Result]]] = {
     "memory": memory.run,
     "simulation": simulation.run,
     "outages": outages.run,
+    "history": history.run,
 }
+OPT_IN = {"history"}
+"""Scenarios only ``--only`` runs (the big-store preload takes minutes)."""
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -42,6 +46,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                         help=f"run only this scenario (repeatable): {', '.join(SCENARIOS)}")
     parser.add_argument("--repeat", type=int, default=3, metavar="K", help="repetitions per configuration (3)")
     parser.add_argument("--n", type=int, default=None, metavar="N", help="override the scenario's size")
+    parser.add_argument("--backend", action="append", choices=BACKENDS, metavar="NAME",
+                        help="only this backend (repeatable; the history scenario): postgres, sqlite")
     parser.add_argument("--output", type=Path, default=report.RESULTS_PATH, help="results file (bench/results.json)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (worker logs)")
     return parser.parse_args(argv)
@@ -53,8 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from adapters.logs import configure_logging
 
     configure_logging("console", level=logging.WARNING)  # in-process workers (SQLite end to end)
-    options = Options(smoke=args.smoke, full=args.full, repeat=max(1, args.repeat), n=args.n)
-    names = args.only or list(SCENARIOS)
+    options = Options(smoke=args.smoke, full=args.full, repeat=max(1, args.repeat), n=args.n,
+                      backends=tuple(args.backend or BACKENDS))
+    names = args.only or [name for name in SCENARIOS if name not in OPT_IN]
     results: list[Result] = []
     code = report.code_state()
     load = [round(x, 2) for x in os.getloadavg()]

@@ -51,6 +51,7 @@ class Options:
         repeat: repetitions per configuration (median, min, max over them).
         n: operations per throughput run (overrides the scenario default).
         workdir: temporary directory for SQLite stores and worker logs.
+        backends: the backends a scenario that honours it runs on (``--backend``; history).
     """
 
     smoke: bool = False
@@ -58,6 +59,7 @@ class Options:
     repeat: int = 3
     n: int | None = None
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="opledger-bench-")))
+    backends: tuple[str, ...] = BACKENDS
 
     def size(self, default: int, smoke: int) -> int:
         """``n`` if given, else ``smoke`` in smoke mode, else ``default``."""

@@ -34,16 +34,16 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from adapters.processes import WorkerProcess
 from bench import procrastinate_baseline as queue
 from bench.app import HTTP, NOOP
 from bench.fast_partner import fast_partner
 from bench.harness import (
+    POLL_SECONDS,
     SECRET,
     CpuMeter,
     Options,
@@ -64,7 +64,6 @@ from bench.harness import (
 )
 from bench.wire import BareRun, bare_client, bare_result, judge_wire, nginx_partner
 from ledger.config import DEFAULT_EGRESS_PER_HOST, Database, Settings
-from projections.view import StatusView
 
 SQLITE_TWO_WORKER_SLOTS = 512
 """Egress slots of the SQLite "2 workers" rows: one process (one owner), twice the default."""
@@ -131,36 +130,24 @@ def _integration(cfg: Config) -> str:
     return NOOP if cfg.adapter == "fake" else HTTP
 
 
-@contextmanager
-def _running(cfg: Config, database: Database, options: Options) -> Iterator[tuple[StatusView, list[WorkerProcess]]]:
-    """``database``'s status reader and ``cfg``'s worker processes (not yet ready); stopped, closed on leaving."""
-    view = reader(database)
-    workers = start_workers(cfg.processes, worker_env(database, threads=cfg.egress_threads), options,
-                            f"{cfg.name}-{cfg.backend}")
-    try:
-        yield view, workers
-    finally:
-        stop_workers(workers)
-        view.close()
-
-
-def _settled(view: StatusView, n: int, cfg: Config, workers: Sequence[WorkerProcess] = ()) -> float:
-    """``perf_counter`` when ``view`` first shows ``n`` settled (``workers`` checked alive meanwhile)."""
-    return wait_until(lambda: settled_count(view) >= n, timeout=TIMEOUT_SECONDS, what=f"{n} settled ({cfg})",
-                      workers=list(workers))
-
-
 def drain(cfg: Config, n: int, options: Options, partners: dict[str, str]) -> tuple[float, dict]:
     """One drain run; returns (seconds, extra facts)."""
     integration = _integration(cfg)
     with fresh_store(cfg.backend, options) as database:
         seed_pending(database, n, integration=integration, target=_target(cfg, partners))
-        with _running(cfg, database, options) as (view, workers):
+        view = reader(database)
+        workers = start_workers(cfg.processes, worker_env(database, threads=cfg.egress_threads), options,
+                                f"{cfg.name}-{cfg.backend}")
+        try:
             began = wait_ready(workers)
             meter = CpuMeter([worker.pid for worker in workers])
             meter.start()
-            done = _settled(view, n, cfg, workers)
+            done = wait_until(lambda: settled_count(view) >= n, timeout=TIMEOUT_SECONDS,
+                              what=f"{n} settled ({cfg})", workers=workers)
             cpu = meter.stop(n)
+        finally:
+            stop_workers(workers)
+            view.close()
     return done - began, {"cpu_us_per_op": cpu}
 
 
@@ -178,48 +165,70 @@ def _produce(app, n: int, producers: int, integration: str, target: str | None) 
     return time.perf_counter() - began
 
 
-def e2e_postgres(cfg: Config, n: int, options: Options, partners: dict[str, str]) -> tuple[float, dict]:
-    integration = _integration(cfg)
+def e2e(cfg: Config, n: int, options: Options, partners: dict[str, str],
+        poll: float = POLL_SECONDS) -> tuple[float, dict]:
+    """One end-to-end run on a fresh, empty store of ``cfg.backend``; returns (seconds, extra)."""
+    run = e2e_postgres_on if cfg.backend == "postgres" else e2e_sqlite_on
     with fresh_store(cfg.backend, options) as database:
-        with _running(cfg, database, options) as (view, workers):
-            wait_ready(workers)
-            time.sleep(0.5)  # let the projection leader settle in
-            meter = CpuMeter([worker.pid for worker in workers])
-            with writer(database) as app:
-                meter.start()
-                began = time.perf_counter()
-                produced = _produce(app, n, PRODUCERS, integration, _target(cfg, partners))
-                done = _settled(view, n, cfg, workers)
-                cpu = meter.stop(n)
+        return run(database, cfg, n, options, partners, poll=poll)
+
+
+def e2e_postgres_on(database: Database, cfg: Config, n: int, options: Options,
+                    partners: dict[str, str], *, poll: float = POLL_SECONDS) -> tuple[float, dict]:
+    """One end-to-end run on ``database`` (empty or preloaded: it waits for ``n`` more settled
+    than there were, reading the view's counts every ``poll`` seconds: a ``GROUP BY`` over
+    every row, so a big store wants a longer one); returns (seconds, extra facts)."""
+    integration = _integration(cfg)
+    view = reader(database)
+    base = settled_count(view)
+    workers = start_workers(cfg.processes, worker_env(database, threads=cfg.egress_threads), options,
+                            f"{cfg.name}-{cfg.backend}")
+    try:
+        wait_ready(workers)
+        time.sleep(0.5)  # let the projection leader settle in
+        meter = CpuMeter([worker.pid for worker in workers])
+        with writer(database) as app:
+            meter.start()
+            began = time.perf_counter()
+            produced = _produce(app, n, PRODUCERS, integration, _target(cfg, partners))
+            done = wait_until(lambda: settled_count(view) >= base + n, timeout=TIMEOUT_SECONDS,
+                              what=f"{n} settled ({cfg})", workers=workers, interval=poll)
+            cpu = meter.stop(n)
+    finally:
+        stop_workers(workers)
+        view.close()
     return done - began, {"producer_seconds": round(produced, 3), "producers": PRODUCERS, "cpu_us_per_op": cpu}
 
 
-def e2e_sqlite(cfg: Config, n: int, options: Options, partners: dict[str, str]) -> tuple[float, dict]:
+def e2e_sqlite_on(database: Database, cfg: Config, n: int, options: Options,
+                  partners: dict[str, str], *, poll: float = POLL_SECONDS) -> tuple[float, dict]:
+    """As :func:`e2e_postgres_on`, with host and worker in this process (SQLite's one writer)."""
     from adapters.runtime import run_worker
     from bench.app import BenchApp
 
     integration = _integration(cfg)
-    with fresh_store(cfg.backend, options) as database:
-        env = worker_env(database, threads=cfg.egress_threads)
-        slots = {"worker_threads": cfg.egress_threads} if cfg.egress_threads else {}  # else the default
-        settings = Settings(database_url=env["OPLEDGER_DATABASE_URL"], app=env["OPLEDGER_APP"],
-                            poll_interval_seconds=0.05, webhook_secret=SECRET, **slots)
-        stop = threading.Event()
-        # The worker owns the store (it takes the lock); the host commits from the same process.
-        thread = threading.Thread(target=run_worker, args=(settings,), kwargs={"stop": stop}, daemon=True)
-        thread.start()
-        app = BenchApp(env=database.library_env(create_table=False))
-        view = reader(database)
-        try:
-            time.sleep(0.5)
-            began = time.perf_counter()
-            produced = _produce(app, n, 1, integration, _target(cfg, partners))
-            done = _settled(view, n, cfg)
-        finally:
-            stop.set()
-            thread.join(timeout=30)
-            view.close()
-            app.close()
+    env = worker_env(database, threads=cfg.egress_threads)
+    slots = {"worker_threads": cfg.egress_threads} if cfg.egress_threads else {}  # else the default
+    settings = Settings(database_url=env["OPLEDGER_DATABASE_URL"], app=env["OPLEDGER_APP"],
+                        poll_interval_seconds=0.05, webhook_secret=SECRET, **slots)
+    stop = threading.Event()
+    # The worker owns the store (it takes the lock); the host commits from the same process.
+    thread = threading.Thread(target=run_worker, args=(settings,), kwargs={"stop": stop}, daemon=True)
+    thread.start()
+    app = BenchApp(env=database.library_env(create_table=False))
+    view = reader(database)
+    base = settled_count(view)
+    try:
+        time.sleep(0.5)
+        began = time.perf_counter()
+        produced = _produce(app, n, 1, integration, _target(cfg, partners))
+        done = wait_until(lambda: settled_count(view) >= base + n, timeout=TIMEOUT_SECONDS,
+                          what=f"{n} settled ({cfg})", interval=poll)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        view.close()
+        app.close()
     return done - began, {"producer_seconds": round(produced, 3), "producers": 1,
                           "note": "host and worker in one process"}
 
@@ -329,7 +338,7 @@ def run(options: Options, log=print) -> list[Result]:
                         f"{rate(run.requests, run.seconds):8.1f} requests/s  CPU µs/call {run.cpu_us_per_call:.0f}"
                         + (f"  ({run.errors} errors)" if run.errors else ""))
                 size = n
-                runner = drain if cfg.kind == "drain" else (e2e_postgres if cfg.backend == "postgres" else e2e_sqlite)
+                runner = drain if cfg.kind == "drain" else e2e
                 seconds, extra = runner(cfg, size, options, partners)
                 samples[cfg].append(rate(size, seconds))
                 used = extra.pop("cpu_us_per_op", None)
