@@ -10,20 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.harness import (
-    Options,
-    Result,
-    Stats,
-    fresh_store,
-    reader,
-    seed_pending,
-    settled_count,
-    start_workers,
-    stop_workers,
-    wait_ready,
-    wait_until,
-    worker_env,
-)
+from bench import harness
 
 TARGET_GROWTH = 0.10
 
@@ -41,36 +28,36 @@ def peak_rss_mib(pid: int) -> float:
     return psutil.Process(pid).memory_info().rss / 2**20
 
 
-def run(options: Options, log=print) -> list[Result]:
+def run(options: harness.Options, log=print) -> list[harness.Result]:
     small, large = (200, 2_000) if options.smoke else (10_000, 200_000)
     settle = 50 if options.smoke else 2_000
-    results: list[Result] = []
+    results: list[harness.Result] = []
     for backend in ("postgres", "sqlite"):
         medians = {}
         for pending in (small, large):
             samples = []
-            with fresh_store(backend, options) as database:
-                projected = seed_pending(database, pending)
+            with harness.fresh_store(backend, options) as database:
+                projected = harness.seed_pending(database, pending)
                 log(f"  memory {backend}: seeded and projected {pending:,} pending ({projected:.1f} s to project)")
-                view = reader(database)
+                view = harness.reader(database)
                 try:
                     for rep in range(options.repetitions):
-                        target = settled_count(view) + settle
-                        workers = start_workers(1, worker_env(database), options,
+                        target = harness.settled_count(view) + settle
+                        workers = harness.start_workers(1, harness.worker_env(database), options,
                                                 f"memory-{backend}-{pending}")
                         try:
-                            wait_ready(workers)
-                            wait_until(lambda: settled_count(view) >= target, timeout=600,
+                            harness.wait_ready(workers)
+                            harness.wait_until(lambda: harness.settled_count(view) >= target, timeout=600,
                                        what=f"{settle} settled", workers=workers)
                             samples.append(peak_rss_mib(workers[0].pid))
                         finally:
-                            stop_workers(workers)
+                            harness.stop_workers(workers)
                         log(f"  memory rep {rep + 1} {backend} {pending:,} pending: peak RSS {samples[-1]:.1f} MiB")
                 finally:
                     view.close()
-            stats = Stats.of(samples)
+            stats = harness.Stats.of(samples)
             medians[pending] = stats.median
-            result = Result(name=f"memory.peak_rss.{pending // 1000}k" if pending >= 1000 else f"memory.peak_rss.{pending}",
+            result = harness.Result(name=f"memory.peak_rss.{pending // 1000}k" if pending >= 1000 else f"memory.peak_rss.{pending}",
                             backend=backend, workers=1, stats=stats, unit="MiB", n=pending,
                             extra={"pending": pending, "settled_per_run": settle})
             if pending == large:
