@@ -68,8 +68,9 @@ def test_the_payload_limit_is_declared_and_exact() -> None:
     _intend(exact)  # exactly at the default limit
 
 
-NEW_FIELDS = {"max_payload_bytes", "approval_purpose", "approval_valid_seconds", "polling"}
-"""Declaration fields added by issue 14; a declaration written before them hashed the rest."""
+NEW_FIELDS = {"max_payload_bytes", "approval_purpose", "approval_valid_seconds", "polling", "retention_seconds"}
+"""Declaration fields added since (issue 14; issue 29's retention); a declaration written before
+them hashed the rest."""
 
 
 def test_new_fields_at_their_defaults_leave_recorded_digests_unchanged() -> None:
