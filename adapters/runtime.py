@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import resource
 import signal
 import socket
 import threading
@@ -47,6 +48,37 @@ log = structlog.get_logger("opledger.runtime")
 
 WORKER_GC_THRESHOLDS = (50_000, 50, 100)
 """Cyclic-GC thresholds of a worker process (CPython's defaults are 700, 10, 10)."""
+
+
+OPEN_FILES_MARGIN = 256
+"""File descriptors a worker needs beside one per egress slot: its store's connections, the
+loops' wake-up pipes, logs, the HTTP server of ``--serve``."""
+
+
+def raise_open_files_limit(slots: int) -> int:
+    """Raise this process's soft limit on open files (``RLIMIT_NOFILE``) towards ``slots`` plus
+    ``OPEN_FILES_MARGIN``, never past the hard limit: each egress call in flight holds a
+    connection, and many systems start processes at a soft limit of 1,024. A limit that stays
+    below is logged; calls past it fail to connect (``Failed(CONNECT)``, retryable: nothing
+    was sent).
+
+    Returns:
+        The soft limit now in force.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = slots + OPEN_FILES_MARGIN
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-file limit", wanted=wanted, error=str(exc))
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        log.warning("the open-file limit is below the egress slots; calls past it fail to connect",
+                    open_files=soft, egress_slots=slots, hint="raise the hard limit (ulimit -Hn) or lower "
+                    "OPLEDGER_EGRESS_SLOTS")
+    return soft
 
 
 def tune_gc_for_worker() -> None:
@@ -288,6 +320,7 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
     worker_id = worker_id or default_worker_id()
+    raise_open_files_limit(settings.egress_slots)
     with open_store(settings, write=True, clock=clock) as store:
         # Refuse (ConfigurationError) a store with ledger topics this code cannot resolve.
         check_readable_history(store.app, allow_unreadable=settings.allow_unreadable_events)
@@ -308,8 +341,8 @@ def run_worker(settings: Settings, *, stop: threading.Event | None = None, worke
         worker = Worker(
             app=store.app, view=store.view, adapters=adapters, clock=clock,
             config=WorkerConfig(worker_id=worker_id, lease_seconds=settings.lease_seconds,
-                                batch_size=settings.batch_size, egress_slots=settings.worker_threads,
-                                egress_per_host=settings.egress_per_host,
+                                batch_size=settings.batch_size, egress_slots=settings.egress_slots,
+                                egress_per_host=settings.egress_per_host, egress_threads=settings.worker_threads,
                                 poll_interval_seconds=settings.poll_interval_seconds,
                                 poll_lease_seconds=settings.poll_lease_seconds,
                                 summary_interval_seconds=settings.log_summary_seconds,

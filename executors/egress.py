@@ -6,14 +6,25 @@ ledger. Each call's result comes back as an outcome value (STYLE rule 5) through
 thread is started and :meth:`EgressService.run_once` makes the queued calls itself, in order:
 the deterministic simulator and the tests drive it so.
 
-Concurrency (ADR 0002, "Egress concurrency"): a pool of daemon threads sized by need, up to
-``slots`` calls at once. A thread is started only when a call is queued and no thread is idle,
-so an instant provider keeps a few threads and a 100 ms one as many as its calls in flight.
-At most ``per_host`` of the slots go to one target host (scheme, host and port of the target
-URL), so one slow partner cannot take them all; the due-work pass asks :meth:`free_slots` per
-host before it claims, so no claimed operation waits here for a slot.
+Two ways to make a call (docs/adr/0009-egress-event-loop.md):
 
-Source: DESIGN §7 ("record AttemptStarted before egress"); docs/adr/0002-executor-services.md.
+- **On the adapter's own event loop**, for an adapter that offers ``start_call``
+  (``ledger.egress.StartsCalls``: the webhook and LRO adapters): started from the worker's cycle
+  with no thread per call (``executors.loop_calls``); a call in flight costs a coroutine, so
+  the slots can be many (``DEFAULT_EGRESS_SLOTS``).
+- **On an egress thread**, for the others (the fake, the simulator's, host-written adapters):
+  a pool of daemon threads sized by need, up to ``threads``. A thread is started only when a
+  call is queued and no thread is idle, so an instant provider keeps a few threads and a 100 ms
+  one as many as its calls in flight; the due-work pass claims no more of these calls than
+  there are threads free (:meth:`EgressService.free_threads`).
+
+At most ``slots`` calls are in flight in all, and at most ``per_host`` to one target host
+(scheme, host and port of the target URL), so one slow partner cannot take them all; the
+due-work pass asks :meth:`EgressService.free_slots` per host before it claims, so no claimed
+operation waits here for a slot.
+
+Source: DESIGN §7 ("record AttemptStarted before egress"); docs/adr/0002-executor-services.md;
+docs/adr/0009-egress-event-loop.md.
 """
 
 from __future__ import annotations
@@ -32,20 +43,28 @@ import structlog
 from executors.calls import make_call
 from executors.commit import Counts
 from executors.flights import Finished, InFlight
+from executors.loop_calls import LoopCalls
+from ledger import config as defaults
 from ledger.clock import Clock
+from ledger.egress import starts_calls
 from ledger.operation import Operation
 
 log = structlog.get_logger("opledger.egress")
 
 _Redactable = TypeVar("_Redactable")
 
-DEFAULT_EGRESS_SLOTS = 256
-"""Concurrent egress calls per worker (threads are started as calls need them). By Little's law
-a worker sending 1,000 calls/s to a provider answering in 100 ms needs 100 in flight, plus the
-calls waiting to be recorded: 256 leaves room (docs/performance.md, the latency rows)."""
-DEFAULT_PER_HOST_SLOTS = 128
+DEFAULT_EGRESS_SLOTS = defaults.DEFAULT_EGRESS_SLOTS
+"""Concurrent egress calls per worker (``ledger.config.DEFAULT_EGRESS_SLOTS``). By Little's law
+a worker recording 1,000 outcomes a second from a provider answering in one second needs 1,000
+calls in flight. A call on an adapter's event loop costs a coroutine and a connection, no thread
+(docs/adr/0009-egress-event-loop.md measures the memory), so 2,048 of them are cheap."""
+DEFAULT_PER_HOST_SLOTS = defaults.DEFAULT_EGRESS_PER_HOST
 """Concurrent egress calls per worker to one target host: half the slots, so one slow partner
 leaves the other half to every other host."""
+DEFAULT_EGRESS_THREADS = defaults.DEFAULT_WORKER_THREADS
+"""Egress threads per worker at most, for adapters that block (no ``start_call``): a thread per
+call in flight. By Little's law 100 in flight serve 1,000 calls/s to a 100 ms provider; 256
+leaves room (docs/performance.md, the latency rows)."""
 
 
 @dataclass(frozen=True)
@@ -53,14 +72,17 @@ class EgressConfig:
     """Egress settings.
 
     Attributes:
-        slots: concurrent calls at most (and threads at most).
+        slots: concurrent calls at most, on event loops and threads together.
         per_host: concurrent calls at most to one target host (``target_host``); operations
             without a target URL (in-process adapters) are bounded by ``slots`` only.
-        inline: start no thread; ``run_once`` makes the queued calls, one after the other.
+        threads: egress threads at most: calls in flight of adapters that block.
+        inline: start no thread and no call on an event loop; ``run_once`` makes the queued
+            calls, one after the other (blocking adapters and those with a loop alike).
     """
 
     slots: int = DEFAULT_EGRESS_SLOTS
     per_host: int = DEFAULT_PER_HOST_SLOTS
+    threads: int = DEFAULT_EGRESS_THREADS
     inline: bool = False
 
 
@@ -83,6 +105,7 @@ class EgressService:
         # Daemon threads, not concurrent.futures: a call that hangs must not hold the process
         # past its stop grace (the executor's threads are joined at interpreter exit).
         self._threads: list[threading.Thread] = []
+        self._loop_calls = LoopCalls(clock=clock, finish=self.finish)
         self.wake = threading.Event()
         """Set when a call finishes, or from outside to make the worker look now (:meth:`wait`)."""
         self._idle = 0  # threads waiting for a call; guarded by _lock
@@ -100,8 +123,21 @@ class EgressService:
 
     @property
     def threads(self) -> int:
-        """Egress threads started so far (they grow by need up to ``slots``, and stay)."""
+        """Egress threads started so far (they grow by need up to ``config.threads``, and stay)."""
         return len(self._threads)
+
+    @property
+    def on_loops(self) -> int:
+        """Calls started on adapters' event loops and not ended yet."""
+        return len(self._loop_calls)
+
+    def free_threads(self) -> int:
+        """How many more calls of blocking adapters may start now: ``config.threads`` less
+        those queued for a thread or on one (inline: ``slots``, no thread is used)."""
+        if self.config.inline:
+            return self.free_slots()
+        with self._lock:
+            return self.config.threads - self._waiting - (len(self._threads) - self._idle)
 
     def free_slots(self, host: str | None = None) -> int:
         """How many more calls may start now: in all, or to ``host`` (``target_host``)."""
@@ -110,11 +146,22 @@ class EgressService:
             return free
         return min(free, self.config.per_host - self._per_host[host])
 
+    def room(self, adapter: object, host: str | None) -> int:
+        """How many more calls of ``adapter`` to ``host`` may start now: the free slots (to
+        that host), and no more than the free threads when the adapter blocks."""
+        free = self.free_slots(host)
+        return free if starts_calls(adapter) else min(free, self.free_threads())
+
     def submit(self, flight: InFlight) -> None:
-        """Queue ``flight``'s call; its result comes back through :meth:`take_finished`."""
+        """Start ``flight``'s call on its adapter's event loop, or queue it for a thread (or for
+        ``run_once``, inline); its result comes back through :meth:`take_finished`."""
         self.track(flight)
-        self._tasks.put(flight)
-        if not self.config.inline:
+        if self.config.inline:
+            self._tasks.put(flight)
+        elif starts_calls(flight.adapter):
+            self._loop_calls.start(flight)
+        else:
+            self._tasks.put(flight)
             self._grow()
 
     def track(self, flight: InFlight) -> None:
@@ -131,21 +178,24 @@ class EgressService:
         self.wake.set()
 
     def _grow(self) -> None:
-        # One more thread when more calls wait than threads are idle, up to ``slots``. Both
+        # One more thread when more calls wait than threads are idle, up to ``threads``. Both
         # counts change together under the lock (here and in ``_loop``), so a call taken from
         # the queue but not yet counted cannot hide a missing thread.
         with self._lock:
             self._waiting += 1
-            if self._waiting > self._idle and len(self._threads) < self.config.slots:
+            if self._waiting > self._idle and len(self._threads) < self.config.threads:
                 thread = threading.Thread(target=self._loop, name=f"egress-{len(self._threads)}", daemon=True)
                 self._threads.append(thread)
                 self._idle += 1  # counted idle until it takes its first call
                 thread.start()
 
     def run_once(self, now: datetime) -> Counts:
-        """Inline, make every queued call now, in order; otherwise nothing (the threads make
-        them). Returns empty counts: recording is the outcome service's."""
-        if self.config.inline:
+        """Inline, make every queued call now, in order; otherwise give up on calls their event
+        loop did not end in time (``LoopCalls.give_up``; the threads and loops make the calls).
+        Returns empty counts: recording is the outcome service's."""
+        if not self.config.inline:
+            self._loop_calls.give_up()
+        else:
             while True:
                 try:
                     flight = self._tasks.get_nowait()
@@ -219,7 +269,8 @@ class EgressService:
         return woken
 
     def close(self) -> None:
-        """Stop the threads (calls under way finish on their own, unrecorded)."""
+        """Stop the threads (calls under way, on threads or loops, finish on their own,
+        unrecorded)."""
         for _ in self._threads:
             self._tasks.put(None)
 

@@ -308,8 +308,8 @@ class PollingService:
             if op_id not in self.held:
                 continue
             op = held.op
-            if self.egress.free_slots(target_host(op.target)) <= 0:
-                continue  # stays due; asked when a slot frees
+            if self.egress.room(held.adapter, target_host(op.target)) <= 0:
+                continue  # stays due; asked when a slot (or a thread) frees
             if op.cancel_requested and not op.cancel_refused and not can_follow(held.adapter):
                 # Nothing can ask this provider to cancel: say so once (CancelFailed), then the
                 # operation waits for its callback or its deadline.

@@ -24,7 +24,13 @@ import structlog
 from executors.activity import DEFAULT_SUMMARY_INTERVAL_SECONDS, ActivitySummary, store_gauges
 from executors.claim import DEFAULT_BATCH_SIZE, ClaimConfig, ClaimService
 from executors.commit import Committer, Counts
-from executors.egress import DEFAULT_EGRESS_SLOTS, DEFAULT_PER_HOST_SLOTS, EgressConfig, EgressService
+from executors.egress import (
+    DEFAULT_EGRESS_SLOTS,
+    DEFAULT_EGRESS_THREADS,
+    DEFAULT_PER_HOST_SLOTS,
+    EgressConfig,
+    EgressService,
+)
 from executors.leases import LeaseConfig, LeaseService
 from executors.outcomes import OutcomeService
 from executors.polling import DEFAULT_POLL_LEASE_SECONDS, PollingConfig, PollingService
@@ -63,8 +69,10 @@ class WorkerConfig:
         worker_id: unique per worker process (recorded on ``Claimed``).
         lease_seconds: lease length, seconds.
         batch_size: due rows read per cycle, at least.
-        egress_slots: concurrent egress calls at most (threads are started as calls need them).
+        egress_slots: concurrent egress calls at most (``executors.egress``).
         egress_per_host: concurrent egress calls at most to one target host.
+        egress_threads: egress threads at most, for adapters without an event loop of their own
+            (started as calls need them).
         poll_interval_seconds: idle wait between cycles, seconds.
         inline_egress: make calls inside ``run_once`` instead of on threads (simulator, tests).
         poll_lease_seconds: how long a poll lease holds accepted work, seconds
@@ -80,6 +88,7 @@ class WorkerConfig:
     batch_size: int = DEFAULT_BATCH_SIZE
     egress_slots: int = DEFAULT_EGRESS_SLOTS
     egress_per_host: int = DEFAULT_PER_HOST_SLOTS
+    egress_threads: int = DEFAULT_EGRESS_THREADS
     poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS
     inline_egress: bool = False
     poll_lease_seconds: float = DEFAULT_POLL_LEASE_SECONDS
@@ -125,7 +134,8 @@ class Worker:
         self.summary = ActivitySummary(interval_seconds=config.summary_interval_seconds,
                                        gauges=lambda: store_gauges(view, clock.now()))
         self.egress = egress or EgressService(clock=clock, config=EgressConfig(
-            slots=config.egress_slots, per_host=config.egress_per_host, inline=config.inline_egress))
+            slots=config.egress_slots, per_host=config.egress_per_host, threads=config.egress_threads,
+            inline=config.inline_egress))
         self.settlement = SettlementService(committer=self.committer, config=SettlementConfig(
             policy=config.settlement_policy or default_settlement_policy))
         self.polling = PollingService(committer=self.committer, egress=self.egress, settlement=self.settlement,

@@ -38,8 +38,12 @@ MAX_POOL_SIZE = 100
 MAX_WORKER_THREADS = 1024
 """Egress threads per worker process: past this, one process is better split into several."""
 DEFAULT_WORKER_THREADS = 256
+"""Egress threads per worker process, for adapters that block (``executors.egress.DEFAULT_EGRESS_THREADS``)."""
+MAX_EGRESS_SLOTS = 65_536
+"""Concurrent egress calls per worker process: each holds a connection (a file descriptor)."""
+DEFAULT_EGRESS_SLOTS = 2048
 """Concurrent egress calls per worker process (``executors.egress.DEFAULT_EGRESS_SLOTS``)."""
-DEFAULT_EGRESS_PER_HOST = 128
+DEFAULT_EGRESS_PER_HOST = 1024
 """Of those, at most this many to one target host (``executors.egress.DEFAULT_PER_HOST_SLOTS``)."""
 MAX_BATCH_SIZE = 10_000
 """Due rows read per cycle: past this, one cycle holds its reservations for too long."""
@@ -292,11 +296,14 @@ class Settings(BaseSettings):
         lease_seconds: executor lease length, seconds; finite, > 0 and <= ``MAX_LEASE_SECONDS``.
         poll_interval_seconds: how long an idle worker waits before looking for work, seconds;
             > 0, <= ``MAX_POLL_INTERVAL_SECONDS`` and at most a third of ``lease_seconds``.
-        worker_threads: concurrent egress calls per worker process, 1 to ``MAX_WORKER_THREADS``;
-            the threads that make them are started as calls need them (ADR 0002).
+        worker_threads: egress threads per worker process, 1 to ``MAX_WORKER_THREADS``: the
+            calls in flight of adapters that block (the fake, host-written ones); started as
+            calls need them (ADR 0002). The webhook and lro adapters need none (ADR 0009).
+        egress_slots: concurrent egress calls per worker process, 1 to ``MAX_EGRESS_SLOTS``
+            (each holds a connection: the worker raises its open-file limit to fit, ADR 0009).
         egress_per_host: concurrent egress calls per worker process to one target host
-            (scheme, host, port), at least 1: one slow partner cannot take every slot (at or above
-            ``worker_threads`` it bounds nothing).
+            (scheme, host, port), 1 to ``MAX_EGRESS_SLOTS``: one slow partner cannot take every
+            slot (at or above ``egress_slots`` it bounds nothing).
         batch_size: due rows a worker reads per cycle, 1 to ``MAX_BATCH_SIZE`` (the worker reads
             at least four times ``worker_threads``).
         grace_seconds: on SIGTERM, how long in-flight attempts may take to record, seconds;
@@ -340,7 +347,8 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=DEFAULT_LEASE_SECONDS, gt=0, le=MAX_LEASE_SECONDS)
     poll_interval_seconds: float = Field(default=DEFAULT_POLL_INTERVAL_SECONDS, gt=0, le=MAX_POLL_INTERVAL_SECONDS)
     worker_threads: int = Field(default=DEFAULT_WORKER_THREADS, ge=1, le=MAX_WORKER_THREADS)
-    egress_per_host: int = Field(default=DEFAULT_EGRESS_PER_HOST, ge=1, le=MAX_WORKER_THREADS)
+    egress_slots: int = Field(default=DEFAULT_EGRESS_SLOTS, ge=1, le=MAX_EGRESS_SLOTS)
+    egress_per_host: int = Field(default=DEFAULT_EGRESS_PER_HOST, ge=1, le=MAX_EGRESS_SLOTS)
     batch_size: int = Field(default=200, ge=1, le=MAX_BATCH_SIZE)
     grace_seconds: float = Field(default=10.0, ge=0, le=MAX_GRACE_SECONDS)
     max_clock_skew_seconds: float = Field(default=DEFAULT_MAX_SKEW_SECONDS, gt=0, allow_inf_nan=False)

@@ -3,15 +3,18 @@
 One small protocol (STYLE rule 6): ``send`` performs one egress and returns an ``Outcome``
 value; ``lookup`` answers "did you receive operation X?" for ``recoverable_remote_id`` mode.
 An adapter whose provider accepts work as a remote operation may also follow it
-(:class:`RemoteOperations`: ``poll`` and ``cancel``, values too).
+(:class:`RemoteOperations`: ``poll`` and ``cancel``, values too). An adapter that makes its
+calls on an event loop of its own may also start them without blocking (:class:`StartsCalls`):
+the worker then holds no thread per call in flight (docs/adr/0009-egress-event-loop.md, step 2).
 Adapters never raise for a provider's behaviour, only for bugs (STYLE rule 5).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 from uuid import UUID
 
 from ledger.declarations import DeliveryMode
@@ -112,3 +115,58 @@ def can_follow(adapter: object) -> bool:
     (a runtime protocol check costs about half a millisecond; outcomes ask it per accepted call).
     """
     return callable(getattr(adapter, "poll", None)) and callable(getattr(adapter, "cancel", None))
+
+
+CallKind = Literal["send", "lookup", "poll", "cancel"]
+"""Which of an adapter's calls: :meth:`Adapter.send`, :meth:`Adapter.lookup`,
+:meth:`RemoteOperations.poll` or :meth:`RemoteOperations.cancel`."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartedCall:
+    """A call an adapter started on its own event loop (:meth:`StartsCalls.start_call`).
+
+    Attributes:
+        future: completes, on the adapter's loop thread, with what the blocking method of the
+            same kind would have returned; it should never fail (an exception is an adapter
+            bug, which the worker records as ``Ambiguous(adapter_error)``). Cancelling it
+            cancels the call.
+        give_up_seconds: how long after the start the call must have ended, seconds: its
+            total deadline plus a grace for the loop. A call not ended by then (a loop stalled by
+            a bug) is cancelled and :attr:`stalled` stands for its result.
+        stalled: the result of a call given up on (what a timeout after sending means for
+            that kind of call).
+    """
+
+    future: Future[Any]
+    give_up_seconds: float
+    stalled: Callable[[], Any]
+
+
+@runtime_checkable
+class StartsCalls(Protocol):
+    """What an adapter offers to make its calls without blocking the caller: each is started
+    on the adapter's own event loop and its result comes back through a future.
+
+    The worker then makes the calls of this adapter with no thread per call in flight, and
+    checks the lease, the budget window and the approval when it starts them, immediately
+    before egress. Adapters without it (the fake, the simulator's, host-written ones) are
+    called on the worker's egress threads.
+
+    Source: docs/adr/0009-egress-event-loop.md (step 2); issue 30 items 2 and 3.
+    """
+
+    def start_call(self, kind: CallKind, request: EgressRequest, remote_id: str | None = None) -> StartedCall:
+        """Start one call of ``kind`` for ``request`` (``remote_id`` for a poll or a cancel)
+        and return at once; never blocks on the provider.
+
+        Raises:
+            ValueError: the adapter does not make calls of ``kind``.
+        """
+        ...
+
+
+def starts_calls(adapter: object) -> bool:
+    """Whether ``adapter`` implements :class:`StartsCalls` (as :func:`can_follow`, without the
+    cost of a runtime protocol check)."""
+    return callable(getattr(adapter, "start_call", None))

@@ -35,7 +35,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from uuid import UUID
 
@@ -243,17 +243,17 @@ def start_intent(integration: str, traceparent: str | None) -> tuple[Span, str |
 # ---------------------------------------------------------------------------- the worker
 
 
-@contextmanager
-def call_span(kind: str, *, integration: str, operation_id: UUID, traceparent: str | None,
-              attempt_id: UUID | None = None, attempt_number: int | None = None, epoch: int | None = None,
-              delivery_mode: str | None = None) -> Iterator[Span]:
-    """The current span of one call a worker makes for an operation: ``kind`` is ``send`` (an
-    attempt), ``lookup``, ``poll`` or ``cancel``. A child of, and linked to, the stored creation
-    context ``traceparent``. The caller records what came back (:func:`set_outcome`) and puts
-    :func:`traceparent_of` the span on the outgoing request."""
+def start_call_span(kind: str, *, integration: str, operation_id: UUID, traceparent: str | None,
+                    attempt_id: UUID | None = None, attempt_number: int | None = None, epoch: int | None = None,
+                    delivery_mode: str | None = None) -> Span:
+    """Start the span of one call a worker makes for an operation (not made current): ``kind``
+    is ``send`` (an attempt), ``lookup``, ``poll`` or ``cancel``. A child of, and linked to, the
+    stored creation context ``traceparent``. The caller records what came back
+    (:func:`set_outcome`), puts :func:`traceparent_of` the span on the outgoing request and ends
+    it, from any thread: a call started on an adapter's event loop ends where it completes
+    (docs/adr/0009-egress-event-loop.md). ``INVALID_SPAN`` when tracing is off."""
     if not enabled():
-        yield trace.INVALID_SPAN
-        return
+        return trace.INVALID_SPAN
     name = "attempt" if kind == "send" else kind
     parent, links = _parent(traceparent)
     attributes = _common(name, "receive" if kind == "poll" else "process", integration, operation_id)
@@ -261,8 +261,15 @@ def call_span(kind: str, *, integration: str, operation_id: UUID, traceparent: s
                        (DELIVERY_MODE, delivery_mode)):
         if value is not None:
             attributes[key] = str(value) if isinstance(value, UUID) else value
-    with _span(f"{name} {integration}", parent, SpanKind.CONSUMER, attributes, links) as span:
-        yield span
+    return _tracer.start_span(f"{name} {integration}", context=parent, kind=SpanKind.CONSUMER,
+                              attributes=attributes, links=links, record_exception=False,
+                              set_status_on_exception=False)
+
+
+def current(span: Span) -> AbstractContextManager[Span]:
+    """Make ``span`` current for a block without ending it (a call's span while a blocking
+    adapter runs in this thread); an exception leaves it as it was."""
+    return trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
 
 
 def outcome_name(outcome: object) -> str:

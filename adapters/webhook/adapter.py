@@ -4,7 +4,10 @@ This module is the request around the pure :func:`~adapters.webhook.classify.cla
 the signed request and hands it to :mod:`~adapters.webhook.transport` (one event loop and one
 aiohttp session per adapter, docs/adr/0009-egress-event-loop.md), which follows only safe
 redirects, reads at most ``max_response_bytes`` within the attempt's total deadline and turns what
-happened into an :class:`~adapters.webhook.classify.HttpExchange`.
+happened into an :class:`~adapters.webhook.classify.HttpExchange`. Each call is one coroutine on
+that loop: :meth:`WebhookAdapter.start_call` starts it and returns its future (the worker's
+egress, with no thread per call; ``ledger.egress.StartsCalls``), the blocking ``send`` and
+``lookup`` wait for it.
 
 Source: DESIGN §5 (HTTP outcome classification), §7 (idempotency key, attempt id, traceparent);
 Standard Webhooks specification (``webhook-id``/``webhook-timestamp``/``webhook-signature``).
@@ -13,10 +16,13 @@ Standard Webhooks specification (``webhook-id``/``webhook-timestamp``/``webhook-
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+import aiohttp
 from standardwebhooks.webhooks import Webhook
 from yarl import URL
 
@@ -29,10 +35,10 @@ from adapters.webhook.classify import (
 )
 from adapters.webhook.excerpt import DEFAULT_EXCERPT_CHARS, TRUNCATED_MARK, excerpt, secrets_of
 from adapters.webhook.secret import MAKE_SECRET, MAX_SECRET_BYTES, MIN_SECRET_BYTES, SECRET_PREFIX, secret_problem
-from adapters.webhook.transport import EgressLoop, ExchangeLimits, exchange
+from adapters.webhook.transport import CLOSE_GRACE_SECONDS, EgressLoop, ExchangeLimits, exchange, wait
 from ledger.clock import Clock, require_utc
 from ledger.declarations import canonical_json
-from ledger.egress import EgressRequest
+from ledger.egress import CallKind, EgressRequest, StartedCall
 from ledger.errors import ConfigurationError
 from ledger.modes import RULES, rules_for
 from ledger.outcomes import Ambiguous, Failed, FailureCategory, Outcome
@@ -114,8 +120,8 @@ class WebhookAdapter:
         config: limits and paths.
 
     The adapter owns an event loop thread and an HTTP session, started on its first call and
-    shared by every thread that calls it (:mod:`~adapters.webhook.transport`); :meth:`close`
-    stops them.
+    shared by every call (:mod:`~adapters.webhook.transport`); :meth:`start_call` starts a call
+    there without blocking, the other methods block until theirs ends; :meth:`close` stops them.
 
     Raises:
         ConfigurationError: ``secret`` lacks the ``whsec_`` prefix, is not base64, or holds fewer
@@ -151,27 +157,8 @@ class WebhookAdapter:
             The outcome per :func:`classify`; a ``Failed(INVALID_REQUEST)`` when the target or
             payload cannot be sent.
         """
-        secrets = secrets_of(request)
-        if not _is_http_url(request.target):
-            return self._invalid(f"target {request.target!r} is not an http(s) URL", secrets)
-        assert request.target is not None  # _is_http_url said it is a string
-        try:
-            body_text = canonical_json(dict(request.payload)).decode("utf-8")
-        except ValueError as exc:
-            return self._invalid(f"payload is not plain JSON data: {exc}", secrets)
-        now = require_utc(self._clock.now(), "clock.now()")
-        headers = self._signed_headers(request, body_text, now)
-        headers["Content-Type"] = "application/json"
-        exchange = self._exchange("POST", request.target, content=body_text.encode("utf-8"),
-                                  headers=headers, timeout_seconds=request.timeout_seconds,
-                                  follow_redirects=rules_for(request.delivery_mode).follows_redirects,
-                                  secrets=secrets)
-        return self._classify_sent(exchange)
-
-    def _classify_sent(self, exchange: HttpExchange) -> Outcome:
-        """The outcome of :meth:`send`'s POST (:func:`classify`); an adapter that reads the
-        answer differently (``adapters.lro``: a create call) overrides this, not ``send``."""
-        return classify(exchange, now=self._clock.now(), max_retry_after_seconds=self._config.max_retry_after_seconds)
+        outcome: Outcome = self._blocking("send", request)
+        return outcome
 
     def lookup(self, request: EgressRequest) -> Outcome | None:
         """Ask the target's origin whether it received ``request.operation_id``.
@@ -185,6 +172,63 @@ class WebhookAdapter:
             Per :func:`classify_lookup`: None when never received, ``Succeeded``/``Accepted``
             when received, ``Ambiguous(reason="lookup_failed")`` otherwise.
         """
+        outcome: Outcome | None = self._blocking("lookup", request)
+        return outcome
+
+    def start_call(self, kind: CallKind, request: EgressRequest, remote_id: str | None = None) -> StartedCall:
+        """Start the call ``kind`` (``send`` or ``lookup``; the LRO adapter adds ``poll`` and
+        ``cancel``) on this adapter's event loop and return at once (``ledger.egress.StartsCalls``).
+
+        Returns:
+            The call's future (it completes with what the blocking method returns) and what a
+            call the loop never ended stands for: a timeout after sending.
+
+        Raises:
+            ValueError: this adapter makes no call of ``kind``.
+        """
+        work, stalled, exchanges = self._plan(kind, request, remote_id)
+        return StartedCall(future=self._transport.start(work), stalled=stalled,
+                           give_up_seconds=exchanges * request.timeout_seconds + CLOSE_GRACE_SECONDS)
+
+    def _blocking(self, kind: CallKind, request: EgressRequest, remote_id: str | None = None) -> Any:
+        started = self.start_call(kind, request, remote_id)
+        return wait(started.future, give_up_seconds=started.give_up_seconds, on_stall=started.stalled)
+
+    def _plan(self, kind: CallKind, request: EgressRequest, remote_id: str | None) -> _Plan:
+        """The coroutine of a call of ``kind``, its value when the loop never ends it, and how
+        many exchanges (each with the request's deadline) it makes one after the other."""
+        if kind == "send":
+            return (lambda session: self._send(session, request),
+                    lambda: self._classify_sent(self._stalled(request)), 1)
+        if kind == "lookup":
+            return (lambda session: self._lookup(session, request),
+                    lambda: classify_lookup(self._stalled(request)), 1)
+        raise ValueError(f"{type(self).__name__} makes no {kind!r} calls")
+
+    async def _send(self, session: aiohttp.ClientSession, request: EgressRequest) -> Outcome:
+        secrets = secrets_of(request)
+        if not _is_http_url(request.target):
+            return self._invalid(f"target {request.target!r} is not an http(s) URL", secrets)
+        assert request.target is not None  # _is_http_url said it is a string
+        try:
+            body_text = canonical_json(dict(request.payload)).decode("utf-8")
+        except ValueError as exc:
+            return self._invalid(f"payload is not plain JSON data: {exc}", secrets)
+        now = require_utc(self._clock.now(), "clock.now()")
+        headers = self._signed_headers(request, body_text, now)
+        headers["Content-Type"] = "application/json"
+        exchange = await self._exchange(session, "POST", request.target, content=body_text.encode("utf-8"),
+                                        headers=headers, timeout_seconds=request.timeout_seconds,
+                                        follow_redirects=rules_for(request.delivery_mode).follows_redirects,
+                                        secrets=secrets)
+        return self._classify_sent(exchange)
+
+    def _classify_sent(self, exchange: HttpExchange) -> Outcome:
+        """The outcome of :meth:`send`'s POST (:func:`classify`); an adapter that reads the
+        answer differently (``adapters.lro``: a create call) overrides this, not ``send``."""
+        return classify(exchange, now=self._clock.now(), max_retry_after_seconds=self._config.max_retry_after_seconds)
+
+    async def _lookup(self, session: aiohttp.ClientSession, request: EgressRequest) -> Outcome | None:
         secrets = secrets_of(request)
         if not _is_http_url(request.target):
             return Ambiguous(reason="lookup_failed", category=FailureCategory.INVALID_REQUEST,
@@ -196,9 +240,9 @@ class WebhookAdapter:
             return Ambiguous(reason="lookup_failed", category=FailureCategory.INVALID_REQUEST,
                              detail=self._text(f"target {request.target!r} is not a URL: {exc}", secrets))
         headers = self._signed_headers(request, "", require_utc(self._clock.now(), "clock.now()"))
-        exchange = self._exchange("GET", url, content=None, headers=headers,
-                                  timeout_seconds=request.timeout_seconds, follow_redirects=True,
-                                  secrets=secrets)
+        exchange = await self._exchange(session, "GET", url, content=None, headers=headers,
+                                        timeout_seconds=request.timeout_seconds, follow_redirects=True,
+                                        secrets=secrets)
         return classify_lookup(exchange)
 
     def close(self) -> None:
@@ -231,20 +275,21 @@ class WebhookAdapter:
             headers[CALLBACK_URL_HEADER] = callback_url
         return headers
 
-    def _exchange(self, method: str, url: str | URL, *, content: bytes | None,
-                  headers: Mapping[str, str], timeout_seconds: float, follow_redirects: bool,
-                  secrets: tuple[str, ...]) -> HttpExchange:
-        # One total deadline for connect, TLS, sending, headers, redirects and the body: an
-        # endpoint dripping bytes cannot stretch the attempt (issue 14 item 6).
-        def stalled() -> HttpExchange:
-            return HttpExchange(failure=TransportFailure.TIMEOUT, sent=True,
-                                excerpt=self._text("the egress loop did not end the call by its deadline", secrets))
+    async def _exchange(self, session: aiohttp.ClientSession, method: str, url: str | URL, *,
+                        content: bytes | None, headers: Mapping[str, str], timeout_seconds: float,
+                        follow_redirects: bool, secrets: tuple[str, ...]) -> HttpExchange:
+        # One total deadline for connect, TLS, sending, headers, redirects and the body, from
+        # when the loop runs the exchange: an endpoint dripping bytes cannot stretch the attempt
+        # (issue 14 item 6).
+        return await exchange(session, method, url, content=content, headers=headers,
+                              deadline=time.monotonic() + timeout_seconds, follow_redirects=follow_redirects,
+                              secrets=secrets, limits=self._limits)
 
-        return self._transport.run(
-            lambda session, deadline: exchange(session, method, url, content=content, headers=headers,
-                                               deadline=deadline, follow_redirects=follow_redirects,
-                                               secrets=secrets, limits=self._limits),
-            seconds=timeout_seconds, on_stall=stalled)
+    def _stalled(self, request: EgressRequest) -> HttpExchange:
+        """What a call the loop did not end by its deadline (plus grace) stands for: a timeout
+        after the request may have left."""
+        return HttpExchange(failure=TransportFailure.TIMEOUT, sent=True, excerpt=self._text(
+            "the egress loop did not end the call by its deadline", secrets_of(request)))
 
     def _text(self, text: str, secrets: tuple[str, ...]) -> str:
         return excerpt(text.encode("utf-8", errors="surrogatepass"),
@@ -253,6 +298,10 @@ class WebhookAdapter:
     def _invalid(self, reason: str, secrets: tuple[str, ...]) -> Failed:
         return Failed(FailureCategory.INVALID_REQUEST, retryable=False, egress=False,
                       detail=self._text(reason, secrets))
+
+
+_Plan = tuple[Callable[[aiohttp.ClientSession], Coroutine[Any, Any, Any]], Callable[[], Any], int]
+"""A call's coroutine (given the session), its value when given up on, and its exchanges."""
 
 
 def _is_http_url(target: str | None) -> bool:

@@ -1,12 +1,14 @@
 """The webhook adapter's HTTP transport: one event loop and one ``aiohttp`` session per adapter,
 and the bounded exchange every call makes on it (docs/adr/0009-egress-event-loop.md).
 
-The adapter's seam stays synchronous (``send``/``lookup``/``poll``/``cancel`` are plain calls
-made by the worker's egress threads, the simulator and tests): :meth:`EgressLoop.run` hands the
-exchange to the loop's thread and blocks the calling thread until it ends. Every request of
-every thread shares the session's connection pool, parser and TLS context, so the HTTP work of
-hundreds of calls in flight is done by one thread; issue 30 measured 130-170 µs of CPU per call
-this way against 700-1,100 µs for a thread-and-``httpx.Client`` per call in flight.
+:meth:`EgressLoop.start` hands a call's coroutine to the loop's thread and returns its future at
+once: the worker's egress starts calls so, without a thread per call in flight
+(``ledger.egress.StartsCalls``, ADR 0009 step 2). The blocking seam (``send``/``lookup``/``poll``/
+``cancel``, plain calls made by tests, scripts and workers with inline egress) waits on the same
+future (:func:`wait`). Every call shares the session's connection pool, parser and TLS context,
+so the HTTP work of thousands of calls in flight is done by one thread; issue 30 measured
+130-170 µs of CPU per call this way against 700-1,100 µs for a thread-and-``httpx.Client`` per
+call in flight.
 
 Deadlines: the whole exchange (connect, TLS, sending, response headers, each redirect hop) runs
 under one ``asyncio.timeout_at`` at the attempt's total deadline, so an endpoint dripping its
@@ -25,8 +27,8 @@ import asyncio
 import os
 import ssl
 import threading
-import time
 from collections.abc import Callable, Coroutine, Mapping
+from concurrent.futures import Future
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -38,13 +40,14 @@ from yarl import URL
 from adapters.webhook.classify import MAX_REDIRECTS, HttpExchange, TransportFailure
 from adapters.webhook.excerpt import excerpt, redact
 
-__all__ = ["EgressLoop", "ExchangeLimits", "exchange", "failure_of", "header_text", "tls_context"]
+__all__ = ["CLOSE_GRACE_SECONDS", "EgressLoop", "ExchangeLimits", "exchange", "failure_of", "header_text",
+           "tls_context", "wait"]
 
 _T = TypeVar("_T")
 
 CLOSE_GRACE_SECONDS = 2.0
-"""How long past an exchange's deadline its calling thread waits for the loop before it gives
-up on it (a loop stalled by a bug must not hold an egress thread forever), seconds."""
+"""How long past a call's deadline its caller waits for the loop before it gives up on it (a
+loop stalled by a bug must not hold a thread or an egress slot forever), seconds."""
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CROSS_ORIGIN_DROPPED = frozenset({"authorization", "cookie", "proxy-authorization"})
 
@@ -95,28 +98,19 @@ class EgressLoop:
         self._session: aiohttp.ClientSession | None = None
         self._pid = 0  # the process whose thread runs the loop: a forked child starts its own
 
-    def run(self, work: Callable[[aiohttp.ClientSession, float], Coroutine[Any, Any, _T]], *, seconds: float,
-            on_stall: Callable[[], _T]) -> _T:
-        """Run ``work(session, deadline)`` on the loop and wait for its result.
+    def start(self, work: Callable[[aiohttp.ClientSession], Coroutine[Any, Any, _T]]) -> Future[_T]:
+        """Start ``work(session)`` on the loop (starting the loop on first use) and return at once.
 
         Args:
-            work: makes the coroutine to run, given the session and the call's deadline
-                (``time.monotonic()``, ``seconds`` from when the loop is ready: starting it on
-                the adapter's first call is not charged to that call).
-            seconds: the call's total deadline, seconds; the coroutine bounds itself by it.
-            on_stall: the result when the loop has not finished the coroutine
-                ``CLOSE_GRACE_SECONDS`` past ``seconds`` (it is cancelled).
+            work: makes the call's coroutine, given the session; the coroutine bounds itself by
+                the call's deadline and returns values, never raises.
 
         Returns:
-            What the coroutine returned; it should return values, never raise.
+            Its future, completed on the loop's thread (done-callbacks run there); cancelling it
+            cancels the coroutine.
         """
         loop, session = self._started()
-        future = asyncio.run_coroutine_threadsafe(work(session, time.monotonic() + seconds), loop)
-        try:
-            return future.result(timeout=max(seconds, 0.0) + CLOSE_GRACE_SECONDS)
-        except TimeoutError:
-            future.cancel()
-            return on_stall()
+        return asyncio.run_coroutine_threadsafe(work(session), loop)
 
     def _started(self) -> tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession]:
         with self._lock:
@@ -148,6 +142,25 @@ class EgressLoop:
         thread.join(CLOSE_GRACE_SECONDS)
         if not thread.is_alive():
             loop.close()
+
+
+def wait(future: Future[_T], *, give_up_seconds: float, on_stall: Callable[[], _T]) -> _T:
+    """Block the calling thread until ``future`` (:meth:`EgressLoop.start`) completes.
+
+    Args:
+        future: the call's future.
+        give_up_seconds: how long to wait at most, seconds: the call's deadline plus
+            ``CLOSE_GRACE_SECONDS``.
+        on_stall: the result when the loop has not completed the call by then (it is cancelled).
+
+    Returns:
+        The coroutine's value, or ``on_stall()``.
+    """
+    try:
+        return future.result(timeout=max(give_up_seconds, 0.0))
+    except TimeoutError:
+        future.cancel()
+        return on_stall()
 
 
 async def _open_session() -> aiohttp.ClientSession:

@@ -1,6 +1,7 @@
 """Timeouts that hold (issue 14 item 6): hostile endpoints against the real webhook adapter, each
 attempt ending within its total deadline however the endpoint drips its bytes; and calls stuck
-in a provider do not hold up the others on the adapter's one event loop (issue 30)."""
+in a provider do not hold up the others on the adapter's one event loop (issue 30), whether
+blocking callers make them or a worker starts them on the loop (ADR 0009 step 2)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ import pytest
 
 from adapters.webhook import WebhookAdapter
 from ledger.clock import SystemClock
+from ledger.config import Database
 from ledger.declarations import DeliveryMode
 from ledger.egress import EgressRequest
 from ledger.outcomes import Ambiguous, Failed, Succeeded
+from tests.apps import ModesApp, declaration
 from tests.conftest import SECRET
+from tests.workers import drive_until, status_of, webhook_worker
 
 TOTAL = 1.5
 """The attempt's total deadline in these tests, seconds."""
@@ -169,3 +173,39 @@ def test_calls_stuck_past_their_deadline_do_not_hold_up_other_calls(silent: str,
             thread.join(TOTAL + SLACK + 1)
     assert len(stuck) == 16
     assert all(isinstance(outcome, Ambiguous) and took < TOTAL + SLACK for outcome, took in stuck), stuck
+
+
+STUCK_SECONDS = 3.0
+"""The total deadline of the worker's stuck calls, seconds: long enough for the prompt ones to
+settle meanwhile on a loaded machine."""
+
+
+class _StuckApp(ModesApp):
+    """The test application; its non-idempotent integration's calls end at ``STUCK_SECONDS``."""
+
+    name = "modes"
+    integrations = [declaration(DeliveryMode.NON_IDEMPOTENT, request_timeout_seconds=STUCK_SECONDS)]
+
+
+def test_a_workers_calls_stuck_past_their_deadline_hold_up_no_other_call(modes_db: Database, silent: str,
+                                                                          dripped_headers: str, prompt: str) -> None:
+    # ADR 0009 step 2: the worker starts each call on the adapter's event loop, with no thread of
+    # its own; calls held by a silent and a dripping provider must delay no other operation.
+    app = _StuckApp(env=modes_db.library_env(create_table=False), clock=SystemClock())
+    mode = DeliveryMode.NON_IDEMPOTENT
+    try:
+        with webhook_worker(app, modes_db, worker_id="stuck", token="tok", egress_slots=64) as worker:
+            stuck = [app.make(mode, f"{url}/hook", n=i) for i, url in enumerate([silent] * 4 + [dripped_headers] * 4)]
+            drive_until(worker, lambda: worker.egress.on_loops == 8, what="the stuck calls under way")
+            began = time.monotonic()
+            quick = [app.make(mode, f"{prompt}/hook", n=10 + i) for i in range(5)]
+            drive_until(worker, lambda: all(status_of(app, op_id) == "settled" for op_id in quick),
+                        what="the prompt operations settled")
+            assert time.monotonic() - began < STUCK_SECONDS
+            assert all(op_id in worker.egress.in_flight for op_id in stuck)  # still stuck meanwhile
+            assert worker.egress.threads == 0
+            drive_until(worker, lambda: all(status_of(app, op_id) == "ambiguous" for op_id in stuck),
+                        timeout_seconds=STUCK_SECONDS + SLACK + 2, what="the stuck calls ended at their deadline")
+            assert time.monotonic() - began < STUCK_SECONDS + SLACK + 1
+    finally:
+        app.close()

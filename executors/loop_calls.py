@@ -1,0 +1,120 @@
+"""Calls started on an adapter's own event loop, with no thread per call in flight
+(docs/adr/0009-egress-event-loop.md, step 2).
+
+An adapter that offers ``start_call`` (``ledger.egress.StartsCalls``: the webhook and LRO
+adapters) makes its calls on its own event loop. Egress hands such a call here from the worker's
+cycle: :meth:`LoopCalls.start` opens the call's span, runs the lease, budget and approval checks
+(``executors.calls.held_back``: immediately before egress, as an egress thread does before it
+calls the adapter) and starts the call; the future's done-callback, on the loop's thread, checks
+what came back (``executors.calls.checked``), closes the span and hands the ``Finished`` result
+to egress, whose outcome service records it exactly as it records a thread's.
+
+A call bounds itself by its total deadline on the loop. Should the loop fail to end it (a loop
+stalled by a bug), :meth:`LoopCalls.give_up` cancels it ``give_up_seconds`` after its start and
+the adapter's ``stalled`` value (a timeout after sending) stands for it, so it holds its egress
+slot no longer than an egress thread would have waited.
+
+Source: issue 30 items 2 and 3; DESIGN §7 (checks before egress, never after).
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from functools import partial
+from typing import Any
+
+from executors.calls import checked, close_span, held_back, open_span, remote_id_of
+from executors.flights import Finished, InFlight
+from ledger.clock import Clock
+from ledger.egress import StartedCall
+from ledger.tracing import Span
+
+
+class LoopCalls:
+    """Starts calls on their adapters' event loops and hands their results back.
+
+    Args:
+        clock: the worker's clock (the checks before egress read it).
+        finish: takes each call's result, from whichever thread ends the call (the loop's, or
+            the one starting or giving up on it); thread-safe.
+    """
+
+    def __init__(self, *, clock: Clock, finish: Callable[[Finished], None]) -> None:
+        self.clock = clock
+        self._finish = finish
+        self._lock = threading.Lock()
+        # Calls not ended yet: sequence number -> future, and a heap of (monotonic give-up
+        # time, sequence number). Ended calls leave the dictionary at once; their heap entry
+        # (two numbers) goes when its time comes.
+        self._running: dict[int, Future[Any]] = {}
+        self._give_up_at: list[tuple[float, int]] = []
+        self._sequence = 0
+
+    def __len__(self) -> int:
+        """Calls started here and not ended yet."""
+        return len(self._running)
+
+    def start(self, flight: InFlight) -> None:
+        """Start ``flight``'s call on its adapter's loop (``flight.adapter`` has ``start_call``),
+        or hand back at once the result of a call that may not leave or whose adapter raised
+        when asked to start it. Never raises, never blocks on the provider."""
+        span = open_span(flight)
+        finished = held_back(flight, self.clock)
+        if finished is not None:
+            self._finish(close_span(span, finished))
+            return
+        adapter: Any = flight.adapter
+        try:
+            started: StartedCall = adapter.start_call(flight.kind, flight.request, remote_id_of(flight))
+            future = started.future
+        except KeyboardInterrupt:  # the user's stop, in the worker's thread
+            span.end()
+            raise
+        except BaseException as exc:  # an adapter bug (even SystemExit): recorded as the threads record it
+            self._finish(close_span(span, checked(flight, None, exc)))
+            return
+        with self._lock:
+            self._sequence += 1
+            key = self._sequence
+            self._running[key] = future
+            heapq.heappush(self._give_up_at, (time.monotonic() + started.give_up_seconds, key))
+        future.add_done_callback(partial(self._ended, key, flight, span, started))
+
+    def give_up(self) -> int:
+        """Cancel the calls whose loop did not end them by their give-up time (monotonic); each
+        is handed back as its adapter's ``stalled`` value. Cheap when none is due (a heap).
+
+        Returns:
+            How many calls were given up on.
+        """
+        now, due = time.monotonic(), []
+        with self._lock:
+            while self._give_up_at and self._give_up_at[0][0] <= now:
+                future = self._running.get(heapq.heappop(self._give_up_at)[1])
+                if future is not None:
+                    due.append(future)
+        # Outside the lock: cancelling runs the done-callback in this thread.
+        return sum(1 for future in due if future.cancel())
+
+    def _ended(self, key: int, flight: InFlight, span: Span, started: StartedCall, future: Future[Any]) -> None:
+        """The done-callback: on the loop's thread, or in :meth:`give_up`'s for a cancelled call."""
+        with self._lock:
+            self._running.pop(key, None)
+        if future.cancelled():
+            finished = _guarded(flight, started.stalled)
+        elif (error := future.exception()) is not None:
+            finished = checked(flight, None, error)
+        else:
+            finished = checked(flight, future.result())
+        self._finish(close_span(span, finished))
+
+
+def _guarded(flight: InFlight, value: Callable[[], Any]) -> Finished:
+    try:
+        return checked(flight, value())
+    except BaseException as exc:  # an adapter bug in its stalled value: still a recorded result
+        return checked(flight, None, exc)
