@@ -11,8 +11,10 @@ and the time runs from the first intent until the projection shows all N settled
 where one process owns the store (DESIGN §8), host and worker share one process: the worker is
 ``adapters.runtime.run_worker`` on a thread beside the producer, as an embedded host runs it.
 
-Workers run with the default settings (``OPLEDGER_WORKER_THREADS`` unset: 256 egress slots, 128
-per target host). "2 workers" on SQLite is one process with twice the egress slots (512).
+Workers run with the default settings (``OPLEDGER_WORKER_THREADS`` unset: 256 egress threads for
+the instant in-process adapter, which blocks; the webhook adapter's calls need no thread and are
+bounded by 2,048 slots, 1,024 per target host, ADR 0009). "2 workers" on SQLite is one process
+with twice the egress threads (512).
 
 **Latency rows** (``drain.fast``, ``drain.fast-100ms``): the webhook adapter against
 ``bench.fast_partner``, which keeps no log and answers after a fixed delay (0 or 100 ms), so the
@@ -66,7 +68,7 @@ from bench.wire import BareRun, bare_client, bare_result, judge_wire, nginx_part
 from ledger.config import DEFAULT_EGRESS_PER_HOST, Database, Settings
 
 SQLITE_TWO_WORKER_SLOTS = 512
-"""Egress slots of the SQLite "2 workers" rows: one process (one owner), twice the default."""
+"""Egress threads of the SQLite "2 workers" rows: one process (one owner), twice the default."""
 LATENCY_SECONDS = 0.1
 """The slow fast partner's added latency: real providers answer in tens to hundreds of ms."""
 LATENCY_TARGET = 0.8
@@ -98,7 +100,7 @@ class Config:
 
     @property
     def egress_threads(self) -> int | None:
-        """Egress slots, or None for the default settings."""
+        """Egress threads (``OPLEDGER_WORKER_THREADS``), or None for the default settings."""
         return SQLITE_TWO_WORKER_SLOTS if self.backend == "sqlite" and self.workers == 2 else None
 
     @property

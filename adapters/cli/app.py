@@ -98,7 +98,7 @@ PublicOption = typer.Option(False, "--public", help="allow a --host other than l
 def worker(
     database_url: str = DatabaseOption,
     lease_seconds: float = typer.Option(None, help="lease length, seconds"),
-    threads: int = typer.Option(None, help="concurrent egress calls"),
+    threads: int = typer.Option(None, help="egress threads, for adapters that block (webhook and lro need none)"),
     allow_unreadable_events: bool = AllowUnreadableOption,
     serve: bool = typer.Option(False, "--serve", help="also serve HTTP in this process, as `opledger serve` does "
                                "(callbacks, commands, operator actions, /metrics, the console), sharing the store: "
