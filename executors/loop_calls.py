@@ -33,6 +33,10 @@ from ledger.clock import Clock
 from ledger.egress import StartedCall
 from ledger.tracing import Span
 
+PRUNE_AFTER = 1024
+"""Ended calls' entries the give-up heap may hold beyond twice the calls running before it is
+rebuilt without them (amortised: each entry is dropped once)."""
+
 
 class LoopCalls:
     """Starts calls on their adapters' event loops and hands their results back.
@@ -93,6 +97,11 @@ class LoopCalls:
         """
         now, due = time.monotonic(), []
         with self._lock:
+            if len(self._give_up_at) > 2 * len(self._running) + PRUNE_AFTER:
+                # Mostly ended calls' entries (a long deadline keeps them for long): rebuilt from
+                # the running ones, so the heap stays within a small multiple of the calls in flight.
+                self._give_up_at = [entry for entry in self._give_up_at if entry[1] in self._running]
+                heapq.heapify(self._give_up_at)
             while self._give_up_at and self._give_up_at[0][0] <= now:
                 future = self._running.get(heapq.heappop(self._give_up_at)[1])
                 if future is not None:

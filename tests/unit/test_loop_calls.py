@@ -146,3 +146,20 @@ def test_inline_egress_calls_the_blocking_methods() -> None:
     egress.run_once(built.now)
     (finished,) = _taken(egress, 0.0)
     assert isinstance(finished.outcome, Succeeded) and adapter.started == []
+
+
+def test_ended_calls_leave_no_memory_behind() -> None:
+    # A long deadline keeps an ended call's give-up entry for long; the heap is pruned of them.
+    from executors.loop_calls import PRUNE_AFTER, LoopCalls
+
+    built = build(E.DISPATCHING)
+    adapter = Looping(give_up_seconds=3600.0)
+    ended: list[Finished] = []
+    calls = LoopCalls(clock=FakeClock(built.now), finish=ended.append)
+    for _ in range(3 * PRUNE_AFTER):
+        calls.start(_flight(built, adapter))
+    for _, _, future in adapter.started:
+        future.set_result(Succeeded())
+    assert len(ended) == 3 * PRUNE_AFTER and len(calls) == 0
+    assert calls.give_up() == 0
+    assert len(calls._give_up_at) <= PRUNE_AFTER
