@@ -5,6 +5,7 @@
     python -m bench --smoke         # tiny sizes, one repetition: CI's smoke run (< 1 minute)
     python -m bench --only throughput --repeat 5 --n 5000
     python -m bench --only history --n 200000   # the big store (opt-in; --n is the preload)
+    python -m bench --only wire --repeat 2      # issue 30's rows: drain.wire, client.bare, beside their drains
 
 Needs PostgreSQL (``OPLEDGER_BENCH_POSTGRES_URL``, default ``postgresql://root@127.0.0.1:5432/test``)
 and the bench extra (``pip install -e '.[bench]'``). Run from the repository root.
@@ -33,8 +34,9 @@ SCENARIOS: dict[str, Callable[..., list[Result]]] = {
     "simulation": simulation.run,
     "outages": outages.run,
     "history": history.run,
+    "wire": throughput.run_wire,
 }
-OPT_IN = {"history"}
+OPT_IN = {"history", "wire"}
 """Scenarios only ``--only`` runs (the big-store preload takes minutes)."""
 
 

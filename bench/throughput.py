@@ -36,7 +36,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -310,9 +310,10 @@ TARGETS = {
 }
 
 
-def run(options: Options, log=print) -> list[Result]:
+def run(options: Options, log=print, *, select: Callable[[Config], bool] | None = None) -> list[Result]:
+    """The throughput rows (``select``: only the configurations it accepts), interleaved."""
     n = options.size(2000, 40)
-    all_configs = configs(options)
+    all_configs = [cfg for cfg in configs(options) if select is None or select(cfg)]
     samples: dict[Config, list[float]] = {c: [] for c in all_configs}
     extras: dict[Config, dict] = {}
     cpu: dict[Config | tuple[str, int], list[dict]] = {}  # CPU per operation (end to end, PostgreSQL)
@@ -410,6 +411,16 @@ def run(options: Options, log=print) -> list[Result]:
             result.note = "one process (SQLite has one owner), more egress threads"
         results.append(result)
     return results
+
+
+def run_wire(options: Options, log=print) -> list[Result]:
+    """``python -m bench --only wire``: issue 30's rows alone, ``drain.wire`` and ``client.bare``
+    beside the drains they are judged against (the instant in-process ``drain`` of the same
+    shape, with Procrastinate's on PostgreSQL) and the latency rows (``drain.fast``,
+    ``drain.fast-100ms``), interleaved as in the whole scenario."""
+    shapes = set(WIRE_ROWS)
+    return run(options, log, select=lambda cfg: cfg.kind == "drain" and (
+        cfg.adapter in ("wire", "fast", "slow") or (cfg.adapter == "fake" and (cfg.backend, cfg.workers) in shapes)))
 
 
 def _cpu_text(used: dict | None) -> str:
