@@ -82,10 +82,19 @@ def _held_provider() -> Iterator[_Held]:
     try:
         yield held[0]
     finally:
-        held[0].release()
-        loop.call_soon_threadsafe(server.close)
+        asyncio.run_coroutine_threadsafe(_shutdown(server), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
+        loop.close()
+
+
+async def _shutdown(server: asyncio.Server) -> None:
+    """Stop serving and end every connection's task, on the server's loop."""
+    server.close()
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _intend(app: _HeldApp, target: str, n: int) -> list:
