@@ -34,10 +34,10 @@ import structlog
 
 from executors.attempts import ClaimChanges, Plan
 from executors.budgets import budgeted
+from executors.capacity import PassCapacity
 from executors.commit import Change, CommitResult, Committer, Counts, RefusalNote
 from executors.deadlines import cancel_change, exceed_deadline_change, remote_unknown_change
 from executors.egress import EgressService
-from executors.flights import target_host
 from executors.polling import PollingService
 from executors.refusals import drifted_digest, mismatch_change, void_approval_change
 from executors.secrets import SecretResolver
@@ -59,8 +59,7 @@ from ledger.decisions import (
     due_work,
     may_need_egress,
 )
-from ledger.egress import Adapter, starts_calls
-from ledger.errors import LedgerError
+from ledger.egress import Adapter
 from ledger.facts import describe
 from ledger.operation import Operation
 from ledger.refusals import WriteKind
@@ -78,12 +77,6 @@ DUE_READ_FACTOR = 4
 """Due rows read per cycle, as a multiple of the egress slots (see ``ClaimService.run_once``)."""
 DEFER_SECONDS = 30.0
 """How long a worker leaves an operation it cannot serve (missing secret, declaration, adapter)."""
-_THREADS = "threads"
-"""The key of a pass's per-host counts that counts its calls needing an egress thread (no
-target host is spelt so: ``target_host`` gives ``scheme://host:port``)."""
-MAX_REMEMBERED_HOSTS = 100_000
-"""Operations whose target host was full when last seen, remembered so that they are not loaded
-again while it stays full; past this many the memory starts over (it is only a saving)."""
 
 
 @dataclass(frozen=True)
@@ -139,10 +132,9 @@ class ClaimService:
         self.rng = rng
         self.attempts = ClaimChanges(app=self.app, adapters=adapters, secrets=secrets, rng=rng,
                                      worker_id=config.worker_id, lease_seconds=config.lease_seconds)
-        self._threads_only = not any(starts_calls(adapter) for adapter in adapters.values())
+        self.capacity = PassCapacity(egress=egress, adapters=adapters.values(), adapter_of=self.attempts.adapter)
         self.config = config
         self._deferred: dict[UUID, datetime] = {}
-        self._waiting_for_host: dict[UUID, str] = {}  # op -> its target host, full when last seen
         self._lock = threading.Lock()  # see ``_reserve_and_commit``
         self._unsure = UnsureClaims()
         self.store = driver_of(self.app)
@@ -160,19 +152,13 @@ class ClaimService:
             self._unsure.recheck(self.committer.load, self.egress.submit)
         # Read well past what this worker can claim and shuffle it: workers sharing a store then
         # take mostly different operations from the head of the list instead of colliding.
-        wanted = max(self.config.batch_size, DUE_READ_FACTOR * self._room())
+        wanted = max(self.config.batch_size, DUE_READ_FACTOR * self.capacity.room())
         due = self.view.due(now, wanted)
-        free = self._room()
+        free = self.capacity.room()
         if not self.view.in_process and len(due) < free:
             due += self.tail.read(free - len(due), {row.operation_id for row in due}, now)
         self._reserve_and_commit(due, now, counts)
         return counts
-
-    def _room(self) -> int:
-        """Egress calls this worker may start now: its free slots, and no more than its free
-        egress threads when none of its adapters has an event loop of its own."""
-        free = self.egress.free_slots()
-        return min(free, self.egress.free_threads()) if self._threads_only else free
 
     def pickup(self, now: datetime) -> Counts:
         """Claim the intents appended since the last look, read from the log's tail alone (no
@@ -185,7 +171,7 @@ class ClaimService:
             :class:`Counts` of what was committed.
         """
         counts = Counts()
-        if self.view.in_process or not self.tail.fresh or (free := self._room()) <= 0:
+        if self.view.in_process or not self.tail.fresh or (free := self.capacity.room()) <= 0:
             return counts
         # Read and reserved in one round trip, held until after this commit; what another
         # worker reserved first is left out, so the loser of a race does nothing more.
@@ -241,14 +227,13 @@ class ClaimService:
         none known to go to a host whose slots are taken, and nothing this worker deferred until
         it is time to retry."""
         self._deferred = {i: t for i, t in self._deferred.items() if t > now}
-        capacity = self._room()
+        capacity = self.capacity.room()
         chosen = []
         for row in rows:
             if (row.operation_id in self.egress.in_flight or row.operation_id in self._deferred
                     or self.committer.is_set_aside(row.operation_id)):
                 continue  # busy, deferred, or nothing can be recorded for it (issue 35)
-            host = self._waiting_for_host.get(row.operation_id)
-            if host is not None and self.egress.free_slots(host) <= 0:
+            if self.capacity.host_full(row.operation_id):
                 continue
             known = self.committer.known(row.operation_id)
             if known is not None and known.version > row.version:
@@ -288,7 +273,7 @@ class ClaimService:
         changes: list[tuple[Operation, Change]] = []
         kinds: dict[UUID, WriteKind] = {}  # what each change writes, should the store refuse it
         settling: list[Operation] = []
-        capacity = self._room()
+        capacity = self.capacity.room()
         polls = self.polling.room() if self.polling is not None and follow else 0
         by_host: Counter[str] = Counter()  # claims of this pass per target host
         for op in ops:
@@ -358,34 +343,6 @@ class ClaimService:
             call.op = op
             self.egress.submit(call)
 
-    def _host_slot(self, op: Operation, by_host: Counter[str]) -> bool:
-        """Whether ``op``'s target host has a free egress slot this pass, and an egress thread
-        when its adapter blocks (taking them if so); an operation refused for its host stays due
-        and is remembered, so it is not loaded again while its host stays full."""
-        threaded = self._blocks(op)
-        if threaded and self.egress.free_threads() - by_host[_THREADS] <= 0:
-            return False
-        host = target_host(op.target)
-        if host is not None:
-            if self.egress.free_slots(host) - by_host[host] <= 0:
-                if len(self._waiting_for_host) >= MAX_REMEMBERED_HOSTS:
-                    self._waiting_for_host.clear()
-                self._waiting_for_host[op.id] = host
-                return False
-            by_host[host] += 1
-            self._waiting_for_host.pop(op.id, None)
-        by_host[_THREADS] += threaded
-        return True
-
-    def _blocks(self, op: Operation) -> bool:
-        """Whether ``op``'s adapter makes its calls on an egress thread (it has no event loop of
-        its own: ``ledger.egress.StartsCalls``); False when it has none here (the claim change
-        defers the operation)."""
-        try:
-            return not starts_calls(self.attempts.adapter(op))
-        except LedgerError:
-            return False
-
     def _defer(self, op_id: UUID, now: datetime, problem: str, exc: Exception) -> None:
         self.committer.report(op_id, problem, describe(exc))
         self._deferred[op_id] = now + timedelta(seconds=self.config.defer_seconds)
@@ -398,7 +355,7 @@ class ClaimService:
             return mismatch_change(self.app, now, self.config.worker_id, plan.deferred), 0
         if void_reason(op, now) is not None:
             return void_approval_change(now), 0
-        if capacity > 0 and self._host_slot(op, by_host):
+        if capacity > 0 and self.capacity.take(op, by_host):
             change = self.attempts.claim_change(now, plan)
             return budgeted(self.app, change, plan, now, plan.windows), 1
         return None

@@ -163,3 +163,24 @@ def test_ended_calls_leave_no_memory_behind() -> None:
     assert len(ended) == 3 * PRUNE_AFTER and len(calls) == 0
     assert calls.give_up() == 0
     assert len(calls._give_up_at) <= PRUNE_AFTER
+
+
+class _Blocking:
+    """An adapter with no event loop of its own (its calls take an egress thread)."""
+
+    def send(self, request: EgressRequest) -> Succeeded:
+        return Succeeded()
+
+
+@pytest.mark.parametrize(("adapters", "room"), [
+    ([_Blocking()], 4),  # the free threads: a row it cannot claim is not chosen
+    ([Looping()], 64),  # the free slots
+    ([_Blocking(), Looping()], 32),  # the free threads, but never fewer than the floor
+])
+def test_a_pass_chooses_no_more_rows_than_it_can_claim(adapters: list[object], room: int) -> None:
+    from executors.capacity import MIXED_PASS_FLOOR, PassCapacity
+
+    assert MIXED_PASS_FLOOR == 32
+    egress = EgressService(clock=FakeClock(), config=EgressConfig(slots=64, per_host=64, threads=4))
+    capacity = PassCapacity(egress=egress, adapters=adapters, adapter_of=lambda op: adapters[0])  # type: ignore[arg-type,return-value]
+    assert capacity.room() == room
