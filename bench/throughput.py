@@ -64,8 +64,8 @@ from bench.harness import (
     worker_env,
     writer,
 )
-from bench.wire import BareRun, bare_client, bare_result, judge_wire, nginx_partner
-from ledger.config import DEFAULT_EGRESS_PER_HOST, Database, Settings
+from bench.wire import BARE_CONCURRENCY, BareRun, bare_client, bare_result, judge_wire, nginx_partner
+from ledger.config import Database, Settings
 
 SQLITE_TWO_WORKER_SLOTS = 512
 """Egress threads of the SQLite "2 workers" rows: one process (one owner), twice the default."""
@@ -334,7 +334,7 @@ def run(options: Options, log=print, *, select: Callable[[Config], bool] | None 
             # Interleaved: every configuration and its baseline once per repetition.
             for cfg in all_configs:
                 if cfg.adapter == "wire":  # the ceiling first, against the same nginx
-                    run = bare_client(f"{partners['wire']}{PARTNER_PATH}", n, concurrency=DEFAULT_EGRESS_PER_HOST,
+                    run = bare_client(f"{partners['wire']}{PARTNER_PATH}", n, concurrency=BARE_CONCURRENCY,
                                       processes=cfg.processes, secret=SECRET)
                     bare.setdefault(cfg, []).append(run)
                     log(f"  throughput rep {rep + 1}: client.bare       {cfg.backend:<8} processes={cfg.processes} "

@@ -11,7 +11,7 @@ worker process. It costs 13-54 µs of CPU per request on the reference machine (
 with a note saying so, never run against another partner.
 
 **The bare client** (:func:`bare_client`): what the HTTP library itself costs on this machine at
-the worker's concurrency, doing nothing else: ``concurrency`` calls at once on one event loop
+``BARE_CONCURRENCY`` (128) calls at once, doing nothing else, on one event loop
 sharing one ``aiohttp`` session (the library and session ``adapters.webhook.transport`` uses,
 docs/adr/0009-egress-event-loop.md), each POSTing the request a webhook attempt sends (the canonical JSON body ``{"n": i}``, Standard Webhooks signature headers,
 ``Idempotency-Key``, ``X-Attempt-Id``, ``User-Agent``, ``Accept-Encoding: identity``) and reading
@@ -41,9 +41,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.harness import Result, Stats
-from ledger.config import DEFAULT_EGRESS_PER_HOST
 
 READY_TIMEOUT_SECONDS = 15.0
+BARE_CONCURRENCY = 128
+"""Calls at once per process of the bare client: the worker's per-host slots until ADR 0009's
+step 2, and where aiohttp costs least per call. At the new default of 1,024 per host the same
+loop costs about twice the CPU per call and runs slower (291-307 against 161-170 µs per call,
+docs/performance-history.md, 2026-12-06), so the ceiling stays at 128: a slower bare row would
+make ``drain.wire``'s ratio to it look better than the egress path is."""
 WIRE_DRAIN_TARGET, WIRE_BARE_TARGET, WIRE_CPU_LIMIT = 0.5, 0.8, 1.5
 """Issue 30's acceptance: ``drain.wire`` at least 0.5x ``drain`` (instant provider) and 0.8x
 ``client.bare`` in the same run, with client CPU per call at most 1.5x ``client.bare``'s."""
@@ -238,7 +243,7 @@ def bare_result(backend: str, workers: int, processes: int, runs: list[BareRun],
     min, max), and the median CPU µs per call in ``extra``."""
     return Result(name="client.bare", backend=backend, workers=workers,
                   stats=Stats.of([run.requests / run.seconds for run in runs]), unit="requests/s", n=n,
-                  note=f"aiohttp, {DEFAULT_EGRESS_PER_HOST} calls at once per process on one event loop, nginx 200 {{}}: "
+                  note=f"aiohttp, {BARE_CONCURRENCY} calls at once per process on one event loop, nginx 200 {{}}: "
                        "the ceiling of drain.wire",
                   extra={"processes": processes, "cpu_us_per_call": round(_median([r.cpu_us_per_call for r in runs])),
                          "errors": sum(run.errors for run in runs)})
