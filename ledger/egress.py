@@ -131,9 +131,9 @@ class StartedCall:
             same kind would have returned; it should never fail (an exception is an adapter
             bug, which the worker records as ``Ambiguous(adapter_error)``). Cancelling it
             cancels the call.
-        give_up_seconds: how long after the start the call must have ended, seconds: its
-            total deadline plus a grace for the loop. A call not ended by then (a loop stalled by
-            a bug) is cancelled and :attr:`stalled` stands for its result.
+        give_up_seconds: how long after ``may_start`` let it go the call must have ended,
+            seconds: its total deadline plus a grace for the loop. A call not ended by then (a
+            loop stalled by a bug) is cancelled and :attr:`stalled` stands for its result.
         stalled: the result of a call given up on (what a timeout after sending means for
             that kind of call).
     """
@@ -148,22 +148,40 @@ class StartsCalls(Protocol):
     """What an adapter offers to make its calls without blocking the caller: each is started
     on the adapter's own event loop and its result comes back through a future.
 
-    The worker then makes the calls of this adapter with no thread per call in flight, and
-    checks the lease, the budget window and the approval when it starts them, immediately
-    before egress. Adapters without it (the fake, the simulator's, host-written ones) are
-    called on the worker's egress threads.
+    The worker then makes the calls of this adapter with no thread per call in flight. It
+    checks the lease, the budget window and the approval in ``may_start``, which the adapter
+    calls on its loop immediately before the call's first byte could leave: a loop that is busy
+    may start a call well after it was handed over. Adapters without it (the fake, the
+    simulator's, host-written ones) are called on the worker's egress threads.
 
     Source: docs/adr/0009-egress-event-loop.md (step 2); issue 30 items 2 and 3.
     """
 
-    def start_call(self, kind: CallKind, request: EgressRequest, remote_id: str | None = None) -> StartedCall:
+    def start_call(self, kind: CallKind, request: EgressRequest, remote_id: str | None = None, *,
+                   may_start: Callable[[], bool] | None = None) -> StartedCall:
         """Start one call of ``kind`` for ``request`` (``remote_id`` for a poll or a cancel)
         and return at once; never blocks on the provider.
+
+        Args:
+            may_start: asked once, on the adapter's loop, before anything of the call is sent;
+                when it returns False the call sends nothing and its future completes with
+                :data:`NOT_STARTED`.
 
         Raises:
             ValueError: the adapter does not make calls of ``kind``.
         """
         ...
+
+
+class _NotStarted:
+    """The type of :data:`NOT_STARTED`."""
+
+    def __repr__(self) -> str:
+        return "NOT_STARTED"
+
+
+NOT_STARTED = _NotStarted()
+"""What a call's future completes with when its ``may_start`` said no: nothing was sent."""
 
 
 def starts_calls(adapter: object) -> bool:

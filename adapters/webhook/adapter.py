@@ -38,7 +38,7 @@ from adapters.webhook.secret import MAKE_SECRET, MAX_SECRET_BYTES, MIN_SECRET_BY
 from adapters.webhook.transport import CLOSE_GRACE_SECONDS, EgressLoop, ExchangeLimits, exchange, wait
 from ledger.clock import Clock, require_utc
 from ledger.declarations import canonical_json
-from ledger.egress import CallKind, EgressRequest, StartedCall
+from ledger.egress import NOT_STARTED, CallKind, EgressRequest, StartedCall
 from ledger.errors import ConfigurationError
 from ledger.modes import RULES, rules_for
 from ledger.outcomes import Ambiguous, Failed, FailureCategory, Outcome
@@ -175,9 +175,14 @@ class WebhookAdapter:
         outcome: Outcome | None = self._blocking("lookup", request)
         return outcome
 
-    def start_call(self, kind: CallKind, request: EgressRequest, remote_id: str | None = None) -> StartedCall:
+    def start_call(self, kind: CallKind, request: EgressRequest, remote_id: str | None = None, *,
+                   may_start: Callable[[], bool] | None = None) -> StartedCall:
         """Start the call ``kind`` (``send`` or ``lookup``; the LRO adapter adds ``poll`` and
         ``cancel``) on this adapter's event loop and return at once (``ledger.egress.StartsCalls``).
+
+        Args:
+            may_start: asked on the loop before the request is built; False: nothing is sent,
+                the future completes with ``NOT_STARTED``.
 
         Returns:
             The call's future (it completes with what the blocking method returns) and what a
@@ -187,6 +192,13 @@ class WebhookAdapter:
             ValueError: this adapter makes no call of ``kind``.
         """
         work, stalled, exchanges = self._plan(kind, request, remote_id)
+        if may_start is not None:
+            gate, call = may_start, work
+
+            async def gated(session: aiohttp.ClientSession) -> Any:
+                return await call(session) if gate() else NOT_STARTED
+
+            work = gated
         return StartedCall(future=self._transport.start(work), stalled=stalled,
                            give_up_seconds=exchanges * request.timeout_seconds + CLOSE_GRACE_SECONDS)
 

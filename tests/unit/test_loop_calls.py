@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from executors.egress import EgressConfig, EgressService
 from executors.flights import Finished, InFlight
 from ledger import tracing
 from ledger.clock import FakeClock
-from ledger.egress import CallKind, EgressRequest, StartedCall, starts_calls
+from ledger.egress import NOT_STARTED, CallKind, EgressRequest, StartedCall, starts_calls
 from ledger.outcomes import Ambiguous, Failed, FailureCategory, Succeeded
 from ledger.status import ExecutionState as E
 from tests.tracing import Spans, spans  # noqa: F401 (spans: the fixture)
@@ -26,20 +25,30 @@ SECRET_VALUE = "tok_live_0123456789"
 
 
 class Looping:
-    """An adapter that starts its calls as futures the test completes (``StartsCalls``)."""
+    """An adapter that starts its calls as futures the test completes (``StartsCalls``); the
+    test plays its loop with :meth:`run`."""
 
     def __init__(self, *, give_up_seconds: float = 30.0, fail_to_start: bool = False) -> None:
-        self.started: list[tuple[CallKind, EgressRequest, Future[Any]]] = []
+        self.started: list[tuple[CallKind, EgressRequest, Future[Any], Callable[[], bool]]] = []
         self.give_up_seconds = give_up_seconds
         self.fail_to_start = fail_to_start
 
-    def start_call(self, kind: CallKind, request: EgressRequest, remote_id: str | None = None) -> StartedCall:
+    def start_call(self, kind: CallKind, request: EgressRequest, remote_id: str | None = None, *,
+                   may_start: Callable[[], bool] | None = None) -> StartedCall:
         if self.fail_to_start:
             raise RuntimeError(f"cannot start: {SECRET_VALUE}")
         future: Future[Any] = Future()
-        self.started.append((kind, request, future))
+        self.started.append((kind, request, future, may_start or (lambda: True)))
         return StartedCall(future=future, give_up_seconds=self.give_up_seconds,
                            stalled=lambda: Ambiguous(reason="timeout", detail="the loop never ended it"))
+
+    def run(self, index: int = 0, value: object = None) -> None:
+        """As the loop would: ask ``may_start``, then end the call with ``value`` (when given)."""
+        _, _, future, may_start = self.started[index]
+        if not may_start():
+            future.set_result(NOT_STARTED)
+        elif value is not None:
+            future.set_result(value)
 
     def send(self, request: EgressRequest) -> Succeeded:
         raise AssertionError("a call of an adapter with a loop must not be made on a thread")
@@ -68,11 +77,11 @@ def test_a_call_runs_on_the_adapters_loop_without_a_thread(spans: Spans) -> None
     egress = EgressService(clock=FakeClock(built.now), config=EgressConfig())
     assert starts_calls(adapter)
     egress.submit(_flight(built, adapter))
-    ((kind, request, future),) = adapter.started
+    ((kind, request, _, _),) = adapter.started
     assert kind == "send" and egress.on_loops == 1 and egress.threads == 0
     assert spans.named("attempt ") == []  # the span is open while the call is in flight
-    # Completed on another thread, as the adapter's loop does; the done-callback hands it over.
-    threading.Thread(target=future.set_result, args=(Succeeded(excerpt=f"echo {SECRET_VALUE}"),)).start()
+    # Run on another thread, as the adapter's loop does; the done-callback hands it over.
+    threading.Thread(target=adapter.run, args=(0, Succeeded(excerpt=f"echo {SECRET_VALUE}"))).start()
     (finished,) = _taken(egress)
     assert isinstance(finished.outcome, Succeeded) and SECRET_VALUE not in finished.outcome.excerpt
     assert egress.on_loops == 0 and egress.threads == 0 and not egress.in_flight
@@ -81,16 +90,17 @@ def test_a_call_runs_on_the_adapters_loop_without_a_thread(spans: Spans) -> None
     assert request.traceparent == tracing.traceparent_of(span.context)  # sent with the span's context
 
 
-def test_the_lease_is_checked_when_the_call_is_started() -> None:
+def test_the_lease_is_checked_when_the_loop_starts_the_call() -> None:
     built = build(E.DISPATCHING)
     adapter = Looping()
-    late = FakeClock(built.now + timedelta(seconds=LEASE_SECONDS + 1))
-    egress = EgressService(clock=late, config=EgressConfig())
+    clock = FakeClock(built.now)
+    egress = EgressService(clock=clock, config=EgressConfig())
     egress.submit(_flight(built, adapter))
-    assert adapter.started == []  # nothing left: the lease ran out before egress
-    (finished,) = _taken(egress, 0.0)
+    clock.advance(LEASE_SECONDS + 1)  # a busy loop starts the call after its lease ran out
+    adapter.run(0, Succeeded())
+    (finished,) = _taken(egress, 0.0)  # nothing left
     assert isinstance(finished.outcome, Failed) and finished.outcome.category is FailureCategory.CONNECT
-    assert not finished.outcome.egress
+    assert not finished.outcome.egress and egress.on_loops == 0
 
 
 @pytest.mark.parametrize(("complete", "reason"), [
@@ -102,6 +112,7 @@ def test_what_comes_back_is_checked_as_on_the_threads(complete: Callable[[Future
     adapter = Looping()
     egress = EgressService(clock=FakeClock(built.now), config=EgressConfig())
     egress.submit(_flight(built, adapter))
+    assert adapter.started[0][3]()  # the loop starts it
     complete(adapter.started[0][2])
     (finished,) = _taken(egress)
     assert isinstance(finished.outcome, Ambiguous) and finished.outcome.reason == reason
@@ -123,8 +134,12 @@ def test_a_call_its_loop_never_ends_is_given_up_on() -> None:
     adapter = Looping(give_up_seconds=0.05)
     egress = EgressService(clock=FakeClock(built.now), config=EgressConfig())
     egress.submit(_flight(built, adapter))
+    threading.Event().wait(0.1)
     egress.run_once(built.now)
-    assert egress.on_loops == 1 and egress.take_finished() == []  # not yet its time
+    assert egress.on_loops == 1 and egress.take_finished() == []  # never started: nothing sent, kept
+    adapter.run(0)  # started, then the loop stalls
+    egress.run_once(built.now)
+    assert egress.take_finished() == []  # not yet its time, counted from the start
     threading.Event().wait(0.1)
     egress.run_once(built.now)
     (finished,) = _taken(egress, 0.0)
@@ -158,8 +173,8 @@ def test_ended_calls_leave_no_memory_behind() -> None:
     calls = LoopCalls(clock=FakeClock(built.now), finish=ended.append)
     for _ in range(3 * PRUNE_AFTER):
         calls.start(_flight(built, adapter))
-    for _, _, future in adapter.started:
-        future.set_result(Succeeded())
+    for index in range(len(adapter.started)):
+        adapter.run(index, Succeeded())
     assert len(ended) == 3 * PRUNE_AFTER and len(calls) == 0
     assert calls.give_up() == 0
     assert len(calls._give_up_at) <= PRUNE_AFTER
