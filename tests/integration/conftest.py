@@ -10,13 +10,13 @@ import pytest
 
 from ledger.clock import FakeClock
 from ledger.config import Database
-from migrations import migrate
 from tests.apps import FakeApp
+from tests.stores import migrated_store
 
 
 @pytest.fixture
 def fake_db(database: Database) -> Database:
-    migrate(database, FakeApp)
+    migrated_store(database, FakeApp)
     return database
 
 
