@@ -33,6 +33,7 @@ from typing import Any
 from uuid import UUID
 
 from adapters.operator import timeline_entries
+from ledger import failpoints
 from ledger.archive_check import verify_segment
 from ledger.archives import (
     ArchiveError,
@@ -218,6 +219,7 @@ def remove_archived(archives: Archives, progress: Callable[[int], None] | None =
     removed = 0
     while batch := archives.archive_unremoved(REMOVE_BATCH):
         archives.archive_remove(batch)
+        failpoints.reached("archive_remove:after")
         removed += len(batch)
         if progress is not None:
             progress(removed)
@@ -269,6 +271,7 @@ def archive_segment(app: Any, view: StatusView, archives: Archives, out: Path, c
         raise ArchiveError(f"{segment.path.name} does not verify after writing, nothing removed: "
                            + "; ".join(problems))
     _record(archives, segment, statuses, len(records), operations, now)
+    failpoints.reached("archive_record:after")
     return segment, archived, len(records)
 
 

@@ -6,10 +6,9 @@ status totals and metrics stay as they were."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import pytest
 from typer.testing import CliRunner
@@ -22,47 +21,15 @@ from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.errors import OperationArchivedError
 from migrations.drivers import archives_of
-from projections import MetricsProjection, MetricsStore, StatusProjection, open_view
+from projections import MetricsProjection, MetricsStore
 from projections.view import StatusView
-
-
-@pytest.fixture
-def view(migrated: Database) -> Iterator[StatusView]:
-    opened = open_view(migrated)
-    yield opened
-    opened.close()
-
-
-def _close(app: OrdersApp, clock: FakeClock, op_id: UUID, order_version: int) -> None:
-    op = app.get_operation(op_id)
-    epoch = op.claim(now=clock.now(), worker_id="w", lease_seconds=30)
-    op.start_attempt(epoch=epoch, now=clock.now(), attempt_id=uuid4(), request_fingerprint="f")
-    op.succeed(epoch=epoch, now=clock.now(), attempt_id=op.last_attempt_id)
-    op.settle(now=clock.now(), entity_version=order_version)
-    app.save(op)
+from tests.archive_desk import archive_cli as _archive
+from tests.archive_desk import closed_orders
 
 
 def _store(app: OrdersApp, clock: FakeClock, view: StatusView) -> tuple[list[UUID], list[UUID], UUID]:
-    """Two orders: the first's payment, notification and fulfilment closed (settled), the
-    second's left pending. Returns (closed ids, open ids, the first order's id)."""
-    order_id, closed = app.place_order(customer_email="c@example.test", amount_cents=100,
-                                       payments_url="http://p/pay", notify_url="http://p/n")
-    fulfil = app.fulfil_order(order_id, fulfil_url="http://p/f")
-    closed = [*closed, fulfil]
-    for op_id in closed:
-        _close(app, clock, op_id, app.repository.get(order_id).version)
-    _, still_open = app.place_order(customer_email="d@example.test", amount_cents=200,
-                                    payments_url="http://p/pay", notify_url="http://p/n")
-    StatusProjection(app=app, view=view).catch_up()
-    return list(closed), list(still_open), order_id
-
-
-def _archive(migrated: Database, out: Path, *extra: str) -> dict:
-    result = CliRunner().invoke(cli, ["archive", "--out", str(out), "--before", "1s", "--json",
-                                      "--database-url", migrated.url(), *extra],
-                                env={"OPLEDGER_APP": "adapters.demo.orders:OrdersApp"})
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    """One order's payment, notification and fulfilment closed, another's two pending."""
+    return closed_orders(app, clock, view, fulfil=True)
 
 
 def test_closed_operations_are_archived_verified_and_removed_and_a_rerun_archives_none_twice(
