@@ -88,7 +88,8 @@ def run(out: Path, before: str | None, dry_run: bool, json_output: bool, databas
                   highlight=False, soft_wrap=True)
 
 
-OutOption = typer.Option(None, "--out", help="the archive directory (segments seg-000001, ...); required to archive")
+OutOption = typer.Option(None, "--out", help="the archive directory (segments seg-000001, ...); default "
+                         "OPLEDGER_ARCHIVE_DIR; one of the two is required to archive")
 BeforeOption = typer.Option(None, "--before", help="archive operations closed before this time (ISO 8601 with "
                             "offset) or this long ago (30d); default: each integration's retention policy")
 DryRunOption = typer.Option(False, "--dry-run", help="count what would be archived; write and remove nothing")

@@ -11,12 +11,14 @@ import json
 import sys
 import time
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import typer
 from rich.table import Table
 
+from adapters.archive_reads import show_any, timeline_any
 from adapters.cli.common import (
     DatabaseOption,
     JsonOption,
@@ -30,10 +32,10 @@ from adapters.cli.common import (
     print_table,
     settings,
 )
-from adapters.operator import OperatorAction, get_or_archived, perform, show, timeline_entries
+from adapters.operator import OperatorAction, perform
 from adapters.receipt_attention import KIND_OPERATION, KIND_RECEIPT, attention_queue, load_receipt, perform_on_receipt
 from ledger.codec import LEDGER_TOPIC_PREFIX
-from ledger.errors import CorruptRecordError, OperationNotFoundError
+from ledger.errors import OperationNotFoundError
 from ledger.status import ExecutionState, Status
 from migrations.drivers import driver_of
 from projections.rows import StatusRow, read_topics
@@ -159,35 +161,38 @@ def list_ops(
         print_table(_rows_table(rows, f"operations ({len(rows)})"), wide=wide)
 
 
+ArchiveDirOption = typer.Option(None, "--archive-dir", help="the archive directory: an archived operation is read "
+                                "from its segment there (default: OPLEDGER_ARCHIVE_DIR; unset: its segment is named)")
+
+
 @ops_app.command("show")
 def show_op(operation_id: str, database_url: str = DatabaseOption, json_output: bool = JsonOption,
-            wide: bool = WideOption) -> None:
+            wide: bool = WideOption, archive_dir: Path | None = ArchiveDirOption) -> None:
     """Show one operation: status, execution and settlement, outcome, approval, source, trace
-    (payload fields not classified public are redacted)."""
+    (payload fields not classified public are redacted). An archived one is read from its
+    segment under --archive-dir (its segment is named without one)."""
     op_id = _uuid(operation_id)
     with UserErrors(), _store(database_url) as store:
-        data = show(store, op_id)
+        data = show_any(store, op_id, archive_dir or store.settings.archive_dir)
     if json_output:
         print_json(data)
         return
     table = Table(show_header=False, title=f"operation {op_id}")
     for key, value in data.items():
-        text = _detail_text(value) if key == "attention_detail" else _budgets_text(value) if key == "budgets" else value
+        text = _detail_text(value) if key in ("attention_detail", "archived") else \
+            _budgets_text(value) if key == "budgets" else value
         table.add_row(key, cell(text))
     print_table(table, wide=wide)
 
 
 @ops_app.command("timeline")
 def timeline(operation_id: str, database_url: str = DatabaseOption, json_output: bool = JsonOption,
-             wide: bool = WideOption) -> None:
-    """Show the operation's own events, oldest first (secrets never shown)."""
+             wide: bool = WideOption, archive_dir: Path | None = ArchiveDirOption) -> None:
+    """Show the operation's own events, oldest first (secrets never shown). An archived one is
+    read from its segment under --archive-dir (its segment is named without one)."""
     op_id = _uuid(operation_id)
     with UserErrors(), _store(database_url) as store:
-        try:
-            get_or_archived(store.app, op_id)  # a clear error when it does not exist, or is archived
-        except CorruptRecordError:
-            pass  # it exists: the timeline shows its events up to the damaged one
-        entries = timeline_entries(store.app, op_id)
+        entries = timeline_any(store, op_id, archive_dir or store.settings.archive_dir)
     if json_output:
         print_json(entries)
         return
