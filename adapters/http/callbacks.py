@@ -12,8 +12,9 @@ The route, in order, and what it answers (a body over 64 KiB: 413, unread):
 4. an authenticated body that is not a callback: 422; a server that opened the SQLite store
    read-only: 503 with ``Retry-After`` (the provider retries until a writing ``serve`` runs);
 5. an operation that does not exist or is not of this integration, or an attempt that is not
-   its latest: 404; the same message again (same ``webhook-id`` and ``webhook-timestamp``): 401
-   (replayed);
+   its latest: 404 (an operation ``opledger archive`` moved out: 404 ``operation_archived``,
+   naming its segment, and a warning logged); the same message again (same ``webhook-id`` and
+   ``webhook-timestamp``): 401 (replayed);
 6. the same ``webhook-id`` re-signed (the provider's retry): 200, nothing recorded;
 7. otherwise ``Operation.receive_callback`` decides: ``CallbackReceived`` while the operation waits
    for its result (but nothing for a ``progress`` report identical to the last one for the same
@@ -52,6 +53,7 @@ from adapters.http.callback_auth import (
     load_verifier,
 )
 from adapters.http.problems import PROBLEM_RESPONSES, RETRY_AFTER_SECONDS, Problem
+from adapters.operator import get_or_archived
 from adapters.refusals import save_refusable
 from adapters.runtime import Store
 from executors.secrets import SecretProvider
@@ -59,7 +61,13 @@ from ledger import tracing
 from ledger.application import LedgerApplication
 from ledger.callbacks import CallbackVerdict, classify_callback
 from ledger.declarations import NAME_PATTERN
-from ledger.errors import IllegalTransitionError, OperationNotFoundError, UnknownIntegrationError, WriteRefusedError
+from ledger.errors import (
+    IllegalTransitionError,
+    OperationInArchiveError,
+    OperationNotFoundError,
+    UnknownIntegrationError,
+    WriteRefusedError,
+)
 from ledger.inbound import BodyRefused, parse_json
 from ledger.modes import rules_for
 from ledger.refusals import WriteKind
@@ -225,7 +233,15 @@ def _record_once(app: LedgerApplication, integration: str, body: CallbackBody, s
                  now: datetime) -> CallbackReceipt | None:
     """Decide and record on the operation as stored; None when another writer won the version."""
     try:
-        op = app.get_operation(body.operation_id)
+        op = get_or_archived(app, body.operation_id)
+    except OperationInArchiveError as archived:
+        # Its records left the store: nothing can be appended to it (that would start a history
+        # past version 1), so the fact is refused, and logged for operators (ADR 0010 §4).
+        log.warning("callback for an archived operation not recorded", operation_id=str(body.operation_id),
+                    segment=f"seg-{archived.segment:06d}", callback_id=signed.callback_id, outcome=body.outcome)
+        raise Problem(404, "Not found", f"operation {body.operation_id} was archived (segment "
+                      f"seg-{archived.segment:06d}); a callback for it is not recorded",
+                      code="operation_archived") from None
     except OperationNotFoundError:
         op = None
     if op is None or op.integration_name != integration:

@@ -163,10 +163,15 @@ class PostgresDriver:
 
     def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> None:
         """See ``Archives.archive_remove``."""
-        pairs = [[op_id, version] for op_id, version in operations]
+        later, events, status = (self._archive_sql(name) for name in
+                                 ("archive_select_later", "archive_delete_events", "archive_delete_status"))
         with self._recorder.datastore.transaction(commit=True) as cursor:
-            cursor.executemany(self._archive_sql("archive_delete_events"), pairs)
-            cursor.executemany(self._archive_sql("archive_delete_status"), pairs)
+            for op_id, version in operations:
+                cursor.execute(later, [op_id, version])
+                if cursor.fetchone() is not None:
+                    continue  # a late record: the operation stays whole (ADR 0010 §4)
+                cursor.execute(events, [op_id, version])
+                cursor.execute(status, [op_id, version])
 
 class _Hold:
     """The reserving reads of one held connection (``ReservationHold``).

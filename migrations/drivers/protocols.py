@@ -206,12 +206,16 @@ class Archives(Protocol):
 
     def archive_unremoved(self, limit: int) -> list[tuple[UUID, int]]:
         """Return up to ``limit`` ``(operation id, version archived)`` pairs of archived
-        operations whose records and status row are still in the hot store."""
+        operations whose records and status row are still in the hot store, leaving out any
+        with a record past the version archived (a late record: it stays whole,
+        docs/adr/0010-archives.md §4)."""
         ...
 
     def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> None:
         """In one transaction: delete each operation's records up to the version archived and
-        its status row when it is that version (a later record is never deleted)."""
+        its status row when it is that version; an operation with a record past the version
+        archived (a late record) is left whole, never cut into a history that starts past
+        version 1 (docs/adr/0010-archives.md §4)."""
         ...
 
 

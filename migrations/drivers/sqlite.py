@@ -140,14 +140,18 @@ class SQLiteDriver(OwnedStore):
 
     def archive_unremoved(self, limit: int) -> list[tuple[UUID, int]]:
         """See ``Archives.archive_unremoved``."""
-        return [(UUID(i), int(v)) for i, v in self._select(self._queries["archive_select_unremoved"], [limit],
-                                                           tuples=True)]
+        sql = self._queries["archive_select_unremoved"].format(table=self._table)
+        return [(UUID(i), int(v)) for i, v in self._select(sql, [limit], tuples=True)]
 
     def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> None:
         """See ``Archives.archive_remove``."""
         events = self._queries["archive_delete_events"].format(table=self._table)
+        later = self._queries["archive_select_later"].format(table=self._table)
         with self._write() as cursor:
             for operation_id, version in operations:
+                cursor.execute(later, [operation_id.hex, version])
+                if cursor.fetchone() is not None:
+                    continue  # a late record: the operation stays whole (ADR 0010 §4)
                 cursor.execute(events, [operation_id.hex, version])
                 cursor.execute(self._queries["archive_delete_status"], [str(operation_id), version])
 

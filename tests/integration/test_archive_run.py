@@ -21,7 +21,7 @@ from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.errors import OperationArchivedError
 from migrations.drivers import archives_of
-from projections import MetricsProjection, MetricsStore
+from projections import MetricsProjection, MetricsStore, StatusProjection
 from projections.view import StatusView
 from tests.archive_desk import archive_cli as _archive
 from tests.archive_desk import closed_orders
@@ -166,6 +166,31 @@ def test_a_run_killed_before_recording_or_mid_removal_is_completed_by_the_next(
     assert not any(orders_app.recorder.select_events(op_id) for op_id in closed)
     assert len(segments(out)) == 1 and set(archives.archive_lookup(closed)) == set(closed)
     assert CliRunner().invoke(cli, ["archive", "verify", str(out)]).exit_code == 0
+
+
+def test_a_record_after_archiving_keeps_the_operation_whole_and_on_the_attention_queue(
+        orders_app: OrdersApp, clock: FakeClock, view: StatusView, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    closed, _, _ = _store(orders_app, clock, view)
+    out = tmp_path / "archive"
+    with monkeypatch.context() as patch:  # recorded, then killed before any removal
+        patch.setattr(type(archives_of(orders_app)), "archive_remove", lambda *a, **k: (_ for _ in ()).throw(Killed()))
+        with pytest.raises(Killed):
+            _run(orders_app, view, out)
+    late = orders_app.get_operation(closed[0])  # a provider's late callback contradicts the outcome
+    assert late.receive_callback(now=clock.now(), callback_id="late-1", outcome="failed",
+                                 attempt_id=late.last_attempt_id)
+    orders_app.save(late)
+
+    report = _run(orders_app, view, out)
+    assert report.removed == len(closed) - 1
+    stored = [r.originator_version for r in orders_app.recorder.select_events(closed[0])]
+    assert stored == list(range(1, late.version + 1)), "kept whole, never cut"
+    assert not any(orders_app.recorder.select_events(op_id) for op_id in closed[1:])
+    StatusProjection(app=orders_app, view=view).catch_up()
+    row = view.get(closed[0])
+    assert row is not None and row.attention == "late_observation"
+    assert _run(orders_app, view, out).removed == 0, "and left alone by later runs"
 
 
 def test_doctor_counts_the_records_archived_out_of_the_log(orders_app: OrdersApp, clock: FakeClock, view: StatusView,

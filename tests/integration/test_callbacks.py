@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
 from uuid import uuid4
 
 import pytest
+from structlog.testing import capture_logs
 
+from adapters.archive_run import run_archive
 from adapters.partner.callbacks import callback_body, signed_headers
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
+from migrations.drivers import archives_of
 from projections.rows import row_from_operation
-from tests.callback_desk import CALLBACK_SECRET, WRONG_SECRET, CallbackDesk, callback_desk
+from projections.status import StatusProjection
+from tests.callback_desk import CALLBACK_SECRET, INTEGRATION, WRONG_SECRET, CallbackDesk, callback_desk
 
 PROBLEM = "application/problem+json"
 
@@ -292,3 +298,24 @@ def test_a_malformed_callback_secret_is_never_shown(database_url: str) -> None:
         response = d.post(op_id, attempt)
         refused(response, 503, "is not 'whsec_'")
         assert bad not in response.text and "c2hvcnQ" not in response.text
+
+
+def test_a_callback_for_an_archived_operation_is_refused_naming_its_segment(desk: CallbackDesk,
+                                                                           tmp_path: Path) -> None:
+    op_id, attempt = desk.accepted()
+    assert desk.post(op_id, attempt, callback_id="msg_a").status_code == 200
+    op = desk.ledger.get_operation(op_id)
+    op.settle(now=desk.clock.now(), entity_version=desk.ledger.repository.get(op.source.entity_id).version)
+    desk.ledger.save(op)
+    StatusProjection(app=desk.ledger, view=desk.store.view).catch_up()
+    limits = {INTEGRATION: desk.clock.now() + timedelta(seconds=1)}
+    report = run_archive(desk.ledger, desk.store.view, archives_of(desk.ledger), tmp_path / "archive",
+                         now=desk.clock.now(), limits=limits, provenance={})
+    assert report.removed == 1
+    before = desk.log_length()
+    with capture_logs() as logs:
+        late = desk.post(op_id, attempt, callback_id="msg_late", outcome="failed")
+    refused(late, 404, "was archived (segment seg-000001); a callback for it is not recorded")
+    assert late.json()["code"] == "operation_archived" and desk.log_length() == before
+    assert [e["segment"] for e in logs if e["event"] == "callback for an archived operation not recorded"] \
+        == ["seg-000001"]
