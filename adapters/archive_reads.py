@@ -17,6 +17,7 @@ archived operation from its segment"); docs/adr/0010-archives.md, Consequences.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -26,7 +27,7 @@ from eventsourcing.persistence import StoredEvent
 
 from adapters.operator import describe, entries_of, get_or_archived, show, timeline_entries
 from ledger.archive_check import verify_segment
-from ledger.archives import ArchiveError, manifest_digest, read_records, segment_name
+from ledger.archives import ArchiveError, StoredRecord, manifest_digest, read_records, segment_name
 from ledger.errors import CorruptRecordError, OperationInArchiveError
 from ledger.operation import Operation
 from migrations.drivers import archives_of
@@ -34,7 +35,7 @@ from migrations.drivers import archives_of
 if TYPE_CHECKING:
     from adapters.runtime import Store
 
-__all__ = ["ArchivedReadError", "archived_events", "show_any", "timeline_any"]
+__all__ = ["ArchivedReadError", "archived_events", "decoded_events", "show_any", "timeline_any"]
 
 
 class ArchivedReadError(ArchiveError):
@@ -77,11 +78,20 @@ def archived_events(store: Store, archive_dir: Path, archived: OperationInArchiv
     if not records:
         raise ArchivedReadError(f"{what}, which holds no record of it")
     try:
-        return [store.app.mapper.to_domain_event(StoredEvent(originator_id=r.originator_id,
-                                                             originator_version=r.originator_version,
-                                                             topic=r.topic, state=r.state)) for r in records]
+        return decoded_events(store.app, records)
     except CorruptRecordError as exc:
         raise ArchivedReadError(f"{what}, whose records this code cannot decode: {exc}") from None
+
+
+def decoded_events(app: Any, records: Iterable[StoredRecord]) -> list[Any]:
+    """The domain events of stored ``records`` (an archive segment's), decoded by ``app``'s mapper.
+
+    Raises:
+        CorruptRecordError: a record this code cannot decode exactly.
+    """
+    return [app.mapper.to_domain_event(StoredEvent(originator_id=r.originator_id,
+                                                   originator_version=r.originator_version, topic=r.topic,
+                                                   state=r.state)) for r in records]
 
 
 def _where(archived: OperationInArchiveError, archive_dir: Path) -> dict[str, Any]:

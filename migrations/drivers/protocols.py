@@ -189,11 +189,29 @@ class Archives(Protocol):
         ...
 
     def archive_record(self, segment: RecordedSegment, *, aggregates: int, records: int, archived_at: datetime,
-                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int]) -> None:
+                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int],
+                       receipts: Sequence[tuple[UUID, int]] = ()) -> None:
         """In one transaction: record ``segment``, an index row per ``(operation id, version
-        archived, final status)``, and add ``totals`` (operations by final status and label set)
-        to the carried-forward totals the status counts add in. A segment recorded already is
-        left as it is, and nothing else is written (a rerun adds nothing twice)."""
+        archived, final status)`` and per ``(receipt id, version archived)`` of an expired
+        receipt, and add ``totals`` (operations by final status and label set) to the
+        carried-forward totals the status counts add in. A segment recorded already is left as
+        it is, and nothing else is written (a rerun adds nothing twice)."""
+        ...
+
+    def archive_receipts_held(self, ids: Collection[UUID]) -> set[UUID]:
+        """Return those of ``ids`` with an archived receipt generation whose records are still in
+        the store (not removed yet, or kept whole): they are never selected again."""
+        ...
+
+    def archive_receipts_unremoved(self, limit: int) -> list[tuple[UUID, int, int]]:
+        """Return up to ``limit`` ``(receipt id, segment, version archived)`` of archived receipt
+        generations whose records are still to be removed."""
+        ...
+
+    def archive_receipts_remove(self, receipts: Sequence[tuple[UUID, int, int]]) -> None:
+        """In one transaction: delete each archived receipt generation's records up to the
+        version archived and mark it removed; one with a record past that version (reopened
+        since) is kept whole and marked so (docs/adr/0010-archives.md §4, §6)."""
         ...
 
     def archive_segments(self) -> list[RecordedSegment]:

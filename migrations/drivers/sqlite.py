@@ -110,7 +110,8 @@ class SQLiteDriver(OwnedStore):
                 in rows]
 
     def archive_record(self, segment: RecordedSegment, *, aggregates: int, records: int, archived_at: datetime,
-                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int]) -> None:
+                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int],
+                       receipts: Sequence[tuple[UUID, int]] = ()) -> None:
         """See ``Archives.archive_record``."""
         at = _time(archived_at)
         with self._write() as cursor:
@@ -122,6 +123,8 @@ class SQLiteDriver(OwnedStore):
             for operation_id, version, status in operations:
                 cursor.execute(self._queries["archive_insert_operation"],
                                [str(operation_id), segment.segment, version, status, at])
+            for receipt_id, version in receipts:
+                cursor.execute(self._queries["archive_insert_receipt"], [str(receipt_id), segment.segment, version, at])
 
     def archive_segments(self) -> list[RecordedSegment]:
         """See ``Archives.archive_segments``."""
@@ -154,6 +157,33 @@ class SQLiteDriver(OwnedStore):
                     continue  # a late record: the operation stays whole (ADR 0010 §4)
                 cursor.execute(events, [operation_id.hex, version])
                 cursor.execute(self._queries["archive_delete_status"], [str(operation_id), version])
+
+    def archive_receipts_held(self, ids: Collection[UUID]) -> set[UUID]:
+        """See ``Archives.archive_receipts_held``."""
+        wanted = [str(i) for i in dict.fromkeys(ids)]
+        held: set[UUID] = set()
+        for start in range(0, len(wanted), MAX_IDS_PER_QUERY):
+            chunk = wanted[start:start + MAX_IDS_PER_QUERY]
+            sql = self._queries["archive_select_receipts_held"].format(ids=",".join("?" * len(chunk)))
+            held.update(UUID(i) for (i,) in self._select(sql, chunk, tuples=True))
+        return held
+
+    def archive_receipts_unremoved(self, limit: int) -> list[tuple[UUID, int, int]]:
+        """See ``Archives.archive_receipts_unremoved``."""
+        rows = self._select(self._queries["archive_select_receipts_unremoved"], [limit], tuples=True)
+        return [(UUID(i), int(segment), int(version)) for i, segment, version in rows]
+
+    def archive_receipts_remove(self, receipts: Sequence[tuple[UUID, int, int]]) -> None:
+        """See ``Archives.archive_receipts_remove``."""
+        events = self._queries["archive_delete_events"].format(table=self._table)
+        later = self._queries["archive_select_later"].format(table=self._table)
+        with self._write() as cursor:
+            for receipt_id, segment, version in receipts:
+                cursor.execute(later, [receipt_id.hex, version])
+                kept = cursor.fetchone() is not None  # reopened since: kept whole (ADR 0010 §4)
+                if not kept:
+                    cursor.execute(events, [receipt_id.hex, version])
+                cursor.execute(self._queries["archive_mark_receipt"], [2 if kept else 1, str(receipt_id), segment])
 
 
 def _time(value: datetime) -> str:
