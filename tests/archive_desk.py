@@ -1,6 +1,6 @@
-"""A store with closed operations for the archive tests: closed orders, one open, and
-``opledger archive`` run in process (``test_archive_run``, ``test_archive_reads``,
-``test_doctor_retention``, ``tests/process/test_archive_crashes``)."""
+"""A store with closed operations for the archive tests: closed orders, one open, expired
+receipts, and ``opledger archive`` run in process (``test_archive_run``, ``test_archive_reads``,
+``test_archive_receipts``, ``test_doctor_retention``, ``tests/process/test_archive_crashes``)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,14 @@ from adapters.cli.app import app as cli
 from adapters.demo.orders import OrdersApp
 from ledger.clock import FakeClock
 from ledger.config import Database
+from ledger.receipts import Envelope, Receipt
 from projections.status import StatusProjection
 from projections.view import StatusView
 from tests.conftest import close_directly
 
 APP_TOPIC = "adapters.demo.orders:OrdersApp"
+RECEIPT_BODY = b'{"order_id": "o-1"}'
+"""The body of the envelope :func:`expired_receipt` completes a receipt with."""
 
 
 def closed_orders(app: OrdersApp, clock: FakeClock, view: StatusView, *, orders: int = 1,
@@ -46,6 +49,19 @@ def closed_orders(app: OrdersApp, clock: FakeClock, view: StatusView, *, orders:
     StatusProjection(app=app, view=view).catch_up()
     assert first is not None, "at least one order"
     return closed, list(still_open), first
+
+
+def expired_receipt(app: OrdersApp, clock: FakeClock, key: str, *, expire: bool = True) -> UUID:
+    """A keyed command's receipt for ``key``, completed with a 201 envelope (body
+    :data:`RECEIPT_BODY`) and expired unless told not to, at ``clock``'s time; saved. Returns its id."""
+    receipt = Receipt.open(principal="alice", scope="place_order", key=key, request={"body": {"n": 1}},
+                           owner="serve-1", now=clock.now(), lease_seconds=30)
+    receipt.complete(epoch=1, envelope=Envelope(status=201, headers=(("content-type", "application/json"),),
+                                                body=RECEIPT_BODY), operation_ids=[], now=clock.now())
+    if expire:
+        receipt.expire(now=clock.now())
+    app.save(receipt)
+    return receipt.id
 
 
 def archive_cli(db: Database, out: Path, *extra: str) -> dict[str, Any]:

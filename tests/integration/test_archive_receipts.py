@@ -19,24 +19,12 @@ from ledger.archive_check import verify_archive
 from ledger.archives import read_statuses, segments
 from ledger.clock import FakeClock
 from ledger.config import Database, Settings
-from ledger.receipts import Envelope, Receipt
+from ledger.receipts import Envelope
 from migrations.drivers import archives_of
 from projections.view import StatusView
-from tests.archive_desk import APP_TOPIC, archive_cli, closed_orders
+from tests.archive_desk import APP_TOPIC, RECEIPT_BODY, archive_cli, closed_orders, expired_receipt
 
-BODY = b'{"order_id": "o-1"}'
-
-
-def _receipt(app: OrdersApp, clock: FakeClock, key: str, *, expire: bool = True) -> UUID:
-    """A keyed command's receipt, completed with a 201 envelope, expired unless told not to."""
-    receipt = Receipt.open(principal="alice", scope="place_order", key=key, request={"body": {"n": 1}},
-                           owner="serve-1", now=clock.now(), lease_seconds=30)
-    receipt.complete(epoch=1, envelope=Envelope(status=201, headers=(("content-type", "application/json"),),
-                                                body=BODY), operation_ids=[], now=clock.now())
-    if expire:
-        receipt.expire(now=clock.now())
-    app.save(receipt)
-    return receipt.id
+_receipt = expired_receipt
 
 
 def _receipt_lines(out: Path) -> list[dict]:
@@ -59,7 +47,7 @@ def test_expired_receipts_are_archived_with_their_envelope_and_removed(
     assert _versions(orders_app, expired) == [] and _versions(orders_app, completed) == [1, 2]
     [line] = _receipt_lines(out)
     assert (line["id"], line["status"], line["scope"], line["key"]) == (str(expired), "expired", "place_order", "k-1")
-    assert line["envelope"]["status"] == 201 and line["envelope"]["body"] == BODY.decode()
+    assert line["envelope"]["status"] == 201 and line["envelope"]["body"] == RECEIPT_BODY.decode()
     decoded = (segments(out)[-1][1] / "decoded.jsonl").read_text()
     assert "ReceiptCompleted" in decoded and '"request"' not in decoded, "the request stays in the raw records"
     recorded = {s.segment: s.digest for s in archives_of(orders_app).archive_segments()}

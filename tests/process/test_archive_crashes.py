@@ -2,13 +2,16 @@
 
 A real ``opledger archive`` process (``tests.process.archive_runner``: segments of 3 operations,
 removal transactions of 2, so eight closed operations make three segments and five removal
-batches) SIGKILLs itself at one of its commit boundaries (``ledger.failpoints``). Then:
+batches, and two expired receipts a fourth segment) SIGKILLs itself at one of its commit
+boundaries (``ledger.failpoints``). Then:
 
 - nothing was lost: each closed operation's history is whole in the store, or the operation is
-  in the archive index and in a complete segment that verifies and holds its records;
+  in the archive index and in a complete segment that verifies and holds its records; each
+  expired receipt is whole in the store or in such a segment;
 - a rerun exits 0 and finishes the work: every closed operation is in the index and in exactly
-  one segment, none is left in the store, the open ones are untouched, the archive verifies
-  against the digests the store recorded (the hash chain and its head), and ``doctor`` passes.
+  one segment, each receipt in exactly one segment, none is left in the store, the open ones
+  are untouched, the archive verifies against the digests the store recorded (the hash chain
+  and its head), and ``doctor`` passes.
 
 Each boundary runs on SQLite and PostgreSQL.
 """
@@ -33,7 +36,7 @@ from ledger.config import Database, Settings
 from migrations.drivers import archives_of
 from projections import open_view
 from tests.archive_desk import APP_TOPIC as APP
-from tests.archive_desk import closed_orders
+from tests.archive_desk import closed_orders, expired_receipt
 from tests.process.conftest import read_only_env, run_cli
 
 pytestmark = pytest.mark.process
@@ -47,18 +50,22 @@ BOUNDARIES = [
     "archive_record:after",  # the first segment recorded, nothing removed
     "archive_remove:after",  # between the first segment's two removal batches
     "archive_remove:after@3",  # the first segment gone, between the second's batches
+    "archive_segment:after@4",  # the receipts' segment in place, not recorded
+    "archive_record:after@4",  # the receipts' segment recorded, their records not removed
 ]
+RECEIPTS = 2
 
 
-def _store(db: Database) -> tuple[list[UUID], list[UUID]]:
-    """``CLOSED_ORDERS`` closed orders and one open (``tests.archive_desk.closed_orders``), every
-    handle closed again (one process owns an SQLite store). Returns (closed ids, open ids)."""
+def _store(db: Database) -> tuple[list[UUID], list[UUID], list[UUID]]:
+    """``CLOSED_ORDERS`` closed orders and one open (``tests.archive_desk.closed_orders``) and
+    ``RECEIPTS`` expired receipts, every handle closed again (one process owns an SQLite store).
+    Returns (closed ids, open ids, receipt ids)."""
     clock = FakeClock()
     app = OrdersApp(env=db.library_env(create_table=False), clock=clock)
     view = open_view(db)
     try:
         closed, still_open, _ = closed_orders(app, clock, view, orders=CLOSED_ORDERS)
-        return closed, still_open
+        return closed, still_open, [expired_receipt(app, clock, f"key-{n}") for n in range(RECEIPTS)]
     finally:
         view.close()
         app.close()
@@ -70,8 +77,8 @@ def _archive(database_url: str, out: Path, failpoint: str | None = None) -> subp
 
 
 def _in_segments(out: Path) -> tuple[Counter[UUID], dict[UUID, set[int]]]:
-    """Each archived id's count across the complete segments that verify, and the record
-    versions those segments hold of it."""
+    """Each archived id's count across the complete segments that verify (operations and
+    receipts alike), and the record versions those segments hold of it."""
     held: Counter[UUID] = Counter()
     versions: dict[UUID, set[int]] = {}
     for _, path in segments(out):
@@ -82,7 +89,7 @@ def _in_segments(out: Path) -> tuple[Counter[UUID], dict[UUID, set[int]]]:
     return held, versions
 
 
-def _nothing_lost(db: Database, out: Path, closed: list[UUID], still_open: list[UUID]) -> None:
+def _nothing_lost(db: Database, out: Path, closed: list[UUID], still_open: list[UUID], receipts: list[UUID]) -> None:
     app = OrdersApp(env=read_only_env(db))
     try:
         index = archives_of(app).archive_lookup([*closed, *still_open])
@@ -99,11 +106,15 @@ def _nothing_lost(db: Database, out: Path, closed: list[UUID], still_open: list[
             assert op_id in archived_versions, f"{op_id}: indexed, in no complete segment that verifies"
         for op_id in still_open:
             assert op_id not in index and app.recorder.select_events(op_id)
+        for receipt_id in receipts:
+            stored = [r.originator_version for r in app.recorder.select_events(receipt_id)]
+            assert stored == [1, 2, 3] or (not stored and archived_versions.get(receipt_id) == {1, 2, 3}), \
+                f"receipt {receipt_id}: {stored} in the store, none in a segment"
     finally:
         app.close()
 
 
-def _finished(db: Database, out: Path, closed: list[UUID], still_open: list[UUID]) -> None:
+def _finished(db: Database, out: Path, closed: list[UUID], still_open: list[UUID], receipts: list[UUID]) -> None:
     app = OrdersApp(env=read_only_env(db))
     try:
         archives = archives_of(app)
@@ -112,34 +123,36 @@ def _finished(db: Database, out: Path, closed: list[UUID], still_open: list[UUID
         assert set(index) == set(closed), "every closed operation archived, no open one"
         assert not any(app.recorder.select_events(op_id) for op_id in closed), "none left in the hot store"
         assert all(app.recorder.select_events(op_id) for op_id in still_open)
+        assert not any(app.recorder.select_events(receipt_id) for receipt_id in receipts)
     finally:
         app.close()
     held, versions = _in_segments(out)
-    assert held == Counter(closed), "each closed operation in exactly one segment"
-    assert all(versions[op_id] for op_id in closed)
-    assert sorted(recorded) == [n for n, _ in segments(out)] == [1, 2, 3]
-    assert {segment for segment, _ in index.values()} == set(recorded)
+    assert held == Counter([*closed, *receipts]), "each closed operation and receipt in exactly one segment"
+    assert all(versions[op_id] for op_id in [*closed, *receipts])
+    assert sorted(recorded) == [n for n, _ in segments(out)] == [1, 2, 3, 4]
+    assert {segment for segment, _ in index.values()} == {1, 2, 3}, "the operations in the first three"
     assert verify_archive(out, recorded) == [], "the chain and its recorded head verify"
 
 
 @pytest.mark.parametrize("failpoint", BOUNDARIES)
 def test_a_kill_at_an_archive_commit_boundary_loses_nothing_and_a_rerun_finishes(
         failpoint: str, migrated: Database, database_url: str, tmp_path: Path) -> None:
-    closed, still_open = _store(migrated)
+    closed, still_open, receipts = _store(migrated)
     out = tmp_path / "archive"
 
     killed = _archive(database_url, out, failpoint)
     assert killed.returncode == KILLED, killed.stderr[-2000:]
-    _nothing_lost(migrated, out, closed, still_open)
+    _nothing_lost(migrated, out, closed, still_open, receipts)
 
     rerun = _archive(database_url, out)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     report = json.loads(rerun.stdout)
-    assert report["removed"] >= 1 and report["dry_run"] is False
-    _finished(migrated, out, closed, still_open)
+    assert report["removed"] + report["receipts_removed"] >= 1 and report["dry_run"] is False
+    _finished(migrated, out, closed, still_open, receipts)
     doctor = run_doctor(Settings(database_url=database_url, app=APP))
     assert doctor.ok, [f for f in doctor.findings if f.status == "fail"]
 
     again = _archive(database_url, out)
-    assert again.returncode == 0 and json.loads(again.stdout)["operations"] == 0, again.stderr[-2000:]
-    _finished(migrated, out, closed, still_open)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (json.loads(again.stdout)["operations"], json.loads(again.stdout)["receipts"]) == (0, 0)
+    _finished(migrated, out, closed, still_open, receipts)
