@@ -360,13 +360,14 @@ def perform(store: Store, op_id: UUID, action: OperatorAction) -> dict[str, Any]
         empty when the decision changed nothing (a repeated cancel request).
 
     Raises:
-        OperationNotFoundError: no such operation.
+        OperationNotFoundError: no such operation (``OperationInArchiveError``, naming the
+            segment, when it was archived: nothing is recorded on it).
         OperatorActionRefusedError: the lifecycle does not allow it now (in the user's words).
         InvalidArgumentError: a missing evidence, principal or unknown resolution.
         WriteRefusedError: the database refused the write for this operation alone (it is on
             the attention queue as ``write_refused``).
     """
-    op = store.app.get_operation(op_id)
+    op = get_or_archived(store.app, op_id)
     before = op.version
     try:
         action.apply(op, store.app.clock.now(), store.app, load_policy(store.settings.approval_policy))

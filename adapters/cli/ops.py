@@ -11,6 +11,7 @@ import json
 import sys
 import time
 from contextlib import AbstractContextManager
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -18,6 +19,7 @@ from uuid import UUID
 import typer
 from rich.table import Table
 
+from adapters.archive_attention import KIND_ARCHIVED, acknowledge_late, late_rows
 from adapters.archive_reads import show_any, timeline_any
 from adapters.cli.common import (
     DatabaseOption,
@@ -35,7 +37,7 @@ from adapters.cli.common import (
 from adapters.operator import OperatorAction, perform
 from adapters.receipt_attention import KIND_OPERATION, KIND_RECEIPT, attention_queue, load_receipt, perform_on_receipt
 from ledger.codec import LEDGER_TOPIC_PREFIX
-from ledger.errors import OperationNotFoundError
+from ledger.errors import OperationInArchiveError, OperationNotFoundError
 from ledger.status import ExecutionState, Status
 from migrations.drivers import driver_of
 from projections.rows import StatusRow, read_topics
@@ -52,6 +54,7 @@ ROW_COLUMNS = ("operation_id", "integration", "status", "execution", "attempts",
 ATTENTION_COLUMNS = ("operation_id", "integration", "attention", "attention_detail", "ambiguity_reason",
                      "failure_category", "attempts", "updated_at")
 RECEIPT_COLUMNS = ("receipt_id", "command", "attention", "attention_detail", "principal", "updated_at")
+LATE_COLUMNS = ("operation_id", "integration", "attention", "attention_detail", "updated_at")
 APPROVAL_COLUMNS = ("operation_id", "integration", "tenant", "source_entity_type", "source_entity_id", "created_at")
 LAG_SCAN = 10_000  # ledger records counted past the view's position before saying "at least"
 
@@ -208,20 +211,29 @@ def timeline(operation_id: str, database_url: str = DatabaseOption, json_output:
 def attention(limit: int = typer.Option(100, min=1, max=MAX_ROWS), database_url: str = DatabaseOption,
               json_output: bool = JsonOption, wide: bool = WideOption) -> None:
     """The operator attention queue: why automated progress stopped, oldest first. Operations,
-    and the keyed commands whose receipt recovery gave up on (receipt_stuck; resolve them with
-    `opledger resolve RECEIPT_ID --resolution retry|abandon --evidence ...`)."""
+    the keyed commands whose receipt recovery gave up on (receipt_stuck; resolve them with
+    `opledger resolve RECEIPT_ID --resolution retry|abandon --evidence ...`), and archived
+    operations a provider reported on late (late_after_archive; `--resolution acknowledge`)."""
     with UserErrors(), _store(database_url) as store:
-        rows = _first(attention_queue(store, _one_more(limit)), limit)
+        queue = attention_queue(store, _one_more(limit)) + late_rows(store, _one_more(limit))
+        queue.sort(key=lambda row: (datetime.fromisoformat(row["updated_at"]),
+                                    row.get("operation_id") or row.get("receipt_id") or ""))
+        rows = _first(queue, limit)
         _warn_lag(store)
     if json_output:
         print_json(rows)
         return
     operations = [r for r in rows if r["kind"] == KIND_OPERATION]
     receipts = [r for r in rows if r["kind"] == KIND_RECEIPT]
+    archived = [r for r in rows if r["kind"] == KIND_ARCHIVED]
     print_table(_rows_table(operations, f"needs attention ({len(operations)})", ATTENTION_COLUMNS), wide=wide)
     if receipts:
         print_table(_rows_table(receipts, f"keyed commands needing attention ({len(receipts)})", RECEIPT_COLUMNS,
                                 caption="opledger resolve RECEIPT_ID --resolution retry|abandon --evidence \"...\""),
+                    wide=wide)
+    if archived:
+        print_table(_rows_table(archived, f"archived operations with late records ({len(archived)})", LATE_COLUMNS,
+                                caption="opledger resolve OPERATION_ID --resolution acknowledge --evidence \"...\""),
                     wide=wide)
 
 
@@ -246,6 +258,17 @@ def _act(database_url: str | None, operation_id: str, action: OperatorAction, js
     with UserErrors(), _store(database_url, write=True) as store:
         try:
             result = perform(store, op_id, action)
+        except OperationInArchiveError:
+            # An archived operation's late records are acknowledged by its id (late_after_archive).
+            if (action.kind, action.resolution) != ("resolve", "acknowledge"):
+                raise
+            done = acknowledge_late(store, op_id, principal=action.principal, evidence=action.evidence)
+            if json_output:
+                print_json(done)
+            else:
+                console.print(f"operation {op_id} (archived): acknowledged {done['acknowledged']} late record(s)",
+                              highlight=False, soft_wrap=True)
+            return
         except OperationNotFoundError:
             # A receipt recovery gave up on is resolved by its id too (attention receipt_stuck).
             if action.kind != "resolve" or load_receipt(store.app, op_id) is None:

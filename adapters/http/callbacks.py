@@ -12,9 +12,10 @@ The route, in order, and what it answers (a body over 64 KiB: 413, unread):
 4. an authenticated body that is not a callback: 422; a server that opened the SQLite store
    read-only: 503 with ``Retry-After`` (the provider retries until a writing ``serve`` runs);
 5. an operation that does not exist or is not of this integration, or an attempt that is not
-   its latest: 404 (an operation ``opledger archive`` moved out: 404 ``operation_archived``,
-   naming its segment, and a warning logged); the same message again (same ``webhook-id`` and
-   ``webhook-timestamp``): 401 (replayed);
+   its latest: 404; one ``opledger archive`` moved out of the store: 200, the callback kept apart
+   and put on the attention queue (``adapters.archive_attention``; ``fact``
+   ``late_after_archive``, ``status`` ``archived``), never appended to it; the same message again
+   (same ``webhook-id`` and ``webhook-timestamp``): 401 (replayed);
 6. the same ``webhook-id`` re-signed (the provider's retry): 200, nothing recorded;
 7. otherwise ``Operation.receive_callback`` decides: ``CallbackReceived`` while the operation waits
    for its result (but nothing for a ``progress`` report identical to the last one for the same
@@ -45,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from standardwebhooks.webhooks import Webhook
 from starlette.concurrency import run_in_threadpool
 
+from adapters.archive_attention import LATE_AFTER_ARCHIVE, keep_late_callback
 from adapters.http.callback_auth import (
     SIGNATURE_HEADERS,
     CallbackSecretUnavailable,
@@ -100,8 +102,10 @@ class CallbackReceipt(BaseModel):
         description="recorded: a new fact; duplicate: this webhook-id was recorded before (nothing new); "
                     "agrees_with_outcome: it arrived after an outcome it agrees with (nothing recorded); "
                     "unchanged: a progress report identical to the last one for this attempt (nothing recorded)")
-    fact: str | None = Field(description="CallbackReceived or LateObservationRecorded when recorded")
-    status: str = Field(description="the operation's status after it")
+    fact: str | None = Field(description="CallbackReceived or LateObservationRecorded when recorded; "
+                                         "late_after_archive when the operation was archived (kept apart, on "
+                                         "the attention queue)")
+    status: str = Field(description="the operation's status after it (archived: moved into an archive segment)")
 
 
 _BODY_SCHEMA: dict[str, Any] = {
@@ -235,13 +239,16 @@ def _record_once(app: LedgerApplication, integration: str, body: CallbackBody, s
     try:
         op = get_or_archived(app, body.operation_id)
     except OperationInArchiveError as archived:
-        # Its records left the store: nothing can be appended to it (that would start a history
-        # past version 1), so the fact is refused, and logged for operators (ADR 0010 §4).
-        log.warning("callback for an archived operation not recorded", operation_id=str(body.operation_id),
-                    segment=f"seg-{archived.segment:06d}", callback_id=signed.callback_id, outcome=body.outcome)
-        raise Problem(404, "Not found", f"operation {body.operation_id} was archived (segment "
-                      f"seg-{archived.segment:06d}); a callback for it is not recorded",
-                      code="operation_archived") from None
+        # Its records left the store: nothing may be appended to it (its history would start
+        # past version 1), so the fact is kept apart, on the attention queue (ADR 0010 §4).
+        kept = keep_late_callback(app, archived, integration=integration, callback_id=signed.callback_id,
+                                  outcome=body.outcome, remote_status=body.remote_status, detail=body.detail, now=now)
+        log.warning("callback for an archived operation kept for operators", operation_id=str(body.operation_id),
+                    segment=f"seg-{archived.segment:06d}", callback_id=signed.callback_id, outcome=body.outcome,
+                    duplicate=not kept)
+        return CallbackReceipt(operation_id=str(body.operation_id), callback_id=signed.callback_id,
+                               result="recorded" if kept else "duplicate", fact=LATE_AFTER_ARCHIVE if kept else None,
+                               status="archived")
     except OperationNotFoundError:
         op = None
     if op is None or op.integration_name != integration:

@@ -27,6 +27,7 @@ from migrations.drivers.protocols import (
     ArchiveCandidate,
     ArchiveLabels,
     EventRow,
+    LateRecord,
     OpenIntents,
     Record,
     RecordedSegment,
@@ -176,6 +177,22 @@ class PostgresDriver:
                     continue  # a late record: the operation stays whole (ADR 0010 §4)
                 cursor.execute(events, [op_id, version])
                 cursor.execute(status, [op_id, version])
+
+    def archive_late_record(self, record: LateRecord) -> bool:
+        """See ``Archives.archive_late_record``."""
+        with self._recorder.datastore.transaction(commit=True) as cursor:
+            cursor.execute(self._archive_sql("archive_insert_late"), list(record))
+            return bool(cursor.rowcount)
+
+    def archive_late_list(self, limit: int) -> list[LateRecord]:
+        """See ``Archives.archive_late_list``."""
+        return [LateRecord(*row) for row in self._archive_rows("archive_select_late", [limit])]
+
+    def archive_late_acknowledge(self, operation_id: UUID, *, principal: str, evidence: str, at: datetime) -> int:
+        """See ``Archives.archive_late_acknowledge``."""
+        with self._recorder.datastore.transaction(commit=True) as cursor:
+            cursor.execute(self._archive_sql("archive_acknowledge_late"), [at, principal, evidence, operation_id])
+            return int(cursor.rowcount)
 
     def archive_receipts_held(self, ids: Collection[UUID]) -> set[UUID]:
         """See ``Archives.archive_receipts_held``."""

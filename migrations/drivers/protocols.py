@@ -176,6 +176,22 @@ class RecordedSegment(NamedTuple):
     records: int = 0
 
 
+class LateRecord(NamedTuple):
+    """What arrived for an archived operation after its records left the store (a provider's
+    late callback), kept for operators (docs/adr/0010-archives.md §4): the operation, the
+    message's id, the segment holding the operation, the integration it came in for, the
+    reported outcome, status word and text, and when it arrived (UTC)."""
+
+    operation_id: UUID
+    callback_id: str
+    segment: int
+    integration: str
+    outcome: str
+    remote_status: str | None
+    detail: str
+    received_at: datetime
+
+
 class Archives(Protocol):
     """Moving closed operations out of the hot store (docs/adr/0010-archives.md §3): select,
     record a written segment and its index, remove what it holds, in bounded batches."""
@@ -196,6 +212,20 @@ class Archives(Protocol):
         receipt, and add ``totals`` (operations by final status and label set) to the
         carried-forward totals the status counts add in. A segment recorded already is left as
         it is, and nothing else is written (a rerun adds nothing twice)."""
+        ...
+
+    def archive_late_record(self, record: LateRecord) -> bool:
+        """Keep ``record``; return False when one with its operation and callback id is kept
+        already (a provider's retry: nothing is written)."""
+        ...
+
+    def archive_late_list(self, limit: int) -> list[LateRecord]:
+        """Return up to ``limit`` kept records no operator acknowledged yet, oldest first."""
+        ...
+
+    def archive_late_acknowledge(self, operation_id: UUID, *, principal: str, evidence: str, at: datetime) -> int:
+        """Mark every unacknowledged record of ``operation_id`` acknowledged by ``principal``
+        with ``evidence`` at ``at`` (UTC); return how many."""
         ...
 
     def archive_receipts_held(self, ids: Collection[UUID]) -> set[UUID]:

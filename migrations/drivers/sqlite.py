@@ -19,6 +19,7 @@ from ledger.store_identity import STORE_TABLE
 from migrations.drivers.database import ConfiguredStore
 from migrations.drivers.owned import OwnedStore
 from migrations.drivers.protocols import ArchiveCandidate, ArchiveLabels, EventRow, OpenIntents, Record, RecordedSegment
+from migrations.drivers.protocols import LateRecord as LateRow
 from migrations.drivers.queries import load_queries
 
 MAX_IDS_PER_QUERY = 500
@@ -157,6 +158,27 @@ class SQLiteDriver(OwnedStore):
                     continue  # a late record: the operation stays whole (ADR 0010 §4)
                 cursor.execute(events, [operation_id.hex, version])
                 cursor.execute(self._queries["archive_delete_status"], [str(operation_id), version])
+
+    def archive_late_record(self, record: LateRow) -> bool:
+        """See ``Archives.archive_late_record``."""
+        with self._write() as cursor:
+            cursor.execute(self._queries["archive_insert_late"],
+                           [str(record.operation_id), *record[1:7], _time(record.received_at)])
+            return bool(cursor.sqlite_cursor.rowcount)
+
+    def archive_late_list(self, limit: int) -> list[LateRow]:
+        """See ``Archives.archive_late_list``."""
+        rows = self._select(self._queries["archive_select_late"], [limit], tuples=True)
+        return [LateRow(UUID(op_id), callback_id, int(segment), integration, outcome, remote_status, detail,
+                        datetime.fromisoformat(at))
+                for op_id, callback_id, segment, integration, outcome, remote_status, detail, at in rows]
+
+    def archive_late_acknowledge(self, operation_id: UUID, *, principal: str, evidence: str, at: datetime) -> int:
+        """See ``Archives.archive_late_acknowledge``."""
+        with self._write() as cursor:
+            cursor.execute(self._queries["archive_acknowledge_late"],
+                           [_time(at), principal, evidence, str(operation_id)])
+            return int(cursor.sqlite_cursor.rowcount)
 
     def archive_receipts_held(self, ids: Collection[UUID]) -> set[UUID]:
         """See ``Archives.archive_receipts_held``."""

@@ -15,15 +15,17 @@ from uuid import uuid4
 
 import pytest
 from structlog.testing import capture_logs
+from typer.testing import CliRunner
 
 from adapters.archive_run import run_archive
+from adapters.cli.app import app as cli
 from adapters.partner.callbacks import callback_body, signed_headers
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from migrations.drivers import archives_of
 from projections.rows import row_from_operation
 from projections.status import StatusProjection
-from tests.callback_desk import CALLBACK_SECRET, INTEGRATION, WRONG_SECRET, CallbackDesk, callback_desk
+from tests.callback_desk import APP_TOPIC, CALLBACK_SECRET, INTEGRATION, WRONG_SECRET, CallbackDesk, callback_desk
 
 PROBLEM = "application/problem+json"
 
@@ -300,8 +302,8 @@ def test_a_malformed_callback_secret_is_never_shown(database_url: str) -> None:
         assert bad not in response.text and "c2hvcnQ" not in response.text
 
 
-def test_a_callback_for_an_archived_operation_is_refused_naming_its_segment(desk: CallbackDesk,
-                                                                           tmp_path: Path) -> None:
+def test_a_callback_for_an_archived_operation_is_kept_apart_on_the_attention_queue(desk: CallbackDesk,
+                                                                                  tmp_path: Path) -> None:
     op_id, attempt = desk.accepted()
     assert desk.post(op_id, attempt, callback_id="msg_a").status_code == 200
     op = desk.ledger.get_operation(op_id)
@@ -314,8 +316,27 @@ def test_a_callback_for_an_archived_operation_is_refused_naming_its_segment(desk
     assert report.removed == 1
     before = desk.log_length()
     with capture_logs() as logs:
-        late = desk.post(op_id, attempt, callback_id="msg_late", outcome="failed")
-    refused(late, 404, "was archived (segment seg-000001); a callback for it is not recorded")
-    assert late.json()["code"] == "operation_archived" and desk.log_length() == before
-    assert [e["segment"] for e in logs if e["event"] == "callback for an archived operation not recorded"] \
+        late = desk.post(op_id, attempt, callback_id="msg_late", outcome="failed", detail="refunded")
+    assert late.status_code == 200, late.text
+    assert (late.json()["result"], late.json()["fact"], late.json()["status"]) == ("recorded", "late_after_archive",
+                                                                                   "archived")
+    assert desk.log_length() == before and not desk.ledger.recorder.select_events(op_id), "never appended to it"
+    assert [e["segment"] for e in logs if e["event"] == "callback for an archived operation kept for operators"] \
         == ["seg-000001"]
+    assert desk.post(op_id, attempt, callback_id="msg_late", outcome="failed").json()["result"] == "duplicate"
+
+    url, env = desk.store.settings.database_url, {"OPLEDGER_APP": APP_TOPIC}
+    queue = json.loads(CliRunner().invoke(cli, ["attention", "--json", "--database-url", url], env=env).stdout)
+    [row] = [r for r in queue if r["kind"] == "archived"]
+    assert (row["operation_id"], row["attention"], row["integration"]) == (str(op_id), "late_after_archive", INTEGRATION)
+    assert row["attention_detail"] == {"segment": "seg-000001", "callback_id": "msg_late", "outcome": "failed",
+                                       "remote_status": "done", "detail": "refunded"}
+    resolve = ["resolve", str(op_id), "--resolution", "acknowledge", "--evidence", "refund seen",
+               "--database-url", url]
+    done = CliRunner().invoke(cli, resolve, env=env)
+    assert done.exit_code == 0, done.output
+    assert f"operation {op_id} (archived): acknowledged 1 late record(s)" in done.stdout
+    queue = json.loads(CliRunner().invoke(cli, ["attention", "--json", "--database-url", url], env=env).stdout)
+    assert not [r for r in queue if r["kind"] == "archived"]
+    again = CliRunner().invoke(cli, resolve, env=env)
+    assert again.exit_code == 1 and "nothing to acknowledge" in again.output
