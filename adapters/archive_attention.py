@@ -9,8 +9,9 @@ that holds the operation, until an operator acknowledges it (``opledger resolve 
 acknowledge --evidence ...``). A provider's retry of the same message is a duplicate. The
 operation stays archived: nothing resurrects it.
 
-Shown by ``opledger attention`` (not yet by the observe API, the console or the
-``opledger_attention`` gauge).
+Shown by ``opledger attention`` and ``GET /v1/attention``
+(``adapters.receipt_attention.attention_queue`` merges them in); not counted by the
+``opledger_attention`` gauge, whose labels (tenant, delivery mode) these records do not carry.
 
 Source: issue 29; docs/adr/0010-archives.md §4.
 """

@@ -11,7 +11,6 @@ import json
 import sys
 import time
 from contextlib import AbstractContextManager
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -19,7 +18,7 @@ from uuid import UUID
 import typer
 from rich.table import Table
 
-from adapters.archive_attention import KIND_ARCHIVED, acknowledge_late, late_rows
+from adapters.archive_attention import KIND_ARCHIVED, acknowledge_late
 from adapters.archive_reads import show_any, timeline_any
 from adapters.cli.common import (
     DatabaseOption,
@@ -215,10 +214,7 @@ def attention(limit: int = typer.Option(100, min=1, max=MAX_ROWS), database_url:
     `opledger resolve RECEIPT_ID --resolution retry|abandon --evidence ...`), and archived
     operations a provider reported on late (late_after_archive; `--resolution acknowledge`)."""
     with UserErrors(), _store(database_url) as store:
-        queue = attention_queue(store, _one_more(limit)) + late_rows(store, _one_more(limit))
-        queue.sort(key=lambda row: (datetime.fromisoformat(row["updated_at"]),
-                                    row.get("operation_id") or row.get("receipt_id") or ""))
-        rows = _first(queue, limit)
+        rows = _first(attention_queue(store, _one_more(limit)), limit)
         _warn_lag(store)
     if json_output:
         print_json(rows)

@@ -25,6 +25,7 @@ from adapters.http.operator_view import offers_for, role_actions, trace_link
 from adapters.http.problems import PROBLEM_RESPONSES, Problem, reject_unknown_query
 from adapters.http.schemas import (
     TEXT_PATTERN,
+    ArchivedLateAttention,
     OperationDetail,
     OperationPage,
     OperationSummary,
@@ -168,9 +169,10 @@ def get_evidence(request: Request, _: Reader, operation_id: OperationId) -> Any:
     return export(store_of(request), operation_id)
 
 
-@router.get("/attention", response_model=list[OperationSummary | ReceiptAttention],
-            summary="The attention queue: why automated progress stopped, oldest first (operations, and keyed "
-                    "commands whose receipt recovery gave up on: kind receipt, reason receipt_stuck)")
+@router.get("/attention", response_model=list[OperationSummary | ReceiptAttention | ArchivedLateAttention],
+            summary="The attention queue: why automated progress stopped, oldest first (operations, keyed "
+                    "commands whose receipt recovery gave up on: kind receipt, reason receipt_stuck, and callbacks "
+                    "for archived operations: kind archived, reason late_after_archive)")
 def get_attention(
     request: Request, grant: Reader,
     reason: Annotated[str | None, Query(max_length=200, pattern=TEXT_PATTERN)] = None,

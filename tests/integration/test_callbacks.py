@@ -14,11 +14,13 @@ from pathlib import Path
 from uuid import uuid4
 
 import pytest
+from fastapi.testclient import TestClient
 from structlog.testing import capture_logs
 from typer.testing import CliRunner
 
 from adapters.archive_run import run_archive
 from adapters.cli.app import app as cli
+from adapters.http.app import ServeConfig, attach, build_app
 from adapters.partner.callbacks import callback_body, signed_headers
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
@@ -26,6 +28,7 @@ from migrations.drivers import archives_of
 from projections.rows import row_from_operation
 from projections.status import StatusProjection
 from tests.callback_desk import APP_TOPIC, CALLBACK_SECRET, INTEGRATION, WRONG_SECRET, CallbackDesk, callback_desk
+from tests.desk import TOKENS, auth
 
 PROBLEM = "application/problem+json"
 
@@ -331,6 +334,12 @@ def test_a_callback_for_an_archived_operation_is_kept_apart_on_the_attention_que
     assert (row["operation_id"], row["attention"], row["integration"]) == (str(op_id), "late_after_archive", INTEGRATION)
     assert row["attention_detail"] == {"segment": "seg-000001", "callback_id": "msg_late", "outcome": "failed",
                                        "remote_status": "done", "detail": "refunded"}
+    observer = attach(build_app(), store=desk.store, config=ServeConfig(tokens=TOKENS), clock=desk.clock)
+    with TestClient(observer) as client:
+        served = client.get("/v1/attention", params={"reason": "late_after_archive"}, headers=auth("viewer"))
+    assert served.status_code == 200, served.text
+    [entry] = served.json()
+    assert {**entry, "updated_at": row["updated_at"]} == row
     resolve = ["resolve", str(op_id), "--resolution", "acknowledge", "--evidence", "refund seen",
                "--database-url", url]
     done = CliRunner().invoke(cli, resolve, env=env)
