@@ -178,6 +178,16 @@ def succeed_directly(app: Any, op_id: uuid.UUID, clock: Any) -> None:
     app.save(op)
 
 
+def close_directly(app: Any, op_id: uuid.UUID, clock: Any, entity_version: int) -> None:
+    """:func:`succeed_directly`, then settle operation ``op_id`` against its source entity at
+    ``entity_version`` (the entity's action itself is not run): closed, as ``opledger archive``
+    selects it (``ledger.retention.is_archivable``); saved."""
+    succeed_directly(app, op_id, clock)
+    op = app.get_operation(op_id)
+    op.settle(now=clock.now(), entity_version=entity_version)
+    app.save(op)
+
+
 @pytest.fixture
 def json_logs() -> Iterator[Callable[[], None]]:
     """Call the yielded function inside the test (after ``capsys`` captures stderr) for the
