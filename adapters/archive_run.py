@@ -12,12 +12,14 @@ Each step is idempotent, in the order docs/adr/0010-archives.md §3 decides:
 4. record the segment, its carried-forward summary and an index row per operation in one
    transaction (``Archives.archive_record``);
 5. remove the operations' records and status rows in bounded batches, each its own transaction
-   (``Archives.archive_remove``), only up to the version archived.
+   (``Archives.archive_remove``), only up to the version archived;
+6. the same for expired idempotency receipts (``adapters.archive_receipts``): selected, written
+   into segments of their own with their final envelope, recorded, removed.
 
 Nothing is removed that is not in a verified, recorded segment, and an id in the index is never
 selected again, so a rerun never archives an id twice.
 
-Source: issue 29 item 2; docs/adr/0010-archives.md.
+Source: issue 29 items 2 and 5; docs/adr/0010-archives.md.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 from uuid import UUID
 
 from adapters.operator import timeline_entries
+from ledger import failpoints
 from ledger.archive_check import verify_segment
 from ledger.archives import (
     ArchiveError,
@@ -69,6 +72,8 @@ class ArchiveReport:
         segments: the numbers of the segments written or recovered.
         removed: operations whose records and status rows were removed.
         by_integration: operations per integration.
+        receipts: expired receipts archived (or archivable, dry; ``adapters.archive_receipts``).
+        receipts_removed: expired receipts whose records were removed.
     """
 
     dry_run: bool
@@ -77,11 +82,14 @@ class ArchiveReport:
     segments: list[int] = field(default_factory=list)
     removed: int = 0
     by_integration: Counter[str] = field(default_factory=Counter)
+    receipts: int = 0
+    receipts_removed: int = 0
 
     def as_json(self) -> dict[str, Any]:
         """The report as JSON-ready data."""
         return {"dry_run": self.dry_run, "operations": self.operations, "records": self.records,
-                "segments": self.segments, "removed": self.removed, "by_integration": dict(self.by_integration)}
+                "segments": self.segments, "removed": self.removed, "by_integration": dict(self.by_integration),
+                "receipts": self.receipts, "receipts_removed": self.receipts_removed}
 
 
 class NoRetentionError(ValueError):
@@ -195,17 +203,20 @@ def recover(archives: Archives, out: Path) -> list[int]:
         for record in read_records(path):
             versions[record.originator_id] = max(versions.get(record.originator_id, 0), record.originator_version)
         written_at = datetime.fromisoformat(str(read_manifest(path)["written_at"]))
+        kinds = {kind: [(UUID(str(s["id"])), versions[UUID(str(s["id"]))], str(s["status"]))
+                        for s in statuses if s.get("kind") == kind] for kind in ("operation", "receipt")}
         _record(archives, Segment(number, path, manifest_digest(path)), statuses, sum(versions.values()),
-                [(UUID(str(s["id"])), versions[UUID(str(s["id"]))], str(s["status"])) for s in statuses], written_at)
+                kinds["operation"], written_at, [(rid, version) for rid, version, _ in kinds["receipt"]])
         done.append(number)
     return done
 
 
 def _record(archives: Archives, segment: Segment, statuses: Sequence[Mapping[str, Any]], records: int,
-            operations: Sequence[tuple[UUID, int, str]], at: datetime) -> None:
+            operations: Sequence[tuple[UUID, int, str]], at: datetime,
+            receipts: Sequence[tuple[UUID, int]] = ()) -> None:
     archives.archive_record(RecordedSegment(segment.number, segment.digest, summary_of(statuses)),
                             aggregates=len(statuses), records=records, archived_at=at, operations=operations,
-                            totals=totals_of(statuses))
+                            totals=totals_of(statuses), receipts=receipts)
 
 
 def remove_archived(archives: Archives, progress: Callable[[int], None] | None = None) -> int:
@@ -218,9 +229,25 @@ def remove_archived(archives: Archives, progress: Callable[[int], None] | None =
     removed = 0
     while batch := archives.archive_unremoved(REMOVE_BATCH):
         archives.archive_remove(batch)
+        failpoints.reached("archive_remove:after")
         removed += len(batch)
         if progress is not None:
             progress(removed)
+    return removed
+
+
+def remove_archived_receipts(archives: Archives) -> int:
+    """Step 5 for expired receipts (and its resumption): remove the records of every recorded
+    receipt generation still in the store, :data:`REMOVE_BATCH` per transaction.
+
+    Returns:
+        How many receipt generations were removed or kept whole.
+    """
+    removed = 0
+    while batch := archives.archive_receipts_unremoved(REMOVE_BATCH):
+        archives.archive_receipts_remove(batch)
+        failpoints.reached("archive_remove:after")
+        removed += len(batch)
     return removed
 
 
@@ -269,6 +296,7 @@ def archive_segment(app: Any, view: StatusView, archives: Archives, out: Path, c
         raise ArchiveError(f"{segment.path.name} does not verify after writing, nothing removed: "
                            + "; ".join(problems))
     _record(archives, segment, statuses, len(records), operations, now)
+    failpoints.reached("archive_record:after")
     return segment, archived, len(records)
 
 
@@ -302,14 +330,19 @@ def run_archive(app: Any, view: StatusView, archives: Archives, out: Path, *, no
     Raises:
         ArchiveError: the archive directory is not the store's, or a segment does not verify.
     """
+    from adapters.archive_receipts import archive_receipts, select_receipts
+
     report = ArchiveReport(dry_run=dry_run)
+    latest = max(limits.values())
     if dry_run:
         for row in select(archives, limits):
             report.operations += 1
             report.by_integration[row.integration] += 1
+        report.receipts = len(select_receipts(app, archives, latest, limit=2**62))
         return report
     report.segments.extend(recover(archives, out))
     report.removed += remove_archived(archives)
+    report.receipts_removed += remove_archived_receipts(archives)
     while chosen := select(archives, limits, limit=SEGMENT_OPERATIONS):
         written = archive_segment(app, view, archives, out, chosen, now=now, provenance=provenance)
         if written is None:
@@ -322,4 +355,10 @@ def run_archive(app: Any, view: StatusView, archives: Archives, out: Path, *, no
         report.removed += remove_archived(archives)
         if progress is not None:
             progress(report.operations)
+    while expired := select_receipts(app, archives, latest, limit=SEGMENT_OPERATIONS):
+        segment, records = archive_receipts(app, archives, out, expired, now=now, provenance=provenance)
+        report.segments.append(segment.number)
+        report.receipts += len(expired)
+        report.records += records
+        report.receipts_removed += remove_archived_receipts(archives)
     return report

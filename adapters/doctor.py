@@ -16,8 +16,11 @@ probed). In order:
    position (a row a worker folded from its own just-committed state may be ahead by the events
    since; reported, not failed); then a rebuild of the view from the log, in a scratch table in
    memory, compared with the live rows: a row that differs at the same version is drift.
+5. Retention: closed operations older than :data:`UNRETAINED_WARN_SECONDS` (90 days) whose
+   integration has no retention policy are counted and warned about (never failed), with how to
+   set one (issue 29 item 1).
 
-Source: issue 16 item 4; docs/operations.md ("Doctor").
+Source: issue 16 item 4; issue 29 item 1; docs/operations.md ("Doctor").
 """
 
 from __future__ import annotations
@@ -25,15 +28,19 @@ from __future__ import annotations
 import fcntl
 import os
 import sqlite3
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from ledger.clock import SystemClock
 from ledger.codec import LEDGER_TOPIC_PREFIX
 from ledger.config import Settings
 from ledger.errors import CorruptRecordError, LedgerError
 from ledger.redaction import mask_url
+from ledger.retention import cutoff_for, retention_for
 from ledger.store_files import (
     Finding,
     companion,
@@ -55,6 +62,9 @@ LOG_PAGE = 1000
 """Notifications read per page while checking the log."""
 SHOWN = 3
 """Examples named per failed check."""
+UNRETAINED_WARN_SECONDS = 90 * 86_400.0
+"""Closed operations older than this (90 days) with no retention policy are warned about.
+Source: issue 29 item 1."""
 
 
 @dataclass
@@ -82,12 +92,14 @@ class DoctorReport:
         return {"store": self.store, "ok": self.ok, "checks": [f.as_json() for f in self.findings]}
 
 
-def run_doctor(settings: Settings, *, quick: bool = False) -> DoctorReport:
+def run_doctor(settings: Settings, *, quick: bool = False, now: datetime | None = None) -> DoctorReport:
     """Check the configured store (see the module docstring).
 
     Args:
-        settings: the settings (database URL, ``OPLEDGER_APP``, ``OPLEDGER_STORE_ID``).
+        settings: the settings (database URL, ``OPLEDGER_APP``, ``OPLEDGER_STORE_ID``,
+            ``OPLEDGER_RETENTION``).
         quick: SQLite: ``PRAGMA quick_check`` instead of the slower ``integrity_check``.
+        now: the current time, UTC, for the retention check's 90 days (default: the system clock).
 
     Returns:
         The report; ``ok`` is False when any check failed. Never raises for a damaged store.
@@ -112,7 +124,7 @@ def run_doctor(settings: Settings, *, quick: bool = False) -> DoctorReport:
         return report
     report.add("identity", "ok", ", ".join(f"{k}={identity[k]}" for k in sorted(identity)))
     try:
-        _check_log_and_view(report, settings)
+        _check_log_and_view(report, settings, now or SystemClock().now())
     except LedgerError as exc:  # e.g. damage met while reading: one finding, never a traceback
         report.add("read", "fail", str(exc))
     return report
@@ -174,7 +186,7 @@ def _wal_state(path: Any) -> str:
             "next open replays; keep it with the store file")
 
 
-def _check_log_and_view(report: DoctorReport, settings: Settings) -> None:
+def _check_log_and_view(report: DoctorReport, settings: Settings, now: datetime) -> None:
     from adapters.runtime import open_store
 
     with open_store(settings, write=False) as store:
@@ -186,6 +198,33 @@ def _check_log_and_view(report: DoctorReport, settings: Settings) -> None:
         StatusProjection(app=store.app, view=scratch).catch_up()
         rebuilt = {row.operation_id: row for row in scratch.list(limit=2**62)}
         _compare(report, live, rebuilt, positions, tracked)
+        _check_retention(report, store.app, settings.retention_seconds, now)
+
+
+def _check_retention(report: DoctorReport, app: Any, store_seconds: float | None, now: datetime) -> None:
+    """Warn about closed operations older than :data:`UNRETAINED_WARN_SECONDS` of integrations
+    that no retention policy covers (``OPLEDGER_RETENTION`` or the declaration's
+    ``retention_seconds``): the store keeps them forever. Source: issue 29 item 1."""
+    from adapters.archive_run import select
+
+    try:
+        archives = archives_of(app)
+    except ValueError:  # a store held in memory keeps nothing for long
+        return
+    forever: dict[str, bool] = {}  # integration -> no policy covers it
+    for declaration in app.registry:  # sorted by (name, version): the latest version decides
+        forever[declaration.name] = retention_for(store_seconds, declaration.retention_seconds) is None
+    cutoff = cutoff_for(now, UNRETAINED_WARN_SECONDS)
+    unretained = {name: cutoff for name, kept in forever.items() if kept}
+    old = Counter(row.integration for row in select(archives, unretained)) if unretained else Counter()
+    if not old:
+        report.add("retention", "ok", "no closed operation older than 90 days lacks a retention policy")
+        return
+    names = ", ".join(f"{name}: {n}" for name, n in sorted(old.items()))
+    report.add("retention", "warn", f"{sum(old.values())} closed operation(s) older than 90 days and no retention "
+               f"policy for them ({names}): the store keeps them forever. Set OPLEDGER_RETENTION (e.g. 90d) or "
+               "retention_seconds in their declarations, then run `opledger archive --out DIR` "
+               "(docs/operations.md, \"Retention and archives\")")
 
 
 def _notifications(app: Any) -> Iterator[Any]:

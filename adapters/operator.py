@@ -12,6 +12,7 @@ Source: issue 13 items 2 and 6; DESIGN §9.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -27,6 +28,7 @@ from ledger.errors import (
     ApprovalRefusedError,
     CorruptRecordError,
     IllegalTransitionError,
+    OperationInArchiveError,
     OperationNotFoundError,
     OperatorActionRefusedError,
     UnknownIntegrationError,
@@ -220,8 +222,9 @@ def get_or_archived(app: Any, op_id: UUID) -> Operation:
     moved out of the hot store (docs/adr/0010-archives.md).
 
     Raises:
-        OperationNotFoundError: no such operation; for an archived one the message names its
-            segment, its final status and how to read it back (``opledger archive restore``).
+        OperationNotFoundError: no such operation.
+        OperationInArchiveError: it was archived (a subclass of the above: its message names the
+            segment, the final status and how to read it back).
         CorruptRecordError: as ``get_operation``.
     """
     try:
@@ -234,11 +237,7 @@ def get_or_archived(app: Any, op_id: UUID) -> Operation:
             found = None
         if found is None:
             raise
-        segment, status = found
-        raise OperationNotFoundError(
-            f"operation {op_id} is archived ({status}) in segment seg-{segment:06d}: its history left the "
-            f"store; restore that segment of the archive directory for an audit (opledger archive restore "
-            f"DIR/seg-{segment:06d} --database-url ...)") from None
+        raise OperationInArchiveError(op_id, *found) from None
 
 
 def event_entry(app: Any, event: Any, name: str | None, version: int | None) -> dict[str, Any]:
@@ -258,12 +257,18 @@ def event_entry(app: Any, event: Any, name: str | None, version: int | None) -> 
 def timeline_entries(app: Any, op_id: UUID) -> list[dict[str, Any]]:
     """The operation's events as JSON-ready dicts, oldest first, payload fields redacted; a
     record that does not decode ends the list as a ``CORRUPT`` entry saying where it stops."""
+    return entries_of(app, app.events.get(op_id))
+
+
+def entries_of(app: Any, events: Iterable[Any]) -> list[dict[str, Any]]:
+    """:func:`timeline_entries` of one operation's ``events`` (oldest first), however they are
+    read: from the store, or decoded from an archive segment (``adapters.archive_reads``)."""
     entries: list[dict[str, Any]] = []
     name, version = None, None
-    events = iter(app.events.get(op_id))
+    remaining = iter(events)
     while True:
         try:
-            event = next(events)
+            event = next(remaining)
         except StopIteration:
             break
         except CorruptRecordError as exc:
@@ -355,13 +360,14 @@ def perform(store: Store, op_id: UUID, action: OperatorAction) -> dict[str, Any]
         empty when the decision changed nothing (a repeated cancel request).
 
     Raises:
-        OperationNotFoundError: no such operation.
+        OperationNotFoundError: no such operation (``OperationInArchiveError``, naming the
+            segment, when it was archived: nothing is recorded on it).
         OperatorActionRefusedError: the lifecycle does not allow it now (in the user's words).
         InvalidArgumentError: a missing evidence, principal or unknown resolution.
         WriteRefusedError: the database refused the write for this operation alone (it is on
             the attention queue as ``write_refused``).
     """
-    op = store.app.get_operation(op_id)
+    op = get_or_archived(store.app, op_id)
     before = op.version
     try:
         action.apply(op, store.app.clock.now(), store.app, load_policy(store.settings.approval_policy))

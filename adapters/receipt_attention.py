@@ -25,6 +25,7 @@ from uuid import UUID
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError
 
+from adapters.archive_attention import LATE_AFTER_ARCHIVE, late_rows
 from ledger.errors import IllegalTransitionError, OperatorActionRefusedError, ReceiptNotFoundError
 from ledger.receipts import OPERATOR_RESOLUTIONS, PENDING, Receipt
 from projections.metrics import RECEIPTS_STUCK
@@ -91,8 +92,9 @@ def stuck_receipts(store: Store, limit: int) -> list[dict[str, Any]]:
 
 
 def attention_queue(store: Store, limit: int, reason: str | None = None) -> list[dict[str, Any]]:
-    """The whole attention queue, oldest first: operations (``kind`` ``operation``, status rows)
-    and stuck receipts (``kind`` ``receipt``), merged by ``updated_at``.
+    """The whole attention queue, oldest first: operations (``kind`` ``operation``, status rows),
+    stuck receipts (``kind`` ``receipt``) and callbacks kept for archived operations (``kind``
+    ``archived``, ``adapters.archive_attention``), merged by ``updated_at``.
 
     Args:
         store: an open store.
@@ -100,11 +102,13 @@ def attention_queue(store: Store, limit: int, reason: str | None = None) -> list
         reason: only this attention reason (None: every reason).
     """
     operations: list[StatusRow] = []
-    if reason != RECEIPT_STUCK:
+    if reason not in (RECEIPT_STUCK, LATE_AFTER_ARCHIVE):
         operations = store.queries.attention_of(reason, limit) if reason else store.queries.attention(limit)
     rows = [{"kind": KIND_OPERATION, **row.as_json()} for row in operations]
     if reason in (None, RECEIPT_STUCK):
         rows += stuck_receipts(store, limit)
+    if reason in (None, LATE_AFTER_ARCHIVE):
+        rows += late_rows(store, limit)
     rows.sort(key=lambda row: (_instant(row["updated_at"]), row.get("operation_id") or row.get("receipt_id")))
     return rows[:limit]
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from ledger import failpoints
 from ledger.clock import require_utc
 from ledger.errors import LedgerError
 
@@ -231,8 +232,10 @@ def write_segment(archive: Path, *, records: Sequence[StoredRecord], decoded: Se
     }
     _write(partial / MANIFEST, json.dumps(manifest, sort_keys=True, indent=2).encode() + b"\n")
     _fsync_dir(partial)
+    failpoints.reached("archive_segment:before")
     os.rename(partial, final)  # atomic: a segment directory without the suffix is complete
     _fsync_dir(archive)
+    failpoints.reached("archive_segment:after")
     return Segment(number, final, manifest_digest(final))
 
 

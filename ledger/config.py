@@ -336,6 +336,10 @@ class Settings(BaseSettings):
             may move it into an archive, a duration (``90d``, ``12h``, a number of seconds;
             ``ledger.retention.parse_duration``); None (the default) keeps everything. A
             declaration's ``retention_seconds`` overrides it for its integration.
+        archive_dir: the archive directory ``opledger archive`` writes segments into: where
+            ``ops show``, ``ops timeline`` and the observe API read an archived operation from
+            (``adapters.archive_reads``); None (the default) names the segment instead. The
+            CLI's ``--archive-dir`` overrides it.
     """
 
     # allow_inf_nan=False: OPLEDGER_LEASE_SECONDS=inf or nan is refused at start, not discovered
@@ -363,6 +367,7 @@ class Settings(BaseSettings):
     settlement_policy: str | None = Field(default=None, pattern=r"^[\w.]+:[\w.]+$")
     poll_lease_seconds: float = Field(default=DEFAULT_POLL_LEASE_SECONDS, gt=0, le=MAX_LEASE_SECONDS)
     retention: str | None = None
+    archive_dir: Path | None = None
 
     @field_validator("database_url")
     @classmethod
@@ -377,6 +382,12 @@ class Settings(BaseSettings):
             parse_duration(value)  # its ValueError is reported with the field's name
             return value
         return None
+
+    @field_validator("archive_dir", mode="before")
+    @classmethod
+    def _archive_dir_or_none(cls, value: object) -> object:
+        # OPLEDGER_ARCHIVE_DIR= (set but empty) means none, not the working directory.
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("poll_interval_seconds")
     @classmethod

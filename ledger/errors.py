@@ -284,6 +284,26 @@ class OperationNotFoundError(LedgerError, _MessageKeyError):
     """No operation with this id is recorded. Fix: check the id (``opledger ops list``)."""
 
 
+class OperationInArchiveError(OperationNotFoundError):
+    """The operation is not in the hot store: ``opledger archive`` moved it into an archive
+    segment (docs/adr/0010-archives.md). Fix: read it from its segment (``ops show`` and ``ops
+    timeline`` do, given the archive directory: ``OPLEDGER_ARCHIVE_DIR`` or ``--archive-dir``), or
+    restore the segment for an audit (``opledger archive restore``).
+
+    Attributes:
+        operation_id: the archived operation.
+        segment: the number of the segment holding it.
+        status: its final status, as the archive index recorded it.
+    """
+
+    def __init__(self, operation_id: UUID, segment: int, status: str) -> None:
+        self.operation_id, self.segment, self.status = operation_id, segment, status
+        super().__init__(
+            f"operation {operation_id} is archived ({status}) in segment seg-{segment:06d}: its history left the "
+            "store; set OPLEDGER_ARCHIVE_DIR (or pass --archive-dir) to read it from the segment, or restore that "
+            f"segment for an audit (opledger archive restore DIR/seg-{segment:06d} --database-url ...)")
+
+
 class ReceiptNotFoundError(LedgerError, _MessageKeyError):
     """No idempotency receipt with this id is recorded. Fix: check the id (``opledger
     attention`` lists the receipts recovery gave up on, by ``receipt_id``)."""

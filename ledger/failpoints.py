@@ -22,13 +22,20 @@ a boundary costs one comparison. The boundaries:
 ``migration``          mid-migration: ``@1`` after the library's tables, before the read-model
                        migrations; ``@2`` after them, before the identity is recorded
 ``import``             mid-import: ``@1`` .. ``@5``, see ``migrations.legacy_import``
+``archive_segment:*``  ``opledger archive``: a segment's files written and flushed under
+                       ``seg-NNNNNN.partial``, not renamed (``:before``); renamed into place,
+                       neither verified nor recorded (``:after``)
+``archive_record:*``   ``:after``: a segment verified and recorded with its index rows, nothing
+                       removed yet
+``archive_remove:*``   ``:after``: one removal batch committed (``@n``: the n-th), the next not
+                       begun
 =====================  =========================================================================
 
 In-process tests may instead make a boundary *raise* once (:func:`raise_at`), e.g. an
 ``OperationalError`` after ``receipt_complete:after`` is a commit whose fate the caller cannot
 know (it landed); before it, one that did not land.
 
-Source: issue 16 item 6; issue 15 item 4 (commits of unknown fate).
+Source: issue 16 item 6; issue 15 item 4 (commits of unknown fate); issue 29 item 2 (archive runs).
 """
 
 from __future__ import annotations

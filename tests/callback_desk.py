@@ -84,9 +84,9 @@ class CallbackDesk:
 def callback_desk(database_url: str, *, writable: bool = True) -> Iterator[CallbackDesk]:
     """Migrate ``ModesApp`` into the store at ``database_url`` and serve it."""
     from ledger.config import Database
-    from migrations import migrate
+    from tests.stores import migrated_store
 
-    migrate(Database.parse(database_url), ModesApp)
+    migrated_store(Database.parse(database_url), ModesApp)
     clock = FakeClock()
     settings = Settings(database_url=database_url, app=APP_TOPIC)
     secrets = EnvironmentSecrets({f"callback.{INTEGRATION}": CALLBACK_SECRET})

@@ -49,10 +49,10 @@ class Desk:
 
 def seeded(database_url: str) -> tuple[dict[str, UUID], FakeClock]:
     """Migrate, run the script, add a refund awaiting approval, catch both read models up."""
-    from migrations import migrate
+    from tests.stores import migrated_store
 
     database = Database.parse(database_url)
-    migrate(database, DeskApp)
+    migrated_store(database, DeskApp)
     clock = FakeClock()
     app = DeskApp(env=database.library_env(create_table=False), clock=clock)
     try:

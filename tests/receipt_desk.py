@@ -38,9 +38,9 @@ class ReceiptDesk:
 
 
 def migrate_commands(database_url: str) -> None:
-    from migrations import migrate
+    from tests.stores import migrated_store
 
-    migrate(Database.parse(database_url), CommandsApp)
+    migrated_store(Database.parse(database_url), CommandsApp)
 
 
 @contextmanager

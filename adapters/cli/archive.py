@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 
 from adapters.cli.archive_run import BeforeOption, DryRunOption, OutOption, run
-from adapters.cli.common import DatabaseOption, JsonOption, console, fail, print_json
+from adapters.cli.common import DatabaseOption, JsonOption, console, fail, print_json, settings
 from ledger.archive_check import verify_archive
 from ledger.archives import ArchiveError, read_manifest, segments
 
@@ -42,7 +42,7 @@ def archive(
 
     Args:
         ctx: typer's context (a subcommand such as ``verify`` runs instead).
-        out: the archive directory.
+        out: the archive directory (default: ``OPLEDGER_ARCHIVE_DIR``).
         before: one cutoff for every integration (a time or a duration back from now).
         dry_run: count only.
         json_output: print ``{"out", "dry_run", "operations", "records", "segments", "removed",
@@ -51,8 +51,10 @@ def archive(
     """
     if ctx.invoked_subcommand is not None:
         return
+    out = out or settings(database_url).archive_dir
     if out is None:
-        fail("opledger archive needs --out DIR (the archive directory), or a subcommand: verify, restore", 2)
+        fail("opledger archive needs --out DIR (the archive directory; default OPLEDGER_ARCHIVE_DIR), or a "
+             "subcommand: verify, restore", 2)
     run(out, before, dry_run, json_output, database_url)
 
 

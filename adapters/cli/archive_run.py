@@ -80,15 +80,19 @@ def run(out: Path, before: str | None, dry_run: bool, json_output: bool, databas
         return
     if dry_run:
         console.print(f"would archive {report.operations} operations"
-                      + "".join(f"; {name}: {n}" for name, n in sorted(report.by_integration.items())),
+                      + "".join(f"; {name}: {n}" for name, n in sorted(report.by_integration.items()))
+                      + (f"; and {report.receipts} expired receipts" if report.receipts else ""),
                       markup=False, highlight=False, soft_wrap=True)
         return
-    console.print(f"archived {report.operations} operations ({report.records} records) into {len(report.segments)} "
-                  f"segments under {out}; removed {report.removed} from the hot store", markup=False,
-                  highlight=False, soft_wrap=True)
+    receipts = f" and {report.receipts} expired receipts" if report.receipts else ""
+    receipts_removed = f" and {report.receipts_removed} receipts" if report.receipts_removed else ""
+    console.print(f"archived {report.operations} operations{receipts} ({report.records} records) into "
+                  f"{len(report.segments)} segments under {out}; removed {report.removed}{receipts_removed} from the "
+                  "hot store", markup=False, highlight=False, soft_wrap=True)
 
 
-OutOption = typer.Option(None, "--out", help="the archive directory (segments seg-000001, ...); required to archive")
+OutOption = typer.Option(None, "--out", help="the archive directory (segments seg-000001, ...); default "
+                         "OPLEDGER_ARCHIVE_DIR; one of the two is required to archive")
 BeforeOption = typer.Option(None, "--before", help="archive operations closed before this time (ISO 8601 with "
                             "offset) or this long ago (30d); default: each integration's retention policy")
 DryRunOption = typer.Option(False, "--dry-run", help="count what would be archived; write and remove nothing")

@@ -11,12 +11,15 @@ import json
 import sys
 import time
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import typer
 from rich.table import Table
 
+from adapters.archive_attention import KIND_ARCHIVED, acknowledge_late
+from adapters.archive_reads import show_any, timeline_any
 from adapters.cli.common import (
     DatabaseOption,
     JsonOption,
@@ -30,10 +33,10 @@ from adapters.cli.common import (
     print_table,
     settings,
 )
-from adapters.operator import OperatorAction, get_or_archived, perform, show, timeline_entries
+from adapters.operator import OperatorAction, perform
 from adapters.receipt_attention import KIND_OPERATION, KIND_RECEIPT, attention_queue, load_receipt, perform_on_receipt
 from ledger.codec import LEDGER_TOPIC_PREFIX
-from ledger.errors import CorruptRecordError, OperationNotFoundError
+from ledger.errors import OperationInArchiveError, OperationNotFoundError
 from ledger.status import ExecutionState, Status
 from migrations.drivers import driver_of
 from projections.rows import StatusRow, read_topics
@@ -50,6 +53,7 @@ ROW_COLUMNS = ("operation_id", "integration", "status", "execution", "attempts",
 ATTENTION_COLUMNS = ("operation_id", "integration", "attention", "attention_detail", "ambiguity_reason",
                      "failure_category", "attempts", "updated_at")
 RECEIPT_COLUMNS = ("receipt_id", "command", "attention", "attention_detail", "principal", "updated_at")
+LATE_COLUMNS = ("operation_id", "integration", "attention", "attention_detail", "updated_at")
 APPROVAL_COLUMNS = ("operation_id", "integration", "tenant", "source_entity_type", "source_entity_id", "created_at")
 LAG_SCAN = 10_000  # ledger records counted past the view's position before saying "at least"
 
@@ -159,35 +163,38 @@ def list_ops(
         print_table(_rows_table(rows, f"operations ({len(rows)})"), wide=wide)
 
 
+ArchiveDirOption = typer.Option(None, "--archive-dir", help="the archive directory: an archived operation is read "
+                                "from its segment there (default: OPLEDGER_ARCHIVE_DIR; unset: its segment is named)")
+
+
 @ops_app.command("show")
 def show_op(operation_id: str, database_url: str = DatabaseOption, json_output: bool = JsonOption,
-            wide: bool = WideOption) -> None:
+            wide: bool = WideOption, archive_dir: Path | None = ArchiveDirOption) -> None:
     """Show one operation: status, execution and settlement, outcome, approval, source, trace
-    (payload fields not classified public are redacted)."""
+    (payload fields not classified public are redacted). An archived one is read from its
+    segment under --archive-dir (its segment is named without one)."""
     op_id = _uuid(operation_id)
     with UserErrors(), _store(database_url) as store:
-        data = show(store, op_id)
+        data = show_any(store, op_id, archive_dir or store.settings.archive_dir)
     if json_output:
         print_json(data)
         return
     table = Table(show_header=False, title=f"operation {op_id}")
     for key, value in data.items():
-        text = _detail_text(value) if key == "attention_detail" else _budgets_text(value) if key == "budgets" else value
+        text = _detail_text(value) if key in ("attention_detail", "archived") else \
+            _budgets_text(value) if key == "budgets" else value
         table.add_row(key, cell(text))
     print_table(table, wide=wide)
 
 
 @ops_app.command("timeline")
 def timeline(operation_id: str, database_url: str = DatabaseOption, json_output: bool = JsonOption,
-             wide: bool = WideOption) -> None:
-    """Show the operation's own events, oldest first (secrets never shown)."""
+             wide: bool = WideOption, archive_dir: Path | None = ArchiveDirOption) -> None:
+    """Show the operation's own events, oldest first (secrets never shown). An archived one is
+    read from its segment under --archive-dir (its segment is named without one)."""
     op_id = _uuid(operation_id)
     with UserErrors(), _store(database_url) as store:
-        try:
-            get_or_archived(store.app, op_id)  # a clear error when it does not exist, or is archived
-        except CorruptRecordError:
-            pass  # it exists: the timeline shows its events up to the damaged one
-        entries = timeline_entries(store.app, op_id)
+        entries = timeline_any(store, op_id, archive_dir or store.settings.archive_dir)
     if json_output:
         print_json(entries)
         return
@@ -203,8 +210,9 @@ def timeline(operation_id: str, database_url: str = DatabaseOption, json_output:
 def attention(limit: int = typer.Option(100, min=1, max=MAX_ROWS), database_url: str = DatabaseOption,
               json_output: bool = JsonOption, wide: bool = WideOption) -> None:
     """The operator attention queue: why automated progress stopped, oldest first. Operations,
-    and the keyed commands whose receipt recovery gave up on (receipt_stuck; resolve them with
-    `opledger resolve RECEIPT_ID --resolution retry|abandon --evidence ...`)."""
+    the keyed commands whose receipt recovery gave up on (receipt_stuck; resolve them with
+    `opledger resolve RECEIPT_ID --resolution retry|abandon --evidence ...`), and archived
+    operations a provider reported on late (late_after_archive; `--resolution acknowledge`)."""
     with UserErrors(), _store(database_url) as store:
         rows = _first(attention_queue(store, _one_more(limit)), limit)
         _warn_lag(store)
@@ -213,10 +221,15 @@ def attention(limit: int = typer.Option(100, min=1, max=MAX_ROWS), database_url:
         return
     operations = [r for r in rows if r["kind"] == KIND_OPERATION]
     receipts = [r for r in rows if r["kind"] == KIND_RECEIPT]
+    archived = [r for r in rows if r["kind"] == KIND_ARCHIVED]
     print_table(_rows_table(operations, f"needs attention ({len(operations)})", ATTENTION_COLUMNS), wide=wide)
     if receipts:
         print_table(_rows_table(receipts, f"keyed commands needing attention ({len(receipts)})", RECEIPT_COLUMNS,
                                 caption="opledger resolve RECEIPT_ID --resolution retry|abandon --evidence \"...\""),
+                    wide=wide)
+    if archived:
+        print_table(_rows_table(archived, f"archived operations with late records ({len(archived)})", LATE_COLUMNS,
+                                caption="opledger resolve OPERATION_ID --resolution acknowledge --evidence \"...\""),
                     wide=wide)
 
 
@@ -241,6 +254,17 @@ def _act(database_url: str | None, operation_id: str, action: OperatorAction, js
     with UserErrors(), _store(database_url, write=True) as store:
         try:
             result = perform(store, op_id, action)
+        except OperationInArchiveError:
+            # An archived operation's late records are acknowledged by its id (late_after_archive).
+            if (action.kind, action.resolution) != ("resolve", "acknowledge"):
+                raise
+            done = acknowledge_late(store, op_id, principal=action.principal, evidence=action.evidence)
+            if json_output:
+                print_json(done)
+            else:
+                console.print(f"operation {op_id} (archived): acknowledged {done['acknowledged']} late record(s)",
+                              highlight=False, soft_wrap=True)
+            return
         except OperationNotFoundError:
             # A receipt recovery gave up on is resolved by its id too (attention receipt_stuck).
             if action.kind != "resolve" or load_receipt(store.app, op_id) is None:

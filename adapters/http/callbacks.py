@@ -12,8 +12,10 @@ The route, in order, and what it answers (a body over 64 KiB: 413, unread):
 4. an authenticated body that is not a callback: 422; a server that opened the SQLite store
    read-only: 503 with ``Retry-After`` (the provider retries until a writing ``serve`` runs);
 5. an operation that does not exist or is not of this integration, or an attempt that is not
-   its latest: 404; the same message again (same ``webhook-id`` and ``webhook-timestamp``): 401
-   (replayed);
+   its latest: 404; one ``opledger archive`` moved out of the store: 200, the callback kept apart
+   and put on the attention queue (``adapters.archive_attention``; ``fact``
+   ``late_after_archive``, ``status`` ``archived``), never appended to it; the same message again
+   (same ``webhook-id`` and ``webhook-timestamp``): 401 (replayed);
 6. the same ``webhook-id`` re-signed (the provider's retry): 200, nothing recorded;
 7. otherwise ``Operation.receive_callback`` decides: ``CallbackReceived`` while the operation waits
    for its result (but nothing for a ``progress`` report identical to the last one for the same
@@ -44,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from standardwebhooks.webhooks import Webhook
 from starlette.concurrency import run_in_threadpool
 
+from adapters.archive_attention import LATE_AFTER_ARCHIVE, keep_late_callback
 from adapters.http.callback_auth import (
     SIGNATURE_HEADERS,
     CallbackSecretUnavailable,
@@ -52,6 +55,7 @@ from adapters.http.callback_auth import (
     load_verifier,
 )
 from adapters.http.problems import PROBLEM_RESPONSES, RETRY_AFTER_SECONDS, Problem
+from adapters.operator import get_or_archived
 from adapters.refusals import save_refusable
 from adapters.runtime import Store
 from executors.secrets import SecretProvider
@@ -59,7 +63,13 @@ from ledger import tracing
 from ledger.application import LedgerApplication
 from ledger.callbacks import CallbackVerdict, classify_callback
 from ledger.declarations import NAME_PATTERN
-from ledger.errors import IllegalTransitionError, OperationNotFoundError, UnknownIntegrationError, WriteRefusedError
+from ledger.errors import (
+    IllegalTransitionError,
+    OperationInArchiveError,
+    OperationNotFoundError,
+    UnknownIntegrationError,
+    WriteRefusedError,
+)
 from ledger.inbound import BodyRefused, parse_json
 from ledger.modes import rules_for
 from ledger.refusals import WriteKind
@@ -92,8 +102,10 @@ class CallbackReceipt(BaseModel):
         description="recorded: a new fact; duplicate: this webhook-id was recorded before (nothing new); "
                     "agrees_with_outcome: it arrived after an outcome it agrees with (nothing recorded); "
                     "unchanged: a progress report identical to the last one for this attempt (nothing recorded)")
-    fact: str | None = Field(description="CallbackReceived or LateObservationRecorded when recorded")
-    status: str = Field(description="the operation's status after it")
+    fact: str | None = Field(description="CallbackReceived or LateObservationRecorded when recorded; "
+                                         "late_after_archive when the operation was archived (kept apart, on "
+                                         "the attention queue)")
+    status: str = Field(description="the operation's status after it (archived: moved into an archive segment)")
 
 
 _BODY_SCHEMA: dict[str, Any] = {
@@ -225,7 +237,18 @@ def _record_once(app: LedgerApplication, integration: str, body: CallbackBody, s
                  now: datetime) -> CallbackReceipt | None:
     """Decide and record on the operation as stored; None when another writer won the version."""
     try:
-        op = app.get_operation(body.operation_id)
+        op = get_or_archived(app, body.operation_id)
+    except OperationInArchiveError as archived:
+        # Its records left the store: nothing may be appended to it (its history would start
+        # past version 1), so the fact is kept apart, on the attention queue (ADR 0010 §4).
+        kept = keep_late_callback(app, archived, integration=integration, callback_id=signed.callback_id,
+                                  outcome=body.outcome, remote_status=body.remote_status, detail=body.detail, now=now)
+        log.warning("callback for an archived operation kept for operators", operation_id=str(body.operation_id),
+                    segment=f"seg-{archived.segment:06d}", callback_id=signed.callback_id, outcome=body.outcome,
+                    duplicate=not kept)
+        return CallbackReceipt(operation_id=str(body.operation_id), callback_id=signed.callback_id,
+                               result="recorded" if kept else "duplicate", fact=LATE_AFTER_ARCHIVE if kept else None,
+                               status="archived")
     except OperationNotFoundError:
         op = None
     if op is None or op.integration_name != integration:

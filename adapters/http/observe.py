@@ -19,11 +19,13 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import WithJsonSchema
 
+from adapters.archive_reads import show_any, timeline_any
 from adapters.http.auth import TokenGrant, principal_with
 from adapters.http.operator_view import offers_for, role_actions, trace_link
 from adapters.http.problems import PROBLEM_RESPONSES, Problem, reject_unknown_query
 from adapters.http.schemas import (
     TEXT_PATTERN,
+    ArchivedLateAttention,
     OperationDetail,
     OperationPage,
     OperationSummary,
@@ -31,10 +33,8 @@ from adapters.http.schemas import (
     SignedIn,
     TimelineEntry,
 )
-from adapters.operator import show, timeline_entries
 from adapters.receipt_attention import attention_queue
 from adapters.runtime import Store
-from ledger.errors import CorruptRecordError
 from ledger.status import ExecutionState, Status
 from projections.rows import StatusRow
 from projections.view import OperationFilter
@@ -145,8 +145,11 @@ def get_me(request: Request, grant: Reader) -> SignedIn:
             summary="One operation, with the actions the token may take on it now")
 def get_operation(request: Request, grant: Reader, operation_id: OperationId) -> Any:
     store = store_of(request)
-    detail = show(store, operation_id)
-    detail.update(offers_for(store, operation_id, grant, writable=request.app.state.writable))
+    detail = show_any(store, operation_id, store.settings.archive_dir)
+    if "archived" in detail:  # read from its archive segment: nothing may be done to it
+        detail.update(actions=[], withheld=[])
+    else:
+        detail.update(offers_for(store, operation_id, grant, writable=request.app.state.writable))
     detail["trace_url"] = trace_link(request.app.state.trace_url_template, detail.get("trace_id"))
     return detail
 
@@ -155,11 +158,7 @@ def get_operation(request: Request, grant: Reader, operation_id: OperationId) ->
             summary="An operation's events, oldest first")
 def get_timeline(request: Request, _: Reader, operation_id: OperationId) -> Any:
     store = store_of(request)
-    try:
-        store.app.get_operation(operation_id)  # 404 when it does not exist
-    except CorruptRecordError:
-        pass  # it exists: the timeline ends where its records stop decoding
-    return timeline_entries(store.app, operation_id)
+    return timeline_any(store, operation_id, store.settings.archive_dir)
 
 
 @router.get("/operations/{operation_id}/evidence", response_model=dict[str, Any],
@@ -170,9 +169,10 @@ def get_evidence(request: Request, _: Reader, operation_id: OperationId) -> Any:
     return export(store_of(request), operation_id)
 
 
-@router.get("/attention", response_model=list[OperationSummary | ReceiptAttention],
-            summary="The attention queue: why automated progress stopped, oldest first (operations, and keyed "
-                    "commands whose receipt recovery gave up on: kind receipt, reason receipt_stuck)")
+@router.get("/attention", response_model=list[OperationSummary | ReceiptAttention | ArchivedLateAttention],
+            summary="The attention queue: why automated progress stopped, oldest first (operations, keyed "
+                    "commands whose receipt recovery gave up on: kind receipt, reason receipt_stuck, and callbacks "
+                    "for archived operations: kind archived, reason late_after_archive)")
 def get_attention(
     request: Request, grant: Reader,
     reason: Annotated[str | None, Query(max_length=200, pattern=TEXT_PATTERN)] = None,

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ledger.archives import ArchiveError
 from ledger.errors import (
     CorruptRecordError,
     InvalidArgumentError,
@@ -113,6 +114,8 @@ def translate(exc: LedgerError) -> Problem:
         return Problem(422, "Write refused", str(exc), code="write_refused")
     if isinstance(exc, CorruptRecordError):
         return Problem(409, "Conflict", f"{exc} (the operation is on the attention queue)", code="corrupt_record")
+    if isinstance(exc, ArchiveError):  # an archived operation's segment missing or tampered with
+        return Problem(409, "Conflict", str(exc), code="archive_unreadable")
     return Problem(400, "Bad request", str(exc))
 
 

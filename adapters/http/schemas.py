@@ -71,6 +71,22 @@ class ReceiptAttention(BaseModel):
     updated_at: datetime = Field(description="when recovery gave up on it")
 
 
+class ArchivedLateAttention(BaseModel):
+    """A callback that arrived for an operation ``opledger archive`` had already moved out of the
+    store: kept apart (never appended to it) and on the attention queue as ``late_after_archive``
+    until an operator acknowledges it (``opledger resolve ID --resolution acknowledge``;
+    docs/adr/0010-archives.md §4)."""
+
+    kind: Literal["archived"]
+    id: str = Field(description="the entry's id, for a reader of any kind of entry: the operation id")
+    operation_id: str
+    integration: str = Field(description="the integration whose callback route it came in on")
+    attention: Literal["late_after_archive"]
+    attention_detail: dict[str, Any] = Field(description="segment (the archive segment holding the operation), "
+                                                         "callback_id, outcome, remote_status, detail")
+    updated_at: datetime = Field(description="when it arrived")
+
+
 class ReceiptResolveBody(BaseModel):
     """Resolve a receipt recovery gave up on: ``retry`` (recovery runs it again at once, with a
     fresh budget of adoptions) or ``abandon`` (answered 409 ``command_abandoned``, nothing

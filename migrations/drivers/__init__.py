@@ -21,6 +21,7 @@ from migrations.drivers.protocols import (
     DatabaseDriver,
     EventLoads,
     EventRow,
+    LateRecord,
     LogReads,
     OpenIntents,
     Record,
@@ -40,7 +41,7 @@ __all__ = [
     "StoreDriver", "Archives", "EventLoads", "LogReads", "Reservations", "ReservationHold", "StoreProbes",
     "TopicCounts",
     # rows
-    "Record", "EventRow", "OpenIntents", "ArchiveCandidate", "ArchiveLabels", "RecordedSegment",
+    "Record", "EventRow", "OpenIntents", "ArchiveCandidate", "ArchiveLabels", "RecordedSegment", "LateRecord",
 ]
 
 _chosen: WeakKeyDictionary[Any, StoreDriver] = WeakKeyDictionary()

@@ -27,6 +27,7 @@ from migrations.drivers.protocols import (
     ArchiveCandidate,
     ArchiveLabels,
     EventRow,
+    LateRecord,
     OpenIntents,
     Record,
     RecordedSegment,
@@ -136,7 +137,8 @@ class PostgresDriver:
         return [ArchiveCandidate(*row) for row in rows]
 
     def archive_record(self, segment: RecordedSegment, *, aggregates: int, records: int, archived_at: datetime,
-                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int]) -> None:
+                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int],
+                       receipts: Sequence[tuple[UUID, int]] = ()) -> None:
         """See ``Archives.archive_record``."""
         with self._recorder.datastore.transaction(commit=True) as cursor:
             cursor.execute(self._archive_sql("archive_insert_segment"),
@@ -147,6 +149,9 @@ class PostgresDriver:
             cursor.executemany(self._archive_sql("archive_insert_operation"),
                                [[op_id, segment.segment, version, status, archived_at]
                                 for op_id, version, status in operations])
+            cursor.executemany(self._archive_sql("archive_insert_receipt"),
+                               [[receipt_id, segment.segment, version, archived_at]
+                                for receipt_id, version in receipts])
 
     def archive_segments(self) -> list[RecordedSegment]:
         """See ``Archives.archive_segments``."""
@@ -163,10 +168,53 @@ class PostgresDriver:
 
     def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> None:
         """See ``Archives.archive_remove``."""
-        pairs = [[op_id, version] for op_id, version in operations]
+        later, events, status = (self._archive_sql(name) for name in
+                                 ("archive_select_later", "archive_delete_events", "archive_delete_status"))
         with self._recorder.datastore.transaction(commit=True) as cursor:
-            cursor.executemany(self._archive_sql("archive_delete_events"), pairs)
-            cursor.executemany(self._archive_sql("archive_delete_status"), pairs)
+            for op_id, version in operations:
+                cursor.execute(later, [op_id, version])
+                if cursor.fetchone() is not None:
+                    continue  # a late record: the operation stays whole (ADR 0010 §4)
+                cursor.execute(events, [op_id, version])
+                cursor.execute(status, [op_id, version])
+
+    def archive_late_record(self, record: LateRecord) -> bool:
+        """See ``Archives.archive_late_record``."""
+        with self._recorder.datastore.transaction(commit=True) as cursor:
+            cursor.execute(self._archive_sql("archive_insert_late"), list(record))
+            return bool(cursor.rowcount)
+
+    def archive_late_list(self, limit: int) -> list[LateRecord]:
+        """See ``Archives.archive_late_list``."""
+        return [LateRecord(*row) for row in self._archive_rows("archive_select_late", [limit])]
+
+    def archive_late_acknowledge(self, operation_id: UUID, *, principal: str, evidence: str, at: datetime) -> int:
+        """See ``Archives.archive_late_acknowledge``."""
+        with self._recorder.datastore.transaction(commit=True) as cursor:
+            cursor.execute(self._archive_sql("archive_acknowledge_late"), [at, principal, evidence, operation_id])
+            return int(cursor.rowcount)
+
+    def archive_receipts_held(self, ids: Collection[UUID]) -> set[UUID]:
+        """See ``Archives.archive_receipts_held``."""
+        return {receipt_id for (receipt_id,) in self._archive_rows("archive_select_receipts_held",
+                                                                   [list(dict.fromkeys(ids))])}
+
+    def archive_receipts_unremoved(self, limit: int) -> list[tuple[UUID, int, int]]:
+        """See ``Archives.archive_receipts_unremoved``."""
+        return [(receipt_id, segment, version) for receipt_id, segment, version
+                in self._archive_rows("archive_select_receipts_unremoved", [limit])]
+
+    def archive_receipts_remove(self, receipts: Sequence[tuple[UUID, int, int]]) -> None:
+        """See ``Archives.archive_receipts_remove``."""
+        later, events, mark = (self._archive_sql(name) for name in
+                               ("archive_select_later", "archive_delete_events", "archive_mark_receipt"))
+        with self._recorder.datastore.transaction(commit=True) as cursor:
+            for receipt_id, segment, version in receipts:
+                cursor.execute(later, [receipt_id, version])
+                kept = cursor.fetchone() is not None  # reopened since: kept whole (ADR 0010 §4)
+                if not kept:
+                    cursor.execute(events, [receipt_id, version])
+                cursor.execute(mark, [2 if kept else 1, receipt_id, segment])
 
 class _Hold:
     """The reserving reads of one held connection (``ReservationHold``).

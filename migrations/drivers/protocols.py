@@ -176,6 +176,22 @@ class RecordedSegment(NamedTuple):
     records: int = 0
 
 
+class LateRecord(NamedTuple):
+    """What arrived for an archived operation after its records left the store (a provider's
+    late callback), kept for operators (docs/adr/0010-archives.md §4): the operation, the
+    message's id, the segment holding the operation, the integration it came in for, the
+    reported outcome, status word and text, and when it arrived (UTC)."""
+
+    operation_id: UUID
+    callback_id: str
+    segment: int
+    integration: str
+    outcome: str
+    remote_status: str | None
+    detail: str
+    received_at: datetime
+
+
 class Archives(Protocol):
     """Moving closed operations out of the hot store (docs/adr/0010-archives.md §3): select,
     record a written segment and its index, remove what it holds, in bounded batches."""
@@ -189,11 +205,43 @@ class Archives(Protocol):
         ...
 
     def archive_record(self, segment: RecordedSegment, *, aggregates: int, records: int, archived_at: datetime,
-                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int]) -> None:
+                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int],
+                       receipts: Sequence[tuple[UUID, int]] = ()) -> None:
         """In one transaction: record ``segment``, an index row per ``(operation id, version
-        archived, final status)``, and add ``totals`` (operations by final status and label set)
-        to the carried-forward totals the status counts add in. A segment recorded already is
-        left as it is, and nothing else is written (a rerun adds nothing twice)."""
+        archived, final status)`` and per ``(receipt id, version archived)`` of an expired
+        receipt, and add ``totals`` (operations by final status and label set) to the
+        carried-forward totals the status counts add in. A segment recorded already is left as
+        it is, and nothing else is written (a rerun adds nothing twice)."""
+        ...
+
+    def archive_late_record(self, record: LateRecord) -> bool:
+        """Keep ``record``; return False when one with its operation and callback id is kept
+        already (a provider's retry: nothing is written)."""
+        ...
+
+    def archive_late_list(self, limit: int) -> list[LateRecord]:
+        """Return up to ``limit`` kept records no operator acknowledged yet, oldest first."""
+        ...
+
+    def archive_late_acknowledge(self, operation_id: UUID, *, principal: str, evidence: str, at: datetime) -> int:
+        """Mark every unacknowledged record of ``operation_id`` acknowledged by ``principal``
+        with ``evidence`` at ``at`` (UTC); return how many."""
+        ...
+
+    def archive_receipts_held(self, ids: Collection[UUID]) -> set[UUID]:
+        """Return those of ``ids`` with an archived receipt generation whose records are still in
+        the store (not removed yet, or kept whole): they are never selected again."""
+        ...
+
+    def archive_receipts_unremoved(self, limit: int) -> list[tuple[UUID, int, int]]:
+        """Return up to ``limit`` ``(receipt id, segment, version archived)`` of archived receipt
+        generations whose records are still to be removed."""
+        ...
+
+    def archive_receipts_remove(self, receipts: Sequence[tuple[UUID, int, int]]) -> None:
+        """In one transaction: delete each archived receipt generation's records up to the
+        version archived and mark it removed; one with a record past that version (reopened
+        since) is kept whole and marked so (docs/adr/0010-archives.md §4, §6)."""
         ...
 
     def archive_segments(self) -> list[RecordedSegment]:
@@ -206,12 +254,16 @@ class Archives(Protocol):
 
     def archive_unremoved(self, limit: int) -> list[tuple[UUID, int]]:
         """Return up to ``limit`` ``(operation id, version archived)`` pairs of archived
-        operations whose records and status row are still in the hot store."""
+        operations whose records and status row are still in the hot store, leaving out any
+        with a record past the version archived (a late record: it stays whole,
+        docs/adr/0010-archives.md §4)."""
         ...
 
     def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> None:
         """In one transaction: delete each operation's records up to the version archived and
-        its status row when it is that version (a later record is never deleted)."""
+        its status row when it is that version; an operation with a record past the version
+        archived (a late record) is left whole, never cut into a history that starts past
+        version 1 (docs/adr/0010-archives.md §4)."""
         ...
 
 

@@ -19,6 +19,7 @@ from ledger.store_identity import STORE_TABLE
 from migrations.drivers.database import ConfiguredStore
 from migrations.drivers.owned import OwnedStore
 from migrations.drivers.protocols import ArchiveCandidate, ArchiveLabels, EventRow, OpenIntents, Record, RecordedSegment
+from migrations.drivers.protocols import LateRecord as LateRow
 from migrations.drivers.queries import load_queries
 
 MAX_IDS_PER_QUERY = 500
@@ -110,7 +111,8 @@ class SQLiteDriver(OwnedStore):
                 in rows]
 
     def archive_record(self, segment: RecordedSegment, *, aggregates: int, records: int, archived_at: datetime,
-                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int]) -> None:
+                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int],
+                       receipts: Sequence[tuple[UUID, int]] = ()) -> None:
         """See ``Archives.archive_record``."""
         at = _time(archived_at)
         with self._write() as cursor:
@@ -122,6 +124,8 @@ class SQLiteDriver(OwnedStore):
             for operation_id, version, status in operations:
                 cursor.execute(self._queries["archive_insert_operation"],
                                [str(operation_id), segment.segment, version, status, at])
+            for receipt_id, version in receipts:
+                cursor.execute(self._queries["archive_insert_receipt"], [str(receipt_id), segment.segment, version, at])
 
     def archive_segments(self) -> list[RecordedSegment]:
         """See ``Archives.archive_segments``."""
@@ -140,16 +144,68 @@ class SQLiteDriver(OwnedStore):
 
     def archive_unremoved(self, limit: int) -> list[tuple[UUID, int]]:
         """See ``Archives.archive_unremoved``."""
-        return [(UUID(i), int(v)) for i, v in self._select(self._queries["archive_select_unremoved"], [limit],
-                                                           tuples=True)]
+        sql = self._queries["archive_select_unremoved"].format(table=self._table)
+        return [(UUID(i), int(v)) for i, v in self._select(sql, [limit], tuples=True)]
 
     def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> None:
         """See ``Archives.archive_remove``."""
         events = self._queries["archive_delete_events"].format(table=self._table)
+        later = self._queries["archive_select_later"].format(table=self._table)
         with self._write() as cursor:
             for operation_id, version in operations:
+                cursor.execute(later, [operation_id.hex, version])
+                if cursor.fetchone() is not None:
+                    continue  # a late record: the operation stays whole (ADR 0010 §4)
                 cursor.execute(events, [operation_id.hex, version])
                 cursor.execute(self._queries["archive_delete_status"], [str(operation_id), version])
+
+    def archive_late_record(self, record: LateRow) -> bool:
+        """See ``Archives.archive_late_record``."""
+        with self._write() as cursor:
+            cursor.execute(self._queries["archive_insert_late"],
+                           [str(record.operation_id), *record[1:7], _time(record.received_at)])
+            return bool(cursor.sqlite_cursor.rowcount)
+
+    def archive_late_list(self, limit: int) -> list[LateRow]:
+        """See ``Archives.archive_late_list``."""
+        rows = self._select(self._queries["archive_select_late"], [limit], tuples=True)
+        return [LateRow(UUID(op_id), callback_id, int(segment), integration, outcome, remote_status, detail,
+                        datetime.fromisoformat(at))
+                for op_id, callback_id, segment, integration, outcome, remote_status, detail, at in rows]
+
+    def archive_late_acknowledge(self, operation_id: UUID, *, principal: str, evidence: str, at: datetime) -> int:
+        """See ``Archives.archive_late_acknowledge``."""
+        with self._write() as cursor:
+            cursor.execute(self._queries["archive_acknowledge_late"],
+                           [_time(at), principal, evidence, str(operation_id)])
+            return int(cursor.sqlite_cursor.rowcount)
+
+    def archive_receipts_held(self, ids: Collection[UUID]) -> set[UUID]:
+        """See ``Archives.archive_receipts_held``."""
+        wanted = [str(i) for i in dict.fromkeys(ids)]
+        held: set[UUID] = set()
+        for start in range(0, len(wanted), MAX_IDS_PER_QUERY):
+            chunk = wanted[start:start + MAX_IDS_PER_QUERY]
+            sql = self._queries["archive_select_receipts_held"].format(ids=",".join("?" * len(chunk)))
+            held.update(UUID(i) for (i,) in self._select(sql, chunk, tuples=True))
+        return held
+
+    def archive_receipts_unremoved(self, limit: int) -> list[tuple[UUID, int, int]]:
+        """See ``Archives.archive_receipts_unremoved``."""
+        rows = self._select(self._queries["archive_select_receipts_unremoved"], [limit], tuples=True)
+        return [(UUID(i), int(segment), int(version)) for i, segment, version in rows]
+
+    def archive_receipts_remove(self, receipts: Sequence[tuple[UUID, int, int]]) -> None:
+        """See ``Archives.archive_receipts_remove``."""
+        events = self._queries["archive_delete_events"].format(table=self._table)
+        later = self._queries["archive_select_later"].format(table=self._table)
+        with self._write() as cursor:
+            for receipt_id, segment, version in receipts:
+                cursor.execute(later, [receipt_id.hex, version])
+                kept = cursor.fetchone() is not None  # reopened since: kept whole (ADR 0010 §4)
+                if not kept:
+                    cursor.execute(events, [receipt_id.hex, version])
+                cursor.execute(self._queries["archive_mark_receipt"], [2 if kept else 1, str(receipt_id), segment])
 
 
 def _time(value: datetime) -> str:

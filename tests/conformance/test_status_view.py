@@ -48,9 +48,9 @@ class Backend:
 
 def _migrated(database: Database) -> Database:
     from adapters.demo.orders import OrdersApp
-    from migrations import migrate
+    from tests.stores import migrated_store
 
-    migrate(database, OrdersApp)
+    migrated_store(database, OrdersApp)
     return database
 
 

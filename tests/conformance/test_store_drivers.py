@@ -27,7 +27,6 @@ from ledger.codec import LEDGER_TOPIC_PREFIX
 from ledger.config import Database
 from ledger.operation import Operation
 from ledger.topics import topics_of
-from migrations import migrate
 from migrations.drivers import StoreDriver, driver_of
 from migrations.drivers.memory import MemoryDriver
 from projections.loading import load_aggregates
@@ -35,6 +34,7 @@ from projections.probe import PROBE_TOPIC
 from projections.rows import ledger_topics
 from tests.apps import FakeApp
 from tests.conftest import drop_schema, new_postgres_url, require_postgres
+from tests.stores import migrated_store
 
 POPO = {"PERSISTENCE_MODULE": "eventsourcing.popo"}
 INTENDED = topics_of([Operation.Intended])
@@ -73,7 +73,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Store]:
             require_postgres()
             url, schema = new_postgres_url()
         database = Database.parse(url)
-        migrate(database, FakeApp)
+        migrated_store(database, FakeApp)
         app = FakeApp(env=database.library_env(create_table=False), clock=clock)
     try:
         yield Store(app, driver_of(app), clock)
@@ -338,7 +338,7 @@ def test_database_driver_prepares_records_and_describes_a_store(database: Databa
     assert driver.log_gapless is not driver.shared
     assert driver.schema_files.is_dir() and sorted(driver.schema_files.glob("0001.*.sql"))
     assert "@" not in driver.describe() and driver.describe()
-    migrate(database, FakeApp)
+    migrated_store(database, FakeApp)
     driver.store_prepare()  # again, on a migrated store: nothing changes
     assert driver.journal_mode() == (None if driver.store_file is None else "wal")
     seen: list[dict[str, str]] = []
@@ -362,7 +362,7 @@ def test_database_driver_wakes_on_its_status_channel_where_it_says_so(database: 
     from migrations.drivers import database_driver
 
     driver = database_driver(database)
-    migrate(database, FakeApp)
+    migrated_store(database, FakeApp)
     stop = threading.Event()
     woken = threading.Event()
     try:
@@ -378,7 +378,7 @@ def test_database_driver_drops_its_schema_only_where_it_has_one(database: Databa
     from migrations.drivers import database_driver
 
     driver = database_driver(database)
-    migrate(database, FakeApp)
+    migrated_store(database, FakeApp)
     driver.schema_drop()
     if driver.store_file is not None:
         assert driver.store_file.exists(), "a file of its own is its owner's to delete"

@@ -10,13 +10,15 @@ import pytest
 
 from ledger.clock import FakeClock
 from ledger.config import Database
-from migrations import migrate
+from projections import open_view
+from projections.view import StatusView
 from tests.apps import FakeApp
+from tests.stores import migrated_store
 
 
 @pytest.fixture
 def fake_db(database: Database) -> Database:
-    migrate(database, FakeApp)
+    migrated_store(database, FakeApp)
     return database
 
 
@@ -30,3 +32,11 @@ def app(fake_db: Database, clock: FakeClock) -> Iterator[FakeApp]:
     app = FakeApp(env=fake_db.library_env(create_table=False), clock=clock)
     yield app
     app.close()
+
+
+@pytest.fixture
+def view(migrated: Database) -> Iterator[StatusView]:
+    """The status view of the ``migrated`` store, closed at the end."""
+    opened = open_view(migrated)
+    yield opened
+    opened.close()

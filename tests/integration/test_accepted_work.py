@@ -26,19 +26,19 @@ from ledger.config import Database
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
 from ledger.status import SettlementState as S
-from migrations import migrate
 from projections.status import StatusProjection
 from projections.views import open_view
 from tests.apps import Thing
 from tests.conftest import SECRET
 from tests.lro_apps import LroApp
+from tests.stores import migrated_store
 
 pytestmark = pytest.mark.process
 
 
 @pytest.fixture
 def lro_app(database: Database) -> Iterator[LroApp]:
-    migrate(database, LroApp)
+    migrated_store(database, LroApp)
     app = LroApp(env=database.library_env(create_table=False))
     yield app
     app.close()

@@ -6,10 +6,9 @@ status totals and metrics stay as they were."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import pytest
 from typer.testing import CliRunner
@@ -22,47 +21,15 @@ from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.errors import OperationArchivedError
 from migrations.drivers import archives_of
-from projections import MetricsProjection, MetricsStore, StatusProjection, open_view
+from projections import MetricsProjection, MetricsStore, StatusProjection
 from projections.view import StatusView
-
-
-@pytest.fixture
-def view(migrated: Database) -> Iterator[StatusView]:
-    opened = open_view(migrated)
-    yield opened
-    opened.close()
-
-
-def _close(app: OrdersApp, clock: FakeClock, op_id: UUID, order_version: int) -> None:
-    op = app.get_operation(op_id)
-    epoch = op.claim(now=clock.now(), worker_id="w", lease_seconds=30)
-    op.start_attempt(epoch=epoch, now=clock.now(), attempt_id=uuid4(), request_fingerprint="f")
-    op.succeed(epoch=epoch, now=clock.now(), attempt_id=op.last_attempt_id)
-    op.settle(now=clock.now(), entity_version=order_version)
-    app.save(op)
+from tests.archive_desk import archive_cli as _archive
+from tests.archive_desk import closed_orders
 
 
 def _store(app: OrdersApp, clock: FakeClock, view: StatusView) -> tuple[list[UUID], list[UUID], UUID]:
-    """Two orders: the first's payment, notification and fulfilment closed (settled), the
-    second's left pending. Returns (closed ids, open ids, the first order's id)."""
-    order_id, closed = app.place_order(customer_email="c@example.test", amount_cents=100,
-                                       payments_url="http://p/pay", notify_url="http://p/n")
-    fulfil = app.fulfil_order(order_id, fulfil_url="http://p/f")
-    closed = [*closed, fulfil]
-    for op_id in closed:
-        _close(app, clock, op_id, app.repository.get(order_id).version)
-    _, still_open = app.place_order(customer_email="d@example.test", amount_cents=200,
-                                    payments_url="http://p/pay", notify_url="http://p/n")
-    StatusProjection(app=app, view=view).catch_up()
-    return list(closed), list(still_open), order_id
-
-
-def _archive(migrated: Database, out: Path, *extra: str) -> dict:
-    result = CliRunner().invoke(cli, ["archive", "--out", str(out), "--before", "1s", "--json",
-                                      "--database-url", migrated.url(), *extra],
-                                env={"OPLEDGER_APP": "adapters.demo.orders:OrdersApp"})
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    """One order's payment, notification and fulfilment closed, another's two pending."""
+    return closed_orders(app, clock, view, fulfil=True)
 
 
 def test_closed_operations_are_archived_verified_and_removed_and_a_rerun_archives_none_twice(
@@ -199,6 +166,31 @@ def test_a_run_killed_before_recording_or_mid_removal_is_completed_by_the_next(
     assert not any(orders_app.recorder.select_events(op_id) for op_id in closed)
     assert len(segments(out)) == 1 and set(archives.archive_lookup(closed)) == set(closed)
     assert CliRunner().invoke(cli, ["archive", "verify", str(out)]).exit_code == 0
+
+
+def test_a_record_after_archiving_keeps_the_operation_whole_and_on_the_attention_queue(
+        orders_app: OrdersApp, clock: FakeClock, view: StatusView, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    closed, _, _ = _store(orders_app, clock, view)
+    out = tmp_path / "archive"
+    with monkeypatch.context() as patch:  # recorded, then killed before any removal
+        patch.setattr(type(archives_of(orders_app)), "archive_remove", lambda *a, **k: (_ for _ in ()).throw(Killed()))
+        with pytest.raises(Killed):
+            _run(orders_app, view, out)
+    late = orders_app.get_operation(closed[0])  # a provider's late callback contradicts the outcome
+    assert late.receive_callback(now=clock.now(), callback_id="late-1", outcome="failed",
+                                 attempt_id=late.last_attempt_id)
+    orders_app.save(late)
+
+    report = _run(orders_app, view, out)
+    assert report.removed == len(closed) - 1
+    stored = [r.originator_version for r in orders_app.recorder.select_events(closed[0])]
+    assert stored == list(range(1, late.version + 1)), "kept whole, never cut"
+    assert not any(orders_app.recorder.select_events(op_id) for op_id in closed[1:])
+    StatusProjection(app=orders_app, view=view).catch_up()
+    row = view.get(closed[0])
+    assert row is not None and row.attention == "late_observation"
+    assert _run(orders_app, view, out).removed == 0, "and left alone by later runs"
 
 
 def test_doctor_counts_the_records_archived_out_of_the_log(orders_app: OrdersApp, clock: FakeClock, view: StatusView,

@@ -9,15 +9,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
 from uuid import uuid4
 
 import pytest
+from fastapi.testclient import TestClient
+from structlog.testing import capture_logs
+from typer.testing import CliRunner
 
+from adapters.archive_run import run_archive
+from adapters.cli.app import app as cli
+from adapters.http.app import ServeConfig, attach, build_app
 from adapters.partner.callbacks import callback_body, signed_headers
 from ledger.operation import Operation
 from ledger.status import ExecutionState as E
+from migrations.drivers import archives_of
 from projections.rows import row_from_operation
-from tests.callback_desk import CALLBACK_SECRET, WRONG_SECRET, CallbackDesk, callback_desk
+from projections.status import StatusProjection
+from tests.callback_desk import APP_TOPIC, CALLBACK_SECRET, INTEGRATION, WRONG_SECRET, CallbackDesk, callback_desk
+from tests.desk import TOKENS, auth
 
 PROBLEM = "application/problem+json"
 
@@ -292,3 +303,49 @@ def test_a_malformed_callback_secret_is_never_shown(database_url: str) -> None:
         response = d.post(op_id, attempt)
         refused(response, 503, "is not 'whsec_'")
         assert bad not in response.text and "c2hvcnQ" not in response.text
+
+
+def test_a_callback_for_an_archived_operation_is_kept_apart_on_the_attention_queue(desk: CallbackDesk,
+                                                                                  tmp_path: Path) -> None:
+    op_id, attempt = desk.accepted()
+    assert desk.post(op_id, attempt, callback_id="msg_a").status_code == 200
+    op = desk.ledger.get_operation(op_id)
+    op.settle(now=desk.clock.now(), entity_version=desk.ledger.repository.get(op.source.entity_id).version)
+    desk.ledger.save(op)
+    StatusProjection(app=desk.ledger, view=desk.store.view).catch_up()
+    limits = {INTEGRATION: desk.clock.now() + timedelta(seconds=1)}
+    report = run_archive(desk.ledger, desk.store.view, archives_of(desk.ledger), tmp_path / "archive",
+                         now=desk.clock.now(), limits=limits, provenance={})
+    assert report.removed == 1
+    before = desk.log_length()
+    with capture_logs() as logs:
+        late = desk.post(op_id, attempt, callback_id="msg_late", outcome="failed", detail="refunded")
+    assert late.status_code == 200, late.text
+    assert (late.json()["result"], late.json()["fact"], late.json()["status"]) == ("recorded", "late_after_archive",
+                                                                                   "archived")
+    assert desk.log_length() == before and not desk.ledger.recorder.select_events(op_id), "never appended to it"
+    assert [e["segment"] for e in logs if e["event"] == "callback for an archived operation kept for operators"] \
+        == ["seg-000001"]
+    assert desk.post(op_id, attempt, callback_id="msg_late", outcome="failed").json()["result"] == "duplicate"
+
+    url, env = desk.store.settings.database_url, {"OPLEDGER_APP": APP_TOPIC}
+    queue = json.loads(CliRunner().invoke(cli, ["attention", "--json", "--database-url", url], env=env).stdout)
+    [row] = [r for r in queue if r["kind"] == "archived"]
+    assert (row["operation_id"], row["attention"], row["integration"]) == (str(op_id), "late_after_archive", INTEGRATION)
+    assert row["attention_detail"] == {"segment": "seg-000001", "callback_id": "msg_late", "outcome": "failed",
+                                       "remote_status": "done", "detail": "refunded"}
+    observer = attach(build_app(), store=desk.store, config=ServeConfig(tokens=TOKENS), clock=desk.clock)
+    with TestClient(observer) as client:
+        served = client.get("/v1/attention", params={"reason": "late_after_archive"}, headers=auth("viewer"))
+    assert served.status_code == 200, served.text
+    [entry] = served.json()
+    assert {**entry, "updated_at": row["updated_at"]} == row
+    resolve = ["resolve", str(op_id), "--resolution", "acknowledge", "--evidence", "refund seen",
+               "--database-url", url]
+    done = CliRunner().invoke(cli, resolve, env=env)
+    assert done.exit_code == 0, done.output
+    assert f"operation {op_id} (archived): acknowledged 1 late record(s)" in done.stdout
+    queue = json.loads(CliRunner().invoke(cli, ["attention", "--json", "--database-url", url], env=env).stdout)
+    assert not [r for r in queue if r["kind"] == "archived"]
+    again = CliRunner().invoke(cli, resolve, env=env)
+    assert again.exit_code == 1 and "nothing to acknowledge" in again.output

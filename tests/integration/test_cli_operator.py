@@ -21,10 +21,10 @@ from tests.observe_seed import DeskApp, seed
 @pytest.fixture
 def desk(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     """A migrated store with the scripted run, a refund awaiting approval, and the view caught up."""
-    from migrations import migrate
+    from tests.stores import migrated_store
 
     database = Database.parse(database_url)
-    migrate(database, DeskApp)
+    migrated_store(database, DeskApp)
     clock = FakeClock()
     app = DeskApp(env=database.library_env(create_table=False), clock=clock)
     ids: dict[str, Any] = dict(seed(app, clock))

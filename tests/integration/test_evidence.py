@@ -164,10 +164,10 @@ def test_the_evidence_of_a_demo_operation_names_its_provenance_and_trace(
     # module declaring the application), and the trace the order was placed in.
     from adapters.demo.orders import OrdersApp
     from ledger.provenance import build_info, module_digest
-    from migrations import migrate
+    from tests.stores import migrated_store
 
     database = Database.parse(database_url)
-    migrate(database, OrdersApp)
+    migrated_store(database, OrdersApp)
     trace = "0af7651916cd43dd8448eb211c80319c"
     app = OrdersApp(env=database.library_env(create_table=False))
     try:

@@ -25,16 +25,16 @@ from ledger.intents import Delegation
 from ledger.operation import Operation
 from ledger.outcomes import Succeeded
 from ledger.settlement import SettlementRequest
-from migrations import migrate
 from projections.status import StatusProjection
 from projections.views import open_view
 from tests.apps import Thing
 from tests.governed import INTEGRATION, TARGET, TRACE, ChangedApp, GovernedApp, Stranger, Witness
+from tests.stores import migrated_store
 
 
 @pytest.fixture
 def governed_db(database: Database) -> Database:
-    migrate(database, GovernedApp)
+    migrated_store(database, GovernedApp)
     return database
 
 

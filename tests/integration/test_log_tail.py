@@ -24,12 +24,12 @@ from ledger.config import Database
 from ledger.operation import Operation
 from ledger.persistence import APPENDED_PAYLOAD, INTENT_PAYLOAD
 from ledger.topics import topics_of
-from migrations import migrate
 from migrations.drivers import driver_of
 from projections.view import StatusView
 from projections.views import open_view
 from tests.apps import FakeApp
 from tests.conftest import drop_schema, new_postgres_url, require_postgres
+from tests.stores import migrated_store
 
 SLOTS = 4
 """Egress slots of the worker: each tail read is one page of this many intents."""
@@ -50,7 +50,7 @@ def rig(database: Database) -> Iterator[tuple[FakeClock, FakeApp, StatusView, Wo
     """A fresh PostgreSQL store of ``FakeApp`` at a fake clock, its status view (no projection
     runs unless a test runs one) and one worker with ``SLOTS`` inline egress slots."""
     clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
-    migrate(database, FakeApp)
+    migrated_store(database, FakeApp)
     app = FakeApp(env=database.library_env(create_table=False), clock=clock)
     view = open_view(database)
     worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=clock,

@@ -24,11 +24,11 @@ from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.declarations import DeliveryMode, Integration
 from ledger.settlement import SettlementOutcome
-from migrations import migrate
 from projections.status import StatusProjection
 from projections.views import open_view
 from tests.apps import declaration
 from tests.conftest import drop_schema, new_postgres_url, require_postgres
+from tests.stores import migrated_store
 
 ENTITIES = 5
 EFFECTS = 3
@@ -111,7 +111,7 @@ def _worker(app: LedgerApplication, database: Database, clock: FakeClock, seed: 
 def _crash_then_recover(database: Database, seed: int) -> list[list[int]]:
     """Per entity, the effect indexes in the order their settlements applied."""
     clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
-    migrate(database, ThreeEffectsApp)
+    migrated_store(database, ThreeEffectsApp)
     app = ThreeEffectsApp(env=database.library_env(create_table=False), clock=clock)
     try:
         books = [app.open_book(f"book-{i}") for i in range(ENTITIES)]
@@ -158,7 +158,7 @@ def rig(fresh_store: Callable[[], Database]) -> Iterator[tuple[FakeClock, ThreeE
     projection."""
     database = fresh_store()
     clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
-    migrate(database, ThreeEffectsApp)
+    migrated_store(database, ThreeEffectsApp)
     app = ThreeEffectsApp(env=database.library_env(create_table=False), clock=clock)
     worker, projection = _worker(app, database, clock, 1)
     try:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from adapters.demo.orders import OrdersApp
 from ledger.config import Database
-from migrations import migrate
 from projections.view import MAIN_TABLE
 from projections.views import open_view
+from tests.stores import migrated_store
 
 
 def _indexes(path: Path) -> set[tuple[str, str]]:
@@ -22,7 +22,7 @@ def test_every_rebuild_keeps_the_status_tables_indexes(tmp_path: Path) -> None:
     # After a swap SQLite stores the renamed table's name quoted in its indexes' SQL; the
     # second rebuild used to create its indexes on the main table, which the swap then dropped.
     database = Database.parse(f"sqlite:///{tmp_path / 'opledger.db'}")
-    migrate(database, OrdersApp)
+    migrated_store(database, OrdersApp)
     assert database.path is not None
     migrated = _indexes(database.path)
     assert {table for _, table in migrated} == {MAIN_TABLE} and len(migrated) == 3

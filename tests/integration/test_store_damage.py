@@ -90,7 +90,7 @@ def test_doctor_on_a_healthy_store_exits_0_and_reports_each_check(tmp_path: Path
     assert code == 0 and report["ok"], report
     names = [c["name"] for c in report["checks"]]
     for name in ("directory", "store file", "owner", "wal", "header", "journal_mode", "integrity_check",
-                 "identity", "records", "log", "tracking", "drift"):
+                 "identity", "records", "log", "tracking", "drift", "retention"):
         assert name in names
     assert "quick_check" in [c["name"] for c in _doctor(database, "--quick")[1]["checks"]]
     readable = cli(database, "doctor")
@@ -215,7 +215,7 @@ def test_doctor_on_postgres_checks_identity_log_and_view(migrated: Database) -> 
         StatusProjection(app=store.app, view=store.view).catch_up()
     code, report = _doctor(migrated)
     assert code == 0, report
-    assert {c["name"] for c in report["checks"]} == {"identity", "records", "log", "tracking", "drift"}
+    assert {c["name"] for c in report["checks"]} == {"identity", "records", "log", "tracking", "drift", "retention"}
 
 
 def test_damage_met_while_running_stops_the_worker_with_the_one_error(tmp_path: Path, monkeypatch) -> None:

@@ -7,17 +7,17 @@ import threading
 from collections import defaultdict
 
 from ledger.config import Database, Settings
-from migrations import migrate
 from projections.metrics_store import MetricsStore
 from projections.views import open_view
 from tests.apps import FakeApp
 from tests.conftest import wait_until
+from tests.stores import migrated_store
 
 
 def test_a_worker_keeps_the_metrics(database: Database, database_url: str) -> None:
     from adapters.runtime import run_worker
 
-    migrate(database, FakeApp)
+    migrated_store(database, FakeApp)
     app = FakeApp(env=database.library_env(create_table=False))
     stop = threading.Event()
     settings = Settings(database_url=database_url, app="tests.apps:FakeApp", poll_interval_seconds=0.05)

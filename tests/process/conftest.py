@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -77,3 +79,16 @@ def load_operation(app_class: type[LedgerApplication], db: Database, op_id: UUID
 def signed_deliveries(log: PartnerLog, op_id: UUID) -> list[Any]:
     """The partner's logged deliveries of operation ``op_id`` whose signature it found valid."""
     return [r for r in log.requests(str(op_id)) if r.kind == "delivery" and r.signature_valid]
+
+
+def run_cli(database_url: str, app: str, *args: str, failpoint: str | None = None,
+            module: str = "adapters.cli") -> subprocess.CompletedProcess[str]:
+    """Run ``python -m MODULE ARGS...`` (``opledger ARGS...`` by default) on the store at
+    ``database_url`` for application ``app``, armed with ``failpoint`` (``ledger.failpoints``)
+    when given; its output captured as text, within 120 s."""
+    env = {**os.environ, "OPLEDGER_DATABASE_URL": database_url, "OPLEDGER_APP": app, "PYTHONPATH": str(REPO)}
+    env.pop("OPLEDGER_FAILPOINT", None)
+    if failpoint:
+        env["OPLEDGER_FAILPOINT"] = failpoint
+    return subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True, text=True,
+                          timeout=120)

@@ -20,6 +20,7 @@ FIELDS = {"name", "backend", "workers", "median", "min", "max", "unit", "ratio"}
 pytestmark = [pytest.mark.process, pytest.mark.postgres]
 
 
+@pytest.mark.slow
 def test_bench_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     require_postgres()
     output = tmp_path / "results.json"

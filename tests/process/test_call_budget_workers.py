@@ -45,6 +45,7 @@ def _four_workers_settle(modes_db: Database, database_url: str, workers: Callabl
         view.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_four_workers_keep_one_call_budget(modes_db: Database, database_url: str, partner: PartnerProcess,
                                            workers) -> None:
@@ -85,6 +86,7 @@ NESTED_OPERATIONS = {("idempotent", "acme"): 16, ("idempotent", "beta"): 16, ("n
 NESTED_LIMITS = {"global": 8, "integration": 6, "tenant": 3}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_four_workers_keep_hierarchical_budgets(modes_db: Database, database_url: str, partner: PartnerProcess,
                                                 workers) -> None:

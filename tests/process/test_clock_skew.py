@@ -25,10 +25,10 @@ from adapters.processes import WorkerProcess
 from ledger.config import Database
 from ledger.operation import Operation
 from ledger.status import ExecutionState
-from migrations import migrate
 from tests.conftest import database_now, wait_until
 from tests.process.conftest import load_operation, read_only_env, signed_deliveries, worker_env
 from tests.process.skewed_worker import SlowCallsApp
+from tests.stores import migrated_store
 
 pytestmark = [pytest.mark.process, pytest.mark.postgres,
               pytest.mark.parametrize("database_url", ["postgres"], indirect=True)]
@@ -46,7 +46,7 @@ worker judging by its own clock would be 30 s late here (15 s fast holder, 15 s 
 
 @pytest.fixture
 def store(database: Database) -> Database:
-    migrate(database, SlowCallsApp)
+    migrated_store(database, SlowCallsApp)
     return database
 
 

@@ -10,10 +10,8 @@ Every boundary runs for both delivery-mode families (retry-safe ``idempotent``, 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from uuid import UUID
 
@@ -27,7 +25,7 @@ from ledger.status import ExecutionState
 from projections.status import StatusProjection
 from tests.apps import ModesApp, Thing
 from tests.conftest import wait_until
-from tests.process.conftest import REPO, read_only_env, signed_deliveries, worker_env
+from tests.process.conftest import read_only_env, run_cli, signed_deliveries, worker_env
 
 pytestmark = pytest.mark.process
 
@@ -117,12 +115,7 @@ def test_a_kill_at_a_commit_boundary_keeps_the_invariants(boundary: str, mode: s
 
 
 def _migrate(database_url: str, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OPLEDGER_DATABASE_URL": database_url, "OPLEDGER_APP": APP, "PYTHONPATH": str(REPO)}
-    env.pop("OPLEDGER_FAILPOINT", None)
-    if failpoint:
-        env["OPLEDGER_FAILPOINT"] = failpoint
-    return subprocess.run([sys.executable, "-m", "adapters.cli", "migrate"], env=env, capture_output=True,
-                          text=True, timeout=120)
+    return run_cli(database_url, APP, "migrate", failpoint=failpoint)
 
 
 @pytest.mark.parametrize("failpoint", ["migration@1", "migration@2"])

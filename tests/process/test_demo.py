@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.process
 
 
+@pytest.mark.slow
 def test_demo_loses_nothing_and_applies_nothing_twice(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     run = subprocess.run([sys.executable, "-m", "adapters.cli", "demo", "--json", "--orders", "6"],

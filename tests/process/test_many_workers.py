@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.process, pytest.mark.postgres]
 OPERATIONS = 1000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_three_workers_one_killed_twice(modes_db: Database, database_url: str, partner: PartnerProcess,
                                        workers) -> None:

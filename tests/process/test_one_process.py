@@ -31,10 +31,10 @@ SLOW_SECONDS = 2.0
 
 @pytest.fixture
 def store(database_url: str) -> Database:
-    from migrations import migrate
+    from tests.stores import migrated_store
 
     database = Database.parse(database_url)
-    migrate(database, PatientModesApp)
+    migrated_store(database, PatientModesApp)
     return database
 
 

@@ -158,10 +158,10 @@ def test_new_intents_are_picked_up_by_notification_not_by_the_poll(
 
 def test_a_worker_with_a_tiny_pool_and_many_egress_slots_waits_and_settles_everything(
         database: Database, database_url: str, workers) -> None:
-    from migrations import migrate
     from tests.apps import FakeApp
+    from tests.stores import migrated_store
 
-    migrate(database, FakeApp)
+    migrated_store(database, FakeApp)
     app = FakeApp(env=database.library_env(create_table=False))
     try:
         ids = [app.make(f"op-{i}") for i in range(300)]

@@ -14,10 +14,10 @@ import pytest
 from adapters.partner import PartnerProcess
 from ledger.config import Database
 from ledger.status import ExecutionState, SettlementState
-from migrations import migrate
 from tests.conftest import wait_until
 from tests.lro_apps import LroApp
 from tests.process.conftest import read_only_env, worker_env
+from tests.stores import migrated_store
 
 pytestmark = pytest.mark.process
 
@@ -39,7 +39,7 @@ def _polls(partner: PartnerProcess, op_id: UUID) -> list:
 
 def test_a_worker_killed_mid_poll_is_resumed_by_another(database: Database, database_url: str,
                                                         partner: PartnerProcess, workers) -> None:
-    migrate(database, LroApp)
+    migrated_store(database, LroApp)
     app = LroApp(env=database.library_env(create_table=False))
     try:
         op_id = app.make(f"{partner.url}/lro/provision?polls=0&after=5")  # done 5 s after creation

@@ -198,6 +198,7 @@ def _refuse_all_sqlite(db: Database) -> None:
         conn.close()
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_a_drain_with_one_percent_of_ledger_inserts_refused(modes_db: Database, database_url: str,
@@ -248,10 +249,10 @@ def test_a_drain_with_one_percent_of_ledger_inserts_refused(modes_db: Database, 
 def test_a_poll_result_refused_for_one_operation_leaves_the_worker_and_the_others_going(
         event: str, execution: str, database: Database, database_url: str, partner: PartnerProcess,
         workers) -> None:
-    from migrations import migrate
     from tests.lro_apps import LroApp
+    from tests.stores import migrated_store
 
-    migrate(database, LroApp)
+    migrated_store(database, LroApp)
     app = LroApp(env=database.library_env(create_table=False))
     try:
         others = [app.make(f"{partner.url}/lro/provision?polls=2", n=n) for n in range(3)]

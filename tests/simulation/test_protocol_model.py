@@ -103,6 +103,7 @@ def test_the_generated_rules_are_current() -> None:
     assert (MODEL / "rules.pml").read_text() == gen.render(), "run: python docs/model/generate.py"
 
 
+@pytest.mark.slow
 def test_the_model_holds_and_every_planted_bug_is_found(tmp_path: Path) -> None:
     # One test, so the whole check runs on two cores at once and its time can be bounded.
     _tools()

@@ -37,6 +37,7 @@ def _failures(seeds: range) -> list[str]:
     return [f"seed {run.seed}: {run.violation}" for run in campaign.failures]
 
 
+@pytest.mark.slow
 def test_fixed_seeds_pass() -> None:
     assert _failures(FIXED_SEEDS) == []
 

@@ -1,0 +1,44 @@
+"""``opledger doctor``'s retention check (issue 29 item 1), on both backends: closed operations
+older than 90 days that no retention policy covers are warned about (their count per
+integration, and how to set a policy), and not when a policy covers them or they are younger."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from adapters.demo.orders import OrdersApp
+from adapters.doctor import run_doctor
+from ledger.clock import FakeClock
+from ledger.config import Database, Settings
+from projections.view import StatusView
+from tests.archive_desk import APP_TOPIC as APP
+from tests.archive_desk import closed_orders
+
+
+def _retention(db: Database, clock: FakeClock, *, days: int, retention: str | None) -> tuple[str, str]:
+    report = run_doctor(Settings(database_url=db.url(), app=APP, retention=retention),
+                        now=clock.now() + timedelta(days=days))
+    assert report.ok, [f for f in report.findings if f.status == "fail"]
+    [finding] = [f for f in report.findings if f.name == "retention"]
+    return finding.status, finding.detail
+
+
+def test_old_closed_operations_without_a_policy_are_warned_about(orders_app: OrdersApp, clock: FakeClock,
+                                                                view: StatusView, migrated: Database) -> None:
+    closed, _, _ = closed_orders(orders_app, clock, view)
+    status, detail = _retention(migrated, clock, days=91, retention=None)
+    assert status == "warn"
+    assert detail.startswith(f"{len(closed)} closed operation(s) older than 90 days and no retention policy"), detail
+    assert "notifications.send: 1" in detail and "payments.charge: 1" in detail
+    assert "OPLEDGER_RETENTION" in detail and "retention_seconds" in detail and "opledger archive" in detail
+
+
+@pytest.mark.parametrize(("days", "retention"), [(91, "180d"), (89, None)], ids=["a policy", "younger"])
+def test_no_warning_when_a_policy_covers_them_or_they_are_younger(days: int, retention: str | None,
+                                                                  orders_app: OrdersApp, clock: FakeClock,
+                                                                  view: StatusView, migrated: Database) -> None:
+    closed_orders(orders_app, clock, view)
+    status, detail = _retention(migrated, clock, days=days, retention=retention)
+    assert (status, detail) == ("ok", "no closed operation older than 90 days lacks a retention policy")
