@@ -220,19 +220,72 @@ def _log_capture_stays_possible(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the longest tests first. ``pytest -n 3`` hands tests out a few at a time
-    (``--maxschedchunk``, pyproject.toml) in this order, so a test of a minute that starts first
-    runs beside hundreds of short ones; started last, it was the run's tail (issue 28 item 5:
-    the suite within 10 minutes on 2 cores). The sort is stable: a module's tests keep their
-    order within a rank."""
+    """Longest first: the order :func:`pytest_xdist_make_scheduler` hands tests out in. The
+    ``slow`` tests, then processes and simulations, integration, the rest; the sort is stable,
+    so a module's tests keep their order within a rank."""
     items.sort(key=_schedule_rank)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Schedule ``pytest -n 3`` on 2 cores (issue 28 item 5: the suite within 10 minutes).
+
+    xdist hands out groups of tests, one group at a time, in the order of each group's first
+    test (``--no-loadscope-reorder``, pyproject.toml; the sort above):
+    - everything under ``tests/process/`` is one group, run one test at a time on one worker as
+      the process tests always were (together they start dozens of workers, each with its
+      pools: side by side they ran the server out of connections), and first, so that it runs
+      beside the short tests instead of being the run's tail;
+    - every other file is a group of its own (its module fixtures set up once, its tests in file
+      order: ``test_openapi`` checks what its earlier tests saw).
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FilesAndProcesses(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::")[0]
+            return "tests/process/" if path.startswith("tests/process/") else path
+
+    return FilesAndProcesses(config, log)
 
 
 def _schedule_rank(item: pytest.Item) -> int:
     if item.get_closest_marker("slow"):
         return 0
-    if item.get_closest_marker("process") or item.nodeid.startswith("tests/simulation/"):
+    if item.nodeid.startswith(("tests/process/", "tests/simulation/")):
         return 1
     if item.nodeid.startswith("tests/integration/"):
         return 2
     return 3
+
+
+def _uses_postgres(item: pytest.Item) -> bool:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return item.get_closest_marker("postgres") is not None or any(
+        isinstance(value, str) and value == "postgres" for value in params.values())
+
+
+@pytest.fixture(autouse=True)
+def _postgres_server_turn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A test that restarts the PostgreSQL server (``restarts_postgres``) runs while no other test
+    of this run uses it, in any xdist worker: each PostgreSQL test holds a shared lock on a file
+    all workers see, the restarting test an exclusive one. A turnstile keeps a waiting restart
+    from starving behind a stream of shared holders."""
+    import fcntl
+
+    node = request.node
+    exclusive = node.get_closest_marker("restarts_postgres") is not None
+    if not exclusive and not _uses_postgres(node):
+        yield
+        return
+    shared = tmp_path_factory.getbasetemp().parent  # the run's own directory, common to its workers
+    with open(shared / "postgres-turnstile.lock", "a") as turnstile, open(shared / "postgres.lock", "a") as server:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if not exclusive:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        fcntl.flock(server, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(server, fcntl.LOCK_UN)
+            if exclusive:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)

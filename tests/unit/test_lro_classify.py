@@ -14,17 +14,9 @@ import pytest
 
 from adapters.lro import classify_cancel, classify_create, classify_poll, operation_name_of
 from adapters.webhook.classify import HttpExchange, TransportFailure
+from ledger import outcomes
 from ledger.declarations import Polling
-from ledger.outcomes import (
-    Accepted,
-    Ambiguous,
-    CancelConfirmed,
-    CancelRefused,
-    Failed,
-    FailureCategory,
-    StillRunning,
-    Succeeded,
-)
+from ledger.outcomes import Ambiguous, CancelConfirmed, CancelRefused, Failed, StillRunning, Succeeded
 from ledger.polling import first_poll_at, poll_delay_seconds
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -50,7 +42,7 @@ def test_operation_name_of(headers: dict, document: dict, expected: str | None) 
 
 
 CREATE = [
-    (answer(202, {"name": "operations/a", "done": False}), Accepted),
+    (answer(202, {"name": "operations/a", "done": False}), outcomes.Accepted),
     (answer(200, {"name": "operations/a", "done": True, "response": {}}), Succeeded),
     (answer(200, {"name": "operations/a", "done": True, "error": {"code": 13, "message": "no"}}), Failed),
     (answer(200, {"ok": True}), Succeeded),
@@ -90,7 +82,7 @@ def test_classify_poll(exchange: HttpExchange, expected: object) -> None:
         if isinstance(result, Ambiguous):
             assert result.reason == "remote_lost"
         if isinstance(result, Failed):
-            assert result.category is FailureCategory.REMOTE_FAILED and not result.retryable
+            assert result.category is outcomes.FailureCategory.REMOTE_FAILED and not result.retryable
     else:
         assert result == expected
 
