@@ -29,10 +29,11 @@ _SCRIPTS: dict[type, tuple[str, str, str]] = {}
 
 
 def migrated_store(database: Database, app_class: type) -> Database:
-    """Migrate ``database`` (a fresh, empty store) for ``app_class``; returns ``database``.
+    """Migrate ``database`` for ``app_class``; returns ``database``.
 
-    On PostgreSQL with a schema and ``pg_dump`` on the PATH, the schema is made from this
-    process's template of ``app_class`` (see the module docstring); otherwise by ``migrate``.
+    On PostgreSQL with a schema and ``pg_dump`` on the PATH, a schema that does not exist yet is
+    made from this process's template of ``app_class`` (see the module docstring); an existing
+    one, and every other store, is migrated by ``migrate`` (which leaves a current one as it is).
 
     Raises:
         subprocess.CalledProcessError: ``pg_dump`` failed on the template.
@@ -41,8 +42,13 @@ def migrated_store(database: Database, app_class: type) -> Database:
     if database.backend != "postgres" or not database.schema or shutil.which("pg_dump") is None:
         migrate(database, app_class)
         return database
+    import psycopg
+
     script, template, store_id = _SCRIPTS.get(app_class) or _template(database, app_class)
-    _replay(database, script.replace(template, database.schema).replace(store_id, str(uuid.uuid4())))
+    try:
+        _replay(database, script.replace(template, database.schema).replace(store_id, str(uuid.uuid4())))
+    except psycopg.errors.DuplicateSchema:  # not fresh: a store opened again; the script ran as one transaction
+        migrate(database, app_class)
     return database
 
 
