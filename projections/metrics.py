@@ -100,6 +100,9 @@ _WINDOW_TOPICS = topics_of([CallWindow.Opened, CallWindow.CallTaken])
 _RECEIPT_TOPICS = topics_of([Receipt.ReceiptRecoveryStopped, Receipt.ReceiptResolved])
 """Receipt events that put a receipt on the attention queue and take it off, folded into
 :data:`RECEIPTS_STUCK`."""
+ARCHIVE_LATE = "opledger_archive_late_records"
+"""Late records of archived operations no operator acknowledged yet, by integration: the attention
+queue's ``late_after_archive`` (ADR 0010 §4), read from the archive tables at each scrape."""
 RECEIPTS_STUCK = "opledger_receipts_stuck"
 """Receipts recovery gave up on, one row per receipt: name, the command (in the integration
 column), no tenant or mode, the receipt id as detail; 1 while it is stuck, 0 after. Read by the

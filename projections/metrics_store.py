@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -39,11 +39,14 @@ class Gauges:
         by_status: operations by ``(status, integration, tenant, delivery_mode)``.
         attention: operations on the attention queue by ``(reason, integration, tenant, delivery_mode)``.
         oldest_pending: when the oldest pending operation was intended (UTC), by labels.
+        late_after_archive: late records of archived operations not acknowledged yet, by
+            integration (they have no status row, so no tenant or delivery mode).
     """
 
     by_status: dict[tuple[str, str, str, str], int]
     attention: dict[tuple[str, str, str, str], int]
     oldest_pending: dict[tuple[str, str, str], datetime]
+    late_after_archive: dict[str, int] = field(default_factory=dict)
 
 
 class MetricsStore:
@@ -114,7 +117,9 @@ class MetricsStore:
             attention = {(str(r), str(i), str(t), str(m)): int(n) for r, i, t, m, n in cur.fetchall()}
             cur.execute(self.queries["select_oldest_pending"])
             oldest = {(str(i), str(t), str(m)): _as_time(at) for i, t, m, at in cur.fetchall()}
-        return Gauges(by_status=dict(by_status), attention=attention, oldest_pending=oldest)
+            cur.execute(self.queries["count_archive_late"])
+            late = {str(i): int(n) for i, n in cur.fetchall()}
+        return Gauges(by_status=dict(by_status), attention=attention, oldest_pending=oldest, late_after_archive=late)
 
     def _advance(self, cur: Any, projection: str, upstream: str, start: int, position: int) -> None:
         cur.execute(self.queries["advance_tracking"], {"projection": projection, "upstream": upstream,

@@ -204,19 +204,36 @@ def json_logs() -> Iterator[Callable[[], None]]:
 
 
 @pytest.fixture(autouse=True)
-def _log_capture_stays_possible(monkeypatch: pytest.MonkeyPatch) -> None:
+def _log_capture_stays_possible(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Commands run in process (Typer's CliRunner) configure logging as a real process does,
     with each logger cached on first use; a module's logger cached then would keep that
     configuration, and ``structlog.testing.capture_logs`` in any later test would see nothing
-    of it. In tests the loggers are never cached (production keeps the cache: it is faster)."""
+    of it. In tests the loggers are never cached (production keeps the cache: it is faster), and
+    a configuration a test made ends with it: ``opledger simulate`` configures CRITICAL, and a
+    later test of the same process capturing a warning saw nothing."""
+    import logging
+
+    import structlog
+
     import adapters.logs
 
     configure = adapters.logs.configure_logging
+    configured: list[bool] = []
 
     def uncached(*args: Any, **kwargs: Any) -> None:
+        configured.append(True)
         configure(*args, **{**kwargs, "cache_loggers": False})
 
+    servers = {name: (log.handlers[:], log.propagate, log.level)
+               for name in adapters.logs.SERVER_LOGGERS for log in [logging.getLogger(name)]}
     monkeypatch.setattr(adapters.logs, "configure_logging", uncached)
+    yield
+    if configured:
+        structlog.reset_defaults()
+        for name, (handlers, propagate, level) in servers.items():
+            log = logging.getLogger(name)
+            log.handlers, log.propagate = handlers, propagate
+            log.setLevel(level)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -231,19 +248,24 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     xdist hands out groups of tests, one group at a time, in the order of each group's first
     test (``--no-loadscope-reorder``, pyproject.toml; the sort above):
-    - everything under ``tests/process/`` is one group, run one test at a time on one worker as
-      the process tests always were (together they start dozens of workers, each with its
-      pools: side by side they ran the server out of connections), and first, so that it runs
-      beside the short tests instead of being the run's tail;
+    - the files under ``tests/process/`` make two groups (every other file by name), so that at
+      most two process tests run at once (together they start dozens of workers, each with its
+      pools: three or more side by side ran the server out of its 100 connections), and first,
+      so that they run beside the short tests instead of being the run's tail;
     - every other file is a group of its own (its module fixtures set up once, its tests in file
       order: ``test_openapi`` checks what its earlier tests saw).
     """
     from xdist.scheduler import LoadScopeScheduling
 
+    process = sorted(path.name for path in (Path(__file__).parent / "process").glob("test_*.py"))
+
     class FilesAndProcesses(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::")[0]
-            return "tests/process/" if path.startswith("tests/process/") else path
+            if not path.startswith("tests/process/"):
+                return path
+            name = path.rsplit("/", 1)[-1]
+            return f"tests/process/ {process.index(name) % 2 if name in process else 0}"
 
     return FilesAndProcesses(config, log)
 

@@ -19,7 +19,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from projections.metrics import COUNTERS, DETAIL_LABEL, HISTOGRAMS, LATENCY_BUCKETS_SECONDS, RECEIPTS_STUCK
+from projections.metrics import (
+    ARCHIVE_LATE,
+    COUNTERS,
+    DETAIL_LABEL,
+    HISTOGRAMS,
+    LATENCY_BUCKETS_SECONDS,
+    RECEIPTS_STUCK,
+)
 from projections.metrics_store import Gauges, LabelKey, MetricsStore
 
 OTHER_TENANT = "other"
@@ -61,6 +68,7 @@ class LedgerCollector(Collector):
         yield from self._histograms(totals, fold)
         yield from self._gauges(gauges, fold)
         yield _receipts_stuck(totals)
+        yield _archive_late(gauges)
 
     def _counters(self, totals: dict[LabelKey, float], fold: Callable[[str], str]) -> Iterator[Metric]:
         for name, help_text in COUNTERS.items():
@@ -122,6 +130,19 @@ def _counted(name: str, help_text: str, label: str, counts: dict[tuple[str, str,
         summed[(own, integration, fold(tenant), mode)] += n
     for labels, value in sorted(summed.items()):
         family.add_metric(list(labels), value)
+    return family
+
+
+def _archive_late(gauges: Gauges) -> Metric:
+    """``opledger_archive_late_records{integration}``: records that arrived for an operation after
+    its records left the hot store (a late callback), kept apart and not yet acknowledged by an
+    operator: the attention queue's ``late_after_archive`` (ADR 0010 §4). They have no status
+    row, so no tenant or delivery mode; ``opledger_attention`` does not count them."""
+    family = GaugeMetricFamily(ARCHIVE_LATE, "late records of archived operations not acknowledged yet "
+                                             "(on the attention queue as late_after_archive), by integration",
+                               labels=["integration"])
+    for integration, n in sorted(gauges.late_after_archive.items()):
+        family.add_metric([integration], float(n))
     return family
 
 

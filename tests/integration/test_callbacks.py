@@ -337,7 +337,9 @@ def test_a_callback_for_an_archived_operation_is_kept_apart_on_the_attention_que
     observer = attach(build_app(), store=desk.store, config=ServeConfig(tokens=TOKENS), clock=desk.clock)
     with TestClient(observer) as client:
         served = client.get("/v1/attention", params={"reason": "late_after_archive"}, headers=auth("viewer"))
+        scraped = client.get("/metrics", headers=auth("viewer")).text
     assert served.status_code == 200, served.text
+    assert f'opledger_archive_late_records{{integration="{INTEGRATION}"}} 1.0' in scraped, "the alert's gauge"
     [entry] = served.json()
     assert {**entry, "updated_at": row["updated_at"]} == row
     resolve = ["resolve", str(op_id), "--resolution", "acknowledge", "--evidence", "refund seen",
@@ -347,5 +349,7 @@ def test_a_callback_for_an_archived_operation_is_kept_apart_on_the_attention_que
     assert f"operation {op_id} (archived): acknowledged 1 late record(s)" in done.stdout
     queue = json.loads(CliRunner().invoke(cli, ["attention", "--json", "--database-url", url], env=env).stdout)
     assert not [r for r in queue if r["kind"] == "archived"]
+    with TestClient(observer) as client:
+        assert "opledger_archive_late_records{" not in client.get("/metrics", headers=auth("viewer")).text
     again = CliRunner().invoke(cli, resolve, env=env)
     assert again.exit_code == 1 and "nothing to acknowledge" in again.output

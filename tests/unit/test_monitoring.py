@@ -97,9 +97,10 @@ def _documented_reasons() -> set[str]:
     return set(re.findall(r"^\| `([a-z_]+)` \|", table, flags=re.MULTILINE))
 
 
-OWN_METRIC = {"receipt_stuck": "opledger_receipts_stuck"}
-"""Attention reasons that are not operations' (a receipt's), with the gauge their alert reads
-instead of ``opledger_attention`` (issue 31 item 4)."""
+OWN_METRIC = {"receipt_stuck": "opledger_receipts_stuck", "late_after_archive": "opledger_archive_late_records"}
+"""Attention reasons not counted by ``opledger_attention`` (a receipt's; a late record of an
+archived operation, which has no status row), with the gauge their alert reads instead (issue 31
+item 4; ADR 0010 §4)."""
 
 
 def test_every_attention_reason_has_its_own_alert_and_the_catch_all_excludes_exactly_those() -> None:
