@@ -288,14 +288,15 @@ def _uses_postgres(item: pytest.Item) -> bool:
 
 @pytest.fixture(autouse=True)
 def _postgres_server_turn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """A test that restarts the PostgreSQL server (``restarts_postgres``) runs while no other test
-    of this run uses it, in any xdist worker: each PostgreSQL test holds a shared lock on a file
+    """A test marked ``postgres_alone`` (it restarts the PostgreSQL server, or listens on a
+    notification channel that every store of the same application shares) runs while no other
+    test of this run uses the server, in any xdist worker: each PostgreSQL test holds a shared lock on a file
     all workers see, the restarting test an exclusive one. A turnstile keeps a waiting restart
     from starving behind a stream of shared holders."""
     import fcntl
 
     node = request.node
-    exclusive = node.get_closest_marker("restarts_postgres") is not None
+    exclusive = node.get_closest_marker("postgres_alone") is not None
     if not exclusive and not _uses_postgres(node):
         yield
         return

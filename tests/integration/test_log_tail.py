@@ -103,6 +103,7 @@ def test_a_worker_told_of_appended_events_claims_a_new_intent_without_the_projec
 
 
 @pytest.mark.postgres
+@pytest.mark.postgres_alone  # the channel is the application's, not the schema's: other stores notify on it too
 def test_only_an_appended_intent_sends_workers_to_the_tail(rig: tuple, database: Database) -> None:
     # The insert function's NOTIFY says whether an intent was appended; a worker's claim commit
     # (or any other append) sends no worker to read the tail (executors.runtime.wake_for_log).

@@ -181,7 +181,7 @@ def test_a_worker_with_a_tiny_pool_and_many_egress_slots_waits_and_settles_every
 
 def _restart_postgres() -> None:
     """Restart the local PostgreSQL cluster (CI owns its server). The test that calls it is marked
-    ``restarts_postgres``: no other test of the run uses the server meanwhile (tests/conftest.py)."""
+    ``postgres_alone``: no other test of the run uses the server meanwhile (tests/conftest.py)."""
     import subprocess
     from pathlib import Path as _Path
 
@@ -192,7 +192,7 @@ def _restart_postgres() -> None:
                    capture_output=True, timeout=60)
 
 
-@pytest.mark.restarts_postgres
+@pytest.mark.postgres_alone
 def test_a_postgres_restart_mid_drain_loses_nothing_and_sends_nothing_twice(
         modes_db: Database, database_url: str, partner: PartnerProcess, workers) -> None:
     from projections.status import StatusProjection
