@@ -238,8 +238,9 @@ def _log_capture_stays_possible(monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest first: the order :func:`pytest_xdist_make_scheduler` hands tests out in. The
-    ``slow`` tests, then processes and simulations, integration, the rest; the sort is stable,
-    so a module's tests keep their order within a rank."""
+    ``slow`` tests, then processes and simulations, integration, the rest, and ``postgres_alone``
+    last (within its group); the sort is stable, so a module's tests keep their order within a
+    rank."""
     items.sort(key=_schedule_rank)
 
 
@@ -271,6 +272,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def _schedule_rank(item: pytest.Item) -> int:
+    if item.get_closest_marker("postgres_alone"):
+        return 4  # last of its group: it waits for every running PostgreSQL test, short ones by then
     if item.get_closest_marker("slow"):
         return 0
     if item.nodeid.startswith(("tests/process/", "tests/simulation/")):
@@ -288,8 +291,7 @@ def _uses_postgres(item: pytest.Item) -> bool:
 
 @pytest.fixture(autouse=True)
 def _postgres_server_turn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """A test marked ``postgres_alone`` (it restarts the PostgreSQL server, or listens on a
-    notification channel that every store of the same application shares) runs while no other
+    """A test marked ``postgres_alone`` (it restarts the PostgreSQL server) runs while no other
     test of this run uses the server, in any xdist worker: each PostgreSQL test holds a shared lock on a file
     all workers see, the restarting test an exclusive one. A turnstile keeps a waiting restart
     from starving behind a stream of shared holders."""

@@ -35,6 +35,13 @@ SLOTS = 4
 """Egress slots of the worker: each tail read is one page of this many intents."""
 
 
+class TailApp(FakeApp):
+    """``FakeApp`` under a name of its own: its notification channel is named after the
+    application, not the schema, so another test's ``FakeApp`` store would notify on it too."""
+
+    name = "tails"
+
+
 @pytest.fixture
 def database() -> Iterator[Database]:
     require_postgres()
@@ -46,12 +53,12 @@ def database() -> Iterator[Database]:
 
 
 @pytest.fixture
-def rig(database: Database) -> Iterator[tuple[FakeClock, FakeApp, StatusView, Worker]]:
+def rig(database: Database) -> Iterator[tuple[FakeClock, TailApp, StatusView, Worker]]:
     """A fresh PostgreSQL store of ``FakeApp`` at a fake clock, its status view (no projection
     runs unless a test runs one) and one worker with ``SLOTS`` inline egress slots."""
     clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
-    migrated_store(database, FakeApp)
-    app = FakeApp(env=database.library_env(create_table=False), clock=clock)
+    migrated_store(database, TailApp)
+    app = TailApp(env=database.library_env(create_table=False), clock=clock)
     view = open_view(database)
     worker = Worker(app=app, view=view, adapters={"fake": FakeAdapter()}, clock=clock,
                     config=WorkerConfig(worker_id="worker", egress_slots=SLOTS, egress_per_host=SLOTS,
@@ -103,7 +110,6 @@ def test_a_worker_told_of_appended_events_claims_a_new_intent_without_the_projec
 
 
 @pytest.mark.postgres
-@pytest.mark.postgres_alone  # the channel is the application's, not the schema's: other stores notify on it too
 def test_only_an_appended_intent_sends_workers_to_the_tail(rig: tuple, database: Database) -> None:
     # The insert function's NOTIFY says whether an intent was appended; a worker's claim commit
     # (or any other append) sends no worker to read the tail (executors.runtime.wake_for_log).

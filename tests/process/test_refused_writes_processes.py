@@ -72,10 +72,13 @@ def _deliveries(partner: PartnerProcess, op_id: UUID) -> list:
     return [r for r in partner.log.requests(str(op_id)) if r.kind == "delivery" and r.signature_valid]
 
 
-def _done(db: Database, others: list[UUID], bad: UUID) -> Callable[[], dict[UUID, Operation] | None]:
+def _done(db: Database, others: list[UUID], bad: UUID, execution: str) -> Callable[[], dict[UUID, Operation] | None]:
+    # The refused one is done when its refusal is recorded and its call has ended as expected: a
+    # refused renewal is recorded while the slow call is still under way (dispatching).
     def check() -> dict[UUID, Operation] | None:
         ops = _states(db, [*others, bad])
-        ready = ops[bad].write_refused is not None and all(ops[i].status.value == "settled" for i in others)
+        ready = (ops[bad].write_refused is not None and ops[bad].execution.value == execution
+                 and all(ops[i].status.value == "settled" for i in others))
         return ops if ready else None
 
     return check
@@ -107,7 +110,8 @@ def test_a_write_refused_for_one_operation_leaves_the_worker_and_the_others_goin
             app.close()
     refuse_event(modes_db, "modes", bad, getattr(Operation, event))
     worker = _start(workers, database_url)
-    ops = wait_until(_done(modes_db, others, bad), timeout=60, what=f"the others to settle, {event} refused")
+    ops = wait_until(_done(modes_db, others, bad, execution), timeout=60,
+                     what=f"the others to settle and the refused one to be {execution}, {event} refused")
     op = ops[bad]
     assert (op.execution.value, op.settlement.value, op.write_refused) == (execution, settlement, kind)
     assert MESSAGE in (op.write_refused_error or "") and op.attention == "write_refused"
