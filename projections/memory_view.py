@@ -1,12 +1,13 @@
 """The status view in memory: for tests and the deterministic simulator, with no threads.
 
 A :class:`MemoryStatusStore` holds the read model's tables (status rows, the rebuild table,
-tracking positions, leadership leases, reservations) the way a database does; each
-:class:`MemoryStatusView` opened on it behaves as another connection to that database, with the
-contract of the SQL views (``tests/conformance/test_status_view.py`` runs the same suite against
-all three). Leases are judged by the store's clock, as PostgreSQL judges them by its own, and
-several views of one store reserve disjoint operations, as PostgreSQL workers do; so the
-simulator can run many workers and projections over one store.
+tracking positions, leadership leases, reservations, archived operations' carried-forward totals)
+the way a database does; each :class:`MemoryStatusView` opened on it behaves as another
+connection to that database, with the contract of the SQL views
+(``tests/conformance/test_status_view.py`` runs the same suite against all three). Leases are
+judged by the store's clock, as PostgreSQL judges them by its own, and several views of one store
+reserve disjoint operations, as PostgreSQL workers do; so the simulator can run many workers and
+projections over one store.
 
 Every call holds the store's lock for its whole transaction, and a write checks everything
 before it changes anything, so a failed write leaves no trace.
@@ -15,6 +16,7 @@ before it changes anything, so a failed write leaves no trace.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from uuid import UUID
 
 from ledger.clock import Clock, SystemClock, require_utc
 from ledger.status import Status
+from migrations.drivers import ArchiveLabels
 from projections.rows import AttentionMark, DueRow, StatusRow
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError, OperationFilter
 
@@ -52,6 +55,15 @@ class MemoryStatusStore:
         self.tracking: dict[tuple[str, str], int] = {}
         self.leases: dict[str, _HeldLease] = {}
         self.reserved: set[UUID] = set()
+        self.archive_totals: Counter[ArchiveLabels] = Counter()
+        """Archived operations by final status and label set, added in by :meth:`MemoryStatusView.counts`
+        (docs/adr/0010-archives.md, "As built"): the store driver's ``archive_record`` adds to them."""
+
+    def status_rows(self) -> dict[UUID, StatusRow]:
+        """The live status rows by operation id: what the memory store driver's archive methods
+        select and remove once this store is bound to it (``MemoryDriver.status``). Call under
+        :attr:`lock`."""
+        return self.tables[MAIN_TABLE]
 
     def open_view(self) -> MemoryStatusView:
         """A new view of this store (as ``open_view(store)``)."""
@@ -167,6 +179,9 @@ class MemoryStatusView:
         with self._transaction() as store:
             for row in store.tables[MAIN_TABLE].values():
                 counts[row.status] = counts.get(row.status, 0) + 1
+            # Archived operations count as they did before they left (docs/adr/0010-archives.md).
+            for (status, *_), n in store.archive_totals.items():
+                counts[status] = counts.get(status, 0) + n
         return counts
 
     # Last of the queries: below it, ``list`` in an annotation would name this method (mypy).

@@ -267,7 +267,7 @@ class Archives(Protocol):
         ...
 
 
-class StoreDriver(EventLoads, LogReads, Reservations, StoreProbes, TopicCounts, Protocol):
+class StoreDriver(EventLoads, LogReads, Reservations, StoreProbes, TopicCounts, Archives, Protocol):
     """Every concern of one store's driver (ADR 0008). Consumers take a narrower protocol."""
 
     name: str

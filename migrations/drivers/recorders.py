@@ -1,8 +1,10 @@
 """The library's factories and application recorder, adapted for opledger's store (ADR 0008):
 durability verified on every SQLite connection, the owner's lock taken by the SQLite factory, a
-URL's libpq parameters given to the PostgreSQL pool, and PostgreSQL's inserts made by one
-server-side function. ``ledger.config`` names them in the library's environment
-(``PERSISTENCE_MODULE``, ``APPLICATION_RECORDER_TOPIC``). Source: DESIGN §8.
+URL's libpq parameters given to the PostgreSQL pool, PostgreSQL's inserts made by one
+server-side function, and removed records hidden from the in-memory recorder's log. ``ledger.config``
+(and ``migrations.drivers.memory_env``) name them in the library's environment
+(``PERSISTENCE_MODULE``, ``APPLICATION_RECORDER_TOPIC``). Every factory answers whether an id is
+archived. Source: DESIGN §8.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
+from eventsourcing.persistence import ApplicationRecorder, InterfaceError, Notification, OperationalError, StoredEvent
+from eventsourcing.popo import POPOApplicationRecorder, POPOFactory
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore, PostgresFactory
 from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool, SQLiteFactory
 from eventsourcing.utils import retry
@@ -24,6 +27,7 @@ from ledger.errors import ConfigurationError
 from ledger.operation import Operation
 from ledger.persistence import APPENDED_PAYLOAD, INTENT_PAYLOAD, StoreLock
 from ledger.topics import topics_of
+from migrations.drivers.memory import REMOVED_TOPIC
 from migrations.drivers.queries import load_queries
 
 SQLITE = load_queries("sqlite")
@@ -95,6 +99,36 @@ class LedgerSQLiteFactory(_ArchiveIndex, SQLiteFactory):
         super().close()
         if self.lock is not None:
             self.lock.release()
+
+
+class LedgerPOPOApplicationRecorder(POPOApplicationRecorder):
+    """The library's in-memory application recorder, whose log leaves out the records an archive
+    run removed (``migrations.drivers.memory``: each leaves a placeholder at its position, as a
+    deleted row leaves a gap in the SQL logs). Until a record is removed it reads as the library's."""
+
+    def select_notifications(self, start: int | None, limit: int, stop: int | None = None,
+                             topics: Sequence[str] = (), *, inclusive_of_start: bool = True) -> Sequence[Notification]:
+        """The library's ``select_notifications`` without removed records: up to ``limit`` of the
+        others, read on past the places removed ones took."""
+        page = super().select_notifications(start, limit, stop, topics, inclusive_of_start=inclusive_of_start)
+        if topics and REMOVED_TOPIC not in topics:
+            return page  # the library's topic filter left them out
+        kept = [n for n in page if n.topic != REMOVED_TOPIC]
+        asked = limit
+        while len(page) == asked and len(kept) < limit:  # a full page, short of removed ones: read on
+            asked = limit - len(kept)
+            page = super().select_notifications(page[-1].id, asked, stop, topics, inclusive_of_start=False)
+            kept.extend(n for n in page if n.topic != REMOVED_TOPIC)
+        return kept
+
+
+class LedgerPOPOFactory(_ArchiveIndex, POPOFactory):
+    """The library's in-memory factory, with :class:`LedgerPOPOApplicationRecorder` (selected by
+    ``migrations.drivers.memory_env``): a store for tests, the simulator and dry runs."""
+
+    def application_recorder(self) -> ApplicationRecorder:
+        """A new :class:`LedgerPOPOApplicationRecorder`."""
+        return LedgerPOPOApplicationRecorder()
 
 
 class LedgerPostgresFactory(_ArchiveIndex, PostgresFactory):
