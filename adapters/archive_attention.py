@@ -62,12 +62,8 @@ def late_rows(store: Store, limit: int) -> list[dict[str, Any]]:
     """Up to ``limit`` unacknowledged late records of archived operations as attention queue
     rows, oldest first: ``kind`` ``archived``, the operation id (also as ``id``), its integration,
     ``attention`` ``late_after_archive``, ``attention_detail`` (segment, callback id, outcome,
-    status word, text) and ``updated_at`` (when it arrived, UTC). Empty for a store held in
-    memory (it keeps no archives)."""
-    try:
-        records = archives_of(store.app).archive_late_list(limit)
-    except ValueError:
-        return []
+    status word, text) and ``updated_at`` (when it arrived, UTC)."""
+    records = archives_of(store.app).archive_late_list(limit)
     return [{"kind": KIND_ARCHIVED, "id": str(r.operation_id), "operation_id": str(r.operation_id),
              "integration": r.integration, "attention": LATE_AFTER_ARCHIVE,
              "attention_detail": {"segment": segment_name(r.segment), "callback_id": r.callback_id,

@@ -207,10 +207,7 @@ def _check_retention(report: DoctorReport, app: Any, store_seconds: float | None
     ``retention_seconds``): the store keeps them forever. Source: issue 29 item 1."""
     from adapters.archive_run import select
 
-    try:
-        archives = archives_of(app)
-    except ValueError:  # a store held in memory keeps nothing for long
-        return
+    archives = archives_of(app)
     forever: dict[str, bool] = {}  # integration -> no policy covers it
     for declaration in app.registry:  # sorted by (name, version): the latest version decides
         forever[declaration.name] = retention_for(store_seconds, declaration.retention_seconds) is None
@@ -274,10 +271,7 @@ def _check_log(report: DoctorReport, app: Any, *, gapless: bool) -> dict[tuple[U
 
 def _archived_records(app: Any) -> int:
     """How many records archive runs moved out of the store (each leaves a gap in a gapless log)."""
-    try:
-        return sum(segment.records for segment in archives_of(app).archive_segments())
-    except ValueError:  # a store held in memory keeps no archives
-        return 0
+    return sum(segment.records for segment in archives_of(app).archive_segments())
 
 
 def _check_rows(report: DoctorReport, live: dict[UUID, StatusRow], positions: dict[tuple[UUID, int], int],

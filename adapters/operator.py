@@ -231,10 +231,7 @@ def get_or_archived(app: Any, op_id: UUID) -> Operation:
         found_op: Operation = app.get_operation(op_id)
         return found_op
     except OperationNotFoundError:
-        try:
-            found = archives_of(app).archive_lookup([op_id]).get(op_id)
-        except ValueError:  # a store held in memory keeps no archives
-            found = None
+        found = archives_of(app).archive_lookup([op_id]).get(op_id)
         if found is None:
             raise
         raise OperationInArchiveError(op_id, *found) from None

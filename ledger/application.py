@@ -296,7 +296,8 @@ class LedgerApplication(Application):
     def _refuse_archived(self, op_id: UUID) -> None:
         """Refuse an id the store's archive index holds (its records are gone from the hot
         store, so only the index knows). The store's factory answers where it keeps archives
-        (``migrations.drivers.recorders``); a store held in memory keeps none.
+        (``migrations.drivers.recorders``, and ``memory_env``'s in memory); the library's own
+        factories keep none.
 
         Raises:
             OperationArchivedError: ``op_id`` is archived.

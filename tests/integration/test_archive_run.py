@@ -20,8 +20,9 @@ from ledger.archives import read_statuses, segments
 from ledger.clock import FakeClock
 from ledger.config import Database
 from ledger.errors import OperationArchivedError
-from migrations.drivers import archives_of
-from projections import MetricsProjection, MetricsStore, StatusProjection
+from migrations.drivers import archives_of, driver_of, memory_env
+from migrations.drivers.memory import MemoryDriver
+from projections import MemoryStatusStore, MetricsProjection, MetricsStore, StatusProjection
 from projections.view import StatusView
 from tests.archive_desk import archive_cli as _archive
 from tests.archive_desk import closed_orders
@@ -71,6 +72,32 @@ def test_an_archived_id_is_refused_by_intend(orders_app: OrdersApp, clock: FakeC
     replay.request_fulfilment()
     with pytest.raises(OperationArchivedError, match="seg-000001"):
         orders_app.intend(replay, "orders.fulfil", target="http://p/f", payload={"order_id": str(order_id), "items": 1})
+
+
+def test_a_store_held_in_memory_archives_as_the_databases_do(clock: FakeClock, tmp_path: Path) -> None:
+    # Issue 28 item 4: the memory driver's archives, a whole run and intend's refusal.
+    app = OrdersApp(env=memory_env(), clock=clock)
+    tables = MemoryStatusStore(clock=clock)
+    driver = driver_of(app)
+    assert isinstance(driver, MemoryDriver) and archives_of(app) is driver
+    driver.status = tables  # the status rows beside the log, as one database holds both
+    view, out = tables.open_view(), tmp_path / "archive"
+    try:
+        closed, still_open, order_id = _store(app, clock, view)
+        counts = view.counts()
+        report = _run(app, view, out)
+        assert (report.operations, report.segments, report.removed) == (len(closed), [1], len(closed))
+        assert not any(app.recorder.select_events(op_id) or view.get(op_id) for op_id in closed)
+        assert all(app.recorder.select_events(op_id) and view.get(op_id) for op_id in still_open)
+        assert view.counts() == counts, "archived operations count as they did"
+        assert CliRunner().invoke(cli, ["archive", "verify", str(out)]).exit_code == 0
+        replay: Order = app.repository.get(order_id, version=_version_before_fulfilment(app, order_id))
+        replay.request_fulfilment()
+        with pytest.raises(OperationArchivedError, match="seg-000001"):
+            app.intend(replay, "orders.fulfil", target="http://p/f", payload={"order_id": str(order_id), "items": 1})
+        assert _run(app, view, out).operations == 0, "a rerun archives none twice"
+    finally:
+        app.close()
 
 
 def _version_before_fulfilment(app: OrdersApp, order_id: UUID) -> int:
