@@ -245,7 +245,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Schedule ``pytest -n 3`` on 2 cores (issue 28 item 5: the suite within 10 minutes).
+    """Schedule ``pytest -n 4`` on 2 cores (issue 28 item 5: the suite within 10 minutes).
 
     xdist hands out groups of tests, one group at a time, in the order of each group's first
     test (``--no-loadscope-reorder``, pyproject.toml; the sort above):
