@@ -24,6 +24,7 @@ from ledger.config import Database
 from ledger.errors import ConfigurationError
 from migrations.drivers import database_driver
 from migrations.drivers.notify import status_channel
+from migrations.drivers.postgres import reservations_release
 from projections.rows import COLUMNS, DueRow, StatusRow
 from projections.sql_view import SqlStatusView
 from projections.view import MAIN_TABLE, REBUILD_TABLE, Lease, NotLeaderError
@@ -143,24 +144,20 @@ class PostgresStatusView(SqlStatusView):
     @contextmanager
     def reserve(self, operation_ids: Sequence[UUID]) -> Iterator[set[UUID]]:
         # Session-level advisory locks, taken without waiting (a worker skips what another
-        # holds) in one round trip, and released after this worker's commit. A connection whose
-        # release did not run to the end is closed: the server then drops its locks, and the
-        # pool never hands out a connection still holding some.
-        # A reservation that failed (a statement timeout, a cancel) may have taken locks unseen:
-        # its connection is closed too.
+        # holds) in one round trip, and released when the block ends, raised or not
+        # (``reservations_release``). A reservation that failed (a statement timeout, a cancel)
+        # may have taken locks unseen: its connection is closed, and the server drops them.
         with self._pool.connection() as conn, conn.cursor() as cur:
-            released = False
-            held: list[UUID] = []
             try:
                 cur.execute(self.queries["reserve_operations"], (list(operation_ids),), prepare=True)
-                held = [op_id for (op_id,) in cur.fetchall()]
+                held: list[UUID] = [op_id for (op_id,) in cur.fetchall()]
+            except BaseException:
+                conn.close()
+                raise
+            try:
                 yield set(held)
-                if held:
-                    cur.execute(self.queries["release_operations"], (held,), prepare=True)
-                released = True
             finally:
-                if not released:
-                    conn.close()
+                reservations_release(conn, cur, self.queries["release_operations"], held)
 
     def _without_flush(self, cur: Any) -> None:
         cur.execute("SET LOCAL synchronous_commit = off")  # this transaction only

@@ -86,22 +86,19 @@ class PostgresDriver:
 
     @contextmanager
     def reservations_hold(self) -> Iterator[ReservationHold]:
-        """See ``Reservations.reservations_hold``. A connection whose release did not run to the
-        end, after a reserving statement was sent, is closed and the server drops its locks:
-        the pool never hands out a connection holding some (a reserving statement that failed
-        may have taken some unseen)."""
+        """See ``Reservations.reservations_hold``. The locks are released when the block ends,
+        whether it raised or not (``reservations_release``); a connection whose reserving
+        statement failed (it may have taken locks unseen) is closed, and the server drops them."""
         with self._recorder.datastore.get_connection() as conn, \
                 conn.cursor(row_factory=tuple_row, binary=True) as cursor:
             taken = _Hold(cursor, self._table, self._queries)
-            released = False
             try:
                 yield taken
-                if taken.held:
-                    cursor.execute(self._queries["release_operations"], (taken.held,), prepare=True)
-                released = True
             finally:
-                if taken.sent and not released:
-                    conn.close()
+                if taken.sent and not taken.read:
+                    conn.close()  # a reserving statement failed
+                else:
+                    reservations_release(conn, cursor, self._queries["release_operations"], taken.held)
 
     def store_probe(self, probe_id: UUID, topic: str, state: bytes) -> None:
         """See ``StoreProbes.store_probe``: through the insert function every append goes
@@ -216,6 +213,27 @@ class PostgresDriver:
                     cursor.execute(events, [receipt_id, version])
                 cursor.execute(mark, [2 if kept else 1, receipt_id, segment])
 
+def reservations_release(conn: Any, cursor: Any, query: str, held: list[UUID]) -> None:
+    """Release the advisory locks ``held`` on ``conn`` with ``query`` (``release_operations.sql``),
+    now, so another worker can take them at once: a closed connection's locks are dropped only
+    when its server process notices, a moment later (a flaky CI run of the conformance suite
+    found the gap). When the release itself fails the connection is closed instead, and the
+    pool never hands out a connection still holding locks.
+
+    Args:
+        conn: the psycopg connection (autocommit) that took the locks.
+        cursor: a cursor of ``conn``.
+        query: the release statement, taking the ids as its one parameter.
+        held: the ids whose locks ``conn`` holds.
+    """
+    try:
+        if held:
+            cursor.execute(query, (held,), prepare=True)
+    except BaseException:
+        conn.close()
+        raise
+
+
 class _Hold:
     """The reserving reads of one held connection (``ReservationHold``).
 
@@ -233,25 +251,29 @@ class _Hold:
         self.sent = False
         """Whether a reserving statement was sent: one that failed (a statement timeout, a
         cancel) may have taken locks its caller never saw."""
+        self.read = False
+        """Whether every reserving statement sent was read to its end (``held`` is complete)."""
 
     def intents_reserve_open(self, after: int, limit: int, topics: Sequence[str]) -> OpenIntents:
         """See ``ReservationHold.intents_reserve_open``."""
-        self.sent = True
+        self.sent, self.read = True, False
         self._cursor.execute(self._queries["select_open_intents"].format(table=self._table),
                              [after, list(topics), limit, True], prepare=True)
         rows = self._cursor.fetchall()
         self.held.extend(row[2] for row in rows if row[6])
+        self.read = True
         return open_intents(rows, limit, frozenset(row[2] for row in rows if row[6] is False))
 
     def operations_reserve_current(self, versions: Sequence[tuple[UUID, int]]) -> set[UUID]:
         """See ``ReservationHold.operations_reserve_current``."""
         if not versions:
             return set()
-        self.sent = True
+        self.sent, self.read = True, False
         self._cursor.execute(self._queries["reserve_current"].format(table=self._table),
                              [[op_id for op_id, _ in versions], [version for _, version in versions]], prepare=True)
         reserved = [op_id for (op_id,) in self._cursor.fetchall()]
         self.held.extend(reserved)
+        self.read = True
         return set(reserved)
 
 
