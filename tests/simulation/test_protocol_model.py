@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -31,7 +32,10 @@ from ledger.errors import StaleEpochError
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "docs" / "model"
 BUDGET_SECONDS = 120.0
-"""Issue 33: the model check and the planted bugs together, on 2 cores."""
+"""Issue 33: the model check and the planted bugs together, on 2 cores: at most
+``2 * BUDGET_SECONDS`` of CPU in the tools' processes (spin, gcc, the verifiers). CPU, not wall
+time: under CI's four test processes on 2 cores the same work took 126 s of wall time and 36 s
+alone, while its CPU time stays near 70 s."""
 
 
 def _generator() -> ModuleType:
@@ -109,7 +113,7 @@ def test_the_model_holds_and_every_planted_bug_is_found(tmp_path: Path) -> None:
     _tools()
     rules = (MODEL / "rules.pml").read_text()
     jobs: dict[str, Any] = {}
-    started = time.monotonic()
+    started, cpu = time.monotonic(), _children_cpu()
     with ThreadPoolExecutor(max_workers=2) as pool:
         for mode in MODES:
             jobs[f"safety-{mode}"] = pool.submit(verify, tmp_path / f"safety-{mode}", rules, mode)
@@ -118,9 +122,9 @@ def test_the_model_holds_and_every_planted_bug_is_found(tmp_path: Path) -> None:
             jobs[f"plant-{name}"] = pool.submit(verify, tmp_path / f"plant-{name}", gen.render(name),
                                                 PLANT_MODE.get(name, 0), liveness=plant.prop == "progress")
         results = {key: job.result() for key, job in jobs.items()}
-    elapsed = time.monotonic() - started
+    elapsed, cpu = time.monotonic() - started, _children_cpu() - cpu
     report = {key: (run.errors, run.states, round(run.seconds, 1)) for key, run in results.items()}
-    print("model check (errors, states, seconds):", report, f"total {elapsed:.1f}s")
+    print("model check (errors, states, seconds):", report, f"total {elapsed:.1f} s, CPU {cpu:.1f} s")
     for mode, name in MODES.items():
         assert results[f"safety-{mode}"].errors == 0, (name, results[f"safety-{mode}"].output)
         assert results[f"progress-{mode}"].errors == 0, (name, results[f"progress-{mode}"].output)
@@ -132,7 +136,13 @@ def test_the_model_holds_and_every_planted_bug_is_found(tmp_path: Path) -> None:
         else:
             assert f"assertion violated  !(violated_{plant.prop})" in run.output, (name, run.output)
             assert f"violated_{plant.prop} = 1" in run.trail().replace("\t", " "), name
-    assert elapsed < BUDGET_SECONDS
+    assert cpu < 2 * BUDGET_SECONDS, f"{cpu:.1f} s of CPU: more than {BUDGET_SECONDS:.0f} s on 2 cores"
+
+
+def _children_cpu() -> float:
+    """Seconds of CPU (user and system) of this process's finished child processes."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 # ------------------------------------------------------------------ a trail against the real code
