@@ -130,9 +130,17 @@ class SqlStatusView:
             self._create_rebuild_table(cur)
 
     def finish_rebuild(self, *, projection: str, upstream: str, position: int) -> None:
+        # The main table's triggers (the counters of schema 0009) go with it when it is dropped:
+        # they are recreated on the table swapped in, which is then counted once.
         with self._transaction() as cur:
+            cur.execute(self.queries["select_table_triggers"], {"table": MAIN_TABLE})
+            triggers = [str(sql) for (sql,) in cur.fetchall()]
             cur.execute(self.queries["drop_main_table"].format(main=MAIN_TABLE))
             cur.execute(self.queries["rename_rebuild_table"].format(rebuild=REBUILD_TABLE, main=MAIN_TABLE))
+            for trigger in triggers:
+                cur.execute(trigger)
+            cur.execute(self.queries["delete_status_counts"])
+            cur.execute(self.queries["insert_status_counts"].format(main=MAIN_TABLE))
             cur.execute(self.queries["upsert_tracking"],
                         {"projection": projection, "upstream": upstream, "notification_id": position})
 

@@ -167,13 +167,16 @@ class PostgresDriver:
         """See ``Archives.archive_remove``."""
         later, events, status = (self._archive_sql(name) for name in
                                  ("archive_select_later", "archive_delete_events", "archive_delete_status"))
+        removed: list[tuple[UUID, int]] = []
         with self._recorder.datastore.transaction(commit=True) as cursor:
             for op_id, version in operations:
                 cursor.execute(later, [op_id, version])
                 if cursor.fetchone() is not None:
                     continue  # a late record: the operation stays whole (ADR 0010 §4)
                 cursor.execute(events, [op_id, version])
-                cursor.execute(status, [op_id, version])
+                removed.append((op_id, version))
+            if removed:
+                cursor.execute(status, [[op_id for op_id, _ in removed], [version for _, version in removed]])
 
     def archive_late_record(self, record: LateRecord) -> bool:
         """See ``Archives.archive_late_record``."""

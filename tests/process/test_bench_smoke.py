@@ -46,7 +46,8 @@ def test_bench_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
 
 def test_bench_history_smoke_preloads_and_reports_every_big_store_row(tmp_path: Path) -> None:
     # The opt-in big-store scenario (issue 29 item 6) at smoke size: a preload of closed
-    # operations, then the e2e ratio, the four reads and the sizes, on both backends.
+    # operations, then the e2e ratio, the four reads, an archive run of the preloaded ones and
+    # the sizes, on both backends.
     require_postgres()
     output = tmp_path / "results.json"
     run = subprocess.run([sys.executable, "-m", "bench", "--only", "history", "--smoke", "--output", str(output)],
@@ -56,11 +57,15 @@ def test_bench_history_smoke_preloads_and_reports_every_big_store_row(tmp_path: 
     reads = [f"history.read.{name}" for name in ("list", "attention", "timeline", "metrics")]
     for backend in ("postgres", "sqlite"):
         rows = {r["name"]: r for r in results if r["backend"] == backend}
-        assert {"history.e2e", "history.size", *reads} <= set(rows), rows
+        assert {"history.e2e", "history.size", "history.archive", *reads} <= set(rows), rows
         assert rows["history.e2e"]["ratio"] > 0 and rows["history.e2e"]["extra"]["preloaded"] == 300
-        assert "not measured" in rows["history.e2e"]["extra"]["archive_ops_per_s"]
+        archived = rows["history.archive"]
+        assert archived["extra"]["report"]["operations"] == archived["extra"]["report"]["removed"] == 300, archived
+        assert archived["median"] > 0 and (archived["ratio"] is None) == bool(archived.get("note")), archived
         for name in reads:
             extra = rows[name]["extra"]
             assert 0 < extra["p50_ms"] <= extra["p99_ms"], rows[name]
         sizes = rows["history.size"]["extra"]["bytes"]
-        assert set(sizes) == {"after_preload", "after_e2e", "after_vacuum"} and min(sizes.values()) > 0
+        full = {"after_vacuum_full"} if backend == "postgres" else set()
+        assert set(sizes) == {"after_preload", "after_e2e", "after_archive", "after_vacuum", "fresh", *full}, sizes
+        assert min(sizes.values()) > 0

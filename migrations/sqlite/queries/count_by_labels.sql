@@ -1,3 +1,3 @@
--- MetricsStore.gauges: operations by status and labels (queue depth), read at scrape time.
-SELECT status, integration, tenant, delivery_mode, COUNT(*) FROM opledger_operation_status
-GROUP BY status, integration, tenant, delivery_mode
+-- MetricsStore.gauges: operations by status and labels (queue depth), from the counters the
+-- status table's triggers keep (schema 0009).
+SELECT status, integration, tenant, delivery_mode, operations FROM opledger_status_counts WHERE operations <> 0
