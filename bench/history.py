@@ -85,6 +85,30 @@ def store_bytes(database: Database) -> int:
     return int(row[0]) if row else 0
 
 
+def analyze(database: Database) -> None:
+    """Gather the planner's statistics of the store, as autovacuum would have over the month the
+    preload stands for (``VACUUM (ANALYZE)`` of every table of its schema on PostgreSQL,
+    ``ANALYZE`` on SQLite). Without them PostgreSQL plans for tables it believes empty: the
+    reference machine's server runs with ``autovacuum = off``, and a bulk load ends with no
+    statistics at all (e2e on 1,000,000 operations: 0.30x the empty store's)."""
+    if database.backend == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(str(database.path))
+        try:
+            conn.execute("ANALYZE")
+        finally:
+            conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(database.conninfo(), autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s",
+                                             (database.schema,))]
+        for table in tables:
+            conn.execute(f'VACUUM (ANALYZE) "{database.schema}"."{table}"')
+
+
 def reclaim(database: Database, *, full: bool = False) -> None:
     """``VACUUM`` the store (every table of its schema on PostgreSQL; the file on SQLite).
 
@@ -159,6 +183,9 @@ def run(options: Options, log: Callable[[str], Any] = print) -> list[Result]:
         with fresh_store(backend, options) as database:
             loaded = preload(database, n, log=log)
             log(f"  {backend}: {n} closed operations preloaded: {loaded}")
+            began = time.perf_counter()
+            analyze(database)
+            loaded["analyze_seconds"] = round(time.perf_counter() - began, 1)
             sizes = {"after_preload": store_bytes(database)}
             latencies = read_latencies(database, samples)
             empty: list[float] = []
