@@ -228,11 +228,28 @@ def remove_archived(archives: Archives, progress: Callable[[int], None] | None =
     """
     removed = 0
     while batch := archives.archive_unremoved(REMOVE_BATCH):
-        archives.archive_remove(batch)
+        removed += archives.archive_remove(batch)
         failpoints.reached("archive_remove:after")
-        removed += len(batch)
         if progress is not None:
             progress(removed)
+    return removed
+
+
+def remove_segment(archives: Archives, archived: Sequence[ArchiveCandidate]) -> int:
+    """Step 5 for the segment just recorded: remove its operations, :data:`REMOVE_BATCH` per
+    transaction. Only those: looking for every recorded operation still in the hot store
+    (:func:`remove_archived`) reads the whole archive index, once per batch, which grew
+    quadratic with the archive (177 operations a second by 143,000 archived, from 1,000,000).
+    A run killed meanwhile leaves the rest to the next run's :func:`remove_archived`.
+
+    Returns:
+        How many operations were removed (one with a late record stays whole: not counted).
+    """
+    removed = 0
+    for start in range(0, len(archived), REMOVE_BATCH):
+        batch = archived[start:start + REMOVE_BATCH]
+        removed += archives.archive_remove([(c.operation_id, c.version) for c in batch])
+        failpoints.reached("archive_remove:after")
     return removed
 
 
@@ -352,7 +369,7 @@ def run_archive(app: Any, view: StatusView, archives: Archives, out: Path, *, no
         report.operations += len(archived)
         report.records += records
         report.by_integration.update(c.integration for c in archived)
-        report.removed += remove_archived(archives)
+        report.removed += remove_segment(archives, archived)
         if progress is not None:
             progress(report.operations)
     while expired := select_receipts(app, archives, latest, limit=SEGMENT_OPERATIONS):

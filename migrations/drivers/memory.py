@@ -215,8 +215,9 @@ class MemoryDriver(OwnedStore):
                     found.append((operation_id, version))
         return found
 
-    def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> None:
+    def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> int:
         """See ``Archives.archive_remove``."""
+        removed = 0
         with self._lock, self.status.lock, self._recorder._database_lock:
             rows = self.status.status_rows()
             for operation_id, version in operations:
@@ -225,6 +226,8 @@ class MemoryDriver(OwnedStore):
                 row = rows.get(operation_id)
                 if row is not None and row.version <= version:
                     del rows[operation_id]
+                    removed += 1
+        return removed
 
     def archive_late_record(self, record: LateRecord) -> bool:
         """See ``Archives.archive_late_record``."""

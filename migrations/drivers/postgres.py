@@ -163,7 +163,7 @@ class PostgresDriver:
         """See ``Archives.archive_unremoved``."""
         return [(op_id, version) for op_id, version in self._archive_rows("archive_select_unremoved", [limit])]
 
-    def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> None:
+    def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> int:
         """See ``Archives.archive_remove``."""
         later, events, status = (self._archive_sql(name) for name in
                                  ("archive_select_later", "archive_delete_events", "archive_delete_status"))
@@ -175,8 +175,10 @@ class PostgresDriver:
                     continue  # a late record: the operation stays whole (ADR 0010 §4)
                 cursor.execute(events, [op_id, version])
                 removed.append((op_id, version))
-            if removed:
-                cursor.execute(status, [[op_id for op_id, _ in removed], [version for _, version in removed]])
+            if not removed:
+                return 0
+            cursor.execute(status, [[op_id for op_id, _ in removed], [version for _, version in removed]])
+            return int(cursor.rowcount)
 
     def archive_late_record(self, record: LateRecord) -> bool:
         """See ``Archives.archive_late_record``."""

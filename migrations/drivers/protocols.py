@@ -259,11 +259,12 @@ class Archives(Protocol):
         docs/adr/0010-archives.md §4)."""
         ...
 
-    def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> None:
+    def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> int:
         """In one transaction: delete each operation's records up to the version archived and
         its status row when it is that version; an operation with a record past the version
         archived (a late record) is left whole, never cut into a history that starts past
-        version 1 (docs/adr/0010-archives.md §4)."""
+        version 1 (docs/adr/0010-archives.md §4). Returns how many status rows it deleted: the
+        operations removed by this call (0 for a rerun of one removed already)."""
         ...
 
 

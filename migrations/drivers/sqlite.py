@@ -147,10 +147,11 @@ class SQLiteDriver(OwnedStore):
         sql = self._queries["archive_select_unremoved"].format(table=self._table)
         return [(UUID(i), int(v)) for i, v in self._select(sql, [limit], tuples=True)]
 
-    def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> None:
+    def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> int:
         """See ``Archives.archive_remove``."""
         events = self._queries["archive_delete_events"].format(table=self._table)
         later = self._queries["archive_select_later"].format(table=self._table)
+        removed = 0
         with self._write() as cursor:
             for operation_id, version in operations:
                 cursor.execute(later, [operation_id.hex, version])
@@ -158,6 +159,8 @@ class SQLiteDriver(OwnedStore):
                     continue  # a late record: the operation stays whole (ADR 0010 §4)
                 cursor.execute(events, [operation_id.hex, version])
                 cursor.execute(self._queries["archive_delete_status"], [str(operation_id), version])
+                removed += cursor.sqlite_cursor.rowcount
+        return removed
 
     def archive_late_record(self, record: LateRow) -> bool:
         """See ``Archives.archive_late_record``."""

@@ -398,7 +398,7 @@ def archive_remove_takes_records_and_status_rows_up_to_the_version_archived(s: S
     assert s.driver.archive_unremoved(100) == sorted((op_id, 1) for op_id in removed), "the late one is left out"
     assert s.driver.archive_unremoved(1) == sorted((op_id, 1) for op_id in removed)[:1]
     before = s.log()
-    s.driver.archive_remove([(op_id, 1) for op_id in (*removed, late)])
+    assert s.driver.archive_remove([(op_id, 1) for op_id in (*removed, late)]) == len(removed)
     assert s.driver.events_list_many(removed) == [] and [s.view.get(op_id) for op_id in removed] == [None, None]
     assert [r[1] for r in s.driver.events_list_many([late])] == [1, 2] and s.view.get(late) is not None, \
         "an operation with a late record stays whole"
@@ -408,7 +408,7 @@ def archive_remove_takes_records_and_status_rows_up_to_the_version_archived(s: S
     assert [r[1] for r in s.driver.records_list_after(0, 100, INTENDED, {}, prefix=LEDGER_TOPIC_PREFIX)
             if r[3] in INTENDED] == [untouched, late]
     assert s.driver.topics_count_stored(LEDGER_TOPIC_PREFIX)[INTENDED[0]] == 2
-    s.driver.archive_remove([(removed[0], 1)])  # a rerun: nothing left to remove
+    assert s.driver.archive_remove([(removed[0], 1)]) == 0  # a rerun: nothing left to remove
     assert set(s.driver.archive_lookup(ids)) == {*removed, late}, "the index keeps what was removed"
 
 

@@ -174,11 +174,11 @@ def test_a_run_killed_before_recording_or_mid_removal_is_completed_by_the_next(
     removals = []
     original = type(archives).archive_remove
 
-    def remove_once(self: object, batch: list) -> None:
+    def remove_once(self: object, batch: list) -> int:
         if removals:
             raise Killed()
         removals.append(batch)
-        original(self, batch)  # type: ignore[arg-type]
+        return original(self, batch)  # type: ignore[arg-type]
 
     with monkeypatch.context() as patch:  # the next run records it, then is killed mid-removal
         patch.setattr("adapters.archive_run.REMOVE_BATCH", 1)
