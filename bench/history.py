@@ -91,22 +91,7 @@ def analyze(database: Database) -> None:
     ``ANALYZE`` on SQLite). Without them PostgreSQL plans for tables it believes empty: the
     reference machine's server runs with ``autovacuum = off``, and a bulk load ends with no
     statistics at all (e2e on 1,000,000 operations: 0.30x the empty store's)."""
-    if database.backend == "sqlite":
-        import sqlite3
-
-        conn = sqlite3.connect(str(database.path))
-        try:
-            conn.execute("ANALYZE")
-        finally:
-            conn.close()
-        return
-    import psycopg
-
-    with psycopg.connect(database.conninfo(), autocommit=True) as conn:
-        tables = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s",
-                                             (database.schema,))]
-        for table in tables:
-            conn.execute(f'VACUUM (ANALYZE) "{database.schema}"."{table}"')
+    _vacuum(database, sqlite=["ANALYZE"], postgres="VACUUM (ANALYZE)")
 
 
 def reclaim(database: Database, *, full: bool = False) -> None:
@@ -117,13 +102,20 @@ def reclaim(database: Database, *, full: bool = False) -> None:
             to the file system (plain ``VACUUM`` only makes it reusable); SQLite's ``VACUUM``
             always rewrites the file.
     """
+    _vacuum(database, sqlite=["PRAGMA wal_checkpoint(TRUNCATE)", "VACUUM"],
+            postgres="VACUUM FULL" if full else "VACUUM")
+
+
+def _vacuum(database: Database, *, sqlite: list[str], postgres: str) -> None:
+    """Run the ``sqlite`` statements on an SQLite store's file, or ``postgres`` (a ``VACUUM``
+    form) on every table of a PostgreSQL store's schema, each outside a transaction."""
     if database.backend == "sqlite":
         import sqlite3
 
         conn = sqlite3.connect(str(database.path))
         try:
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            conn.execute("VACUUM")
+            for statement in sqlite:
+                conn.execute(statement)
         finally:
             conn.close()
         return
@@ -133,7 +125,7 @@ def reclaim(database: Database, *, full: bool = False) -> None:
         tables = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s",
                                              (database.schema,))]
         for table in tables:
-            conn.execute(f'VACUUM {"FULL " if full else ""}"{database.schema}"."{table}"')
+            conn.execute(f'{postgres} "{database.schema}"."{table}"')
 
 
 def read_latencies(database: Database, samples: int) -> dict[str, list[float]]:
