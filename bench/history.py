@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import closing
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -112,12 +113,9 @@ def _vacuum(database: Database, *, sqlite: list[str], postgres: str) -> None:
     if database.backend == "sqlite":
         import sqlite3
 
-        conn = sqlite3.connect(str(database.path))
-        try:
+        with closing(sqlite3.connect(str(database.path))) as lite:
             for statement in sqlite:
-                conn.execute(statement)
-        finally:
-            conn.close()
+                lite.execute(statement)
         return
     import psycopg
 

@@ -5,11 +5,14 @@
 -- /metrics scrape, /health probe and summary line. Rows whose count reaches zero stay, at zero.
 CREATE TABLE IF NOT EXISTS opledger_status_counts (
     status TEXT NOT NULL,
+    -- the labels of the `opledger_operations` gauge, as in opledger_archive_totals (0006), which
+    -- the reads add in: live and archived operations are counted by the same key
     integration TEXT NOT NULL,
     tenant TEXT NOT NULL,
     delivery_mode TEXT NOT NULL,
     operations BIGINT NOT NULL,
-    PRIMARY KEY (status, integration, tenant, delivery_mode)
+    -- named: a conflict on it is reported by this name
+    CONSTRAINT opledger_status_counts_key PRIMARY KEY (status, integration, tenant, delivery_mode)
 );
 -- One function for the three triggers: a branch reads only the transition tables its event has.
 -- Keys are added in their sorted order, so two writers lock counter rows in the same order.

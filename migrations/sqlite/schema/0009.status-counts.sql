@@ -5,12 +5,15 @@
 -- /metrics scrape, /health probe and summary line. Rows whose count reaches zero stay, at zero.
 CREATE TABLE IF NOT EXISTS opledger_status_counts (
     status TEXT NOT NULL,
+    -- the labels of the `opledger_operations` gauge, as in opledger_archive_totals (0006), which
+    -- the reads add in: live and archived operations are counted by the same key
     integration TEXT NOT NULL,
     tenant TEXT NOT NULL,
     delivery_mode TEXT NOT NULL,
     operations INTEGER NOT NULL,
-    PRIMARY KEY (status, integration, tenant, delivery_mode)
-);
+    -- named: a conflict on it is reported by this name
+    CONSTRAINT opledger_status_counts_key PRIMARY KEY (status, integration, tenant, delivery_mode)
+) WITHOUT ROWID;
 CREATE TRIGGER IF NOT EXISTS opledger_count_inserted AFTER INSERT ON opledger_operation_status
 BEGIN
     INSERT INTO opledger_status_counts (status, integration, tenant, delivery_mode, operations)
