@@ -95,7 +95,7 @@ class PostgresDriver:
             try:
                 yield taken
             finally:
-                if taken.sent and not taken.read:
+                if taken.unread:
                     conn.close()  # a reserving statement failed
                 else:
                     reservations_release(conn, cursor, self._queries["release_operations"], taken.held)
@@ -253,32 +253,30 @@ class _Hold:
         self._queries = queries
         self._table = table
         self.held: list[UUID] = []
-        self.sent = False
-        """Whether a reserving statement was sent: one that failed (a statement timeout, a
-        cancel) may have taken locks its caller never saw."""
-        self.read = False
-        """Whether every reserving statement sent was read to its end (``held`` is complete)."""
+        self.unread = False
+        """Whether a reserving statement was sent and not read to its end: one that failed (a
+        statement timeout, a cancel) may have taken locks ``held`` does not list."""
 
     def intents_reserve_open(self, after: int, limit: int, topics: Sequence[str]) -> OpenIntents:
         """See ``ReservationHold.intents_reserve_open``."""
-        self.sent, self.read = True, False
+        self.unread = True
         self._cursor.execute(self._queries["select_open_intents"].format(table=self._table),
                              [after, list(topics), limit, True], prepare=True)
         rows = self._cursor.fetchall()
         self.held.extend(row[2] for row in rows if row[6])
-        self.read = True
+        self.unread = False
         return open_intents(rows, limit, frozenset(row[2] for row in rows if row[6] is False))
 
     def operations_reserve_current(self, versions: Sequence[tuple[UUID, int]]) -> set[UUID]:
         """See ``ReservationHold.operations_reserve_current``."""
         if not versions:
             return set()
-        self.sent, self.read = True, False
+        self.unread = True
         self._cursor.execute(self._queries["reserve_current"].format(table=self._table),
                              [[op_id for op_id, _ in versions], [version for _, version in versions]], prepare=True)
         reserved = [op_id for (op_id,) in self._cursor.fetchall()]
         self.held.extend(reserved)
-        self.read = True
+        self.unread = False
         return set(reserved)
 
 
