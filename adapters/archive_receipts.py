@@ -35,7 +35,7 @@ from uuid import UUID
 from eventsourcing.application import project_aggregate
 
 from adapters.archive_reads import decoded_events
-from adapters.archive_run import PAGE, summary_of
+from adapters.archive_run import PAGE, segment_metrics, summary_of
 from ledger import failpoints
 from ledger.archive_check import verify_segment
 from ledger.archives import ArchiveError, Segment, StoredRecord, write_segment
@@ -151,7 +151,8 @@ def archive_receipts(app: Any, archives: Archives, out: Path, chosen: Sequence[E
     if problems := verify_segment(segment.path):
         raise ArchiveError(f"{segment.path.name} does not verify after writing, nothing removed: "
                            + "; ".join(problems))
-    archives.archive_record(RecordedSegment(segment.number, segment.digest, summary_of(statuses)),
+    archives.archive_record(RecordedSegment(segment.number, segment.digest,
+                                            summary_of(statuses, segment_metrics(app, records))),
                             aggregates=len(statuses), records=len(records), archived_at=now, operations=[],
                             totals={}, receipts=[(r.receipt.id, r.records[-1].originator_version) for r in chosen])
     failpoints.reached("archive_record:after")

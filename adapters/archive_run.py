@@ -27,14 +27,16 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from adapters.operator import timeline_entries
+from adapters.archive_reads import events_of
+from adapters.operator import entries_of
+from adapters.pacing import Pacer
 from ledger import failpoints
 from ledger.archive_check import verify_segment
 from ledger.archives import (
@@ -50,6 +52,8 @@ from ledger.archives import (
 )
 from ledger.retention import cutoff_for, is_archivable, retention_for
 from migrations.drivers import ArchiveCandidate, ArchiveLabels, Archives, EventLoads, RecordedSegment
+from projections.metrics import history_increments
+from projections.metrics_store import LabelKey
 from projections.view import StatusView
 
 SEGMENT_OPERATIONS = 1_000
@@ -161,20 +165,30 @@ def totals_of(statuses: Sequence[Mapping[str, Any]]) -> Counter[ArchiveLabels]:
                     str(s.get("delivery_mode"))) for s in statuses if s.get("kind") == "operation")
 
 
-def summary_of(statuses: Sequence[Mapping[str, Any]]) -> str:
+def summary_of(statuses: Sequence[Mapping[str, Any]], metrics: Mapping[LabelKey, float]) -> str:
     """The carried-forward summary recorded with a segment, JSON text: its operations by final
     status (``{"status": {"settled": 3, ...}}``) and by label set (``"by_labels": [[status,
     integration, tenant, delivery_mode, n], ...]``), as added to the store's carried-forward
-    totals (docs/adr/0010-archives.md, "As built")."""
+    totals, and the metric increments its records made (``"metrics": [[name, integration,
+    tenant, delivery_mode, detail, value], ...]``, :func:`segment_metrics`), which a rebuild of
+    the metrics projection starts from (``projections.metrics.carried_forward``;
+    docs/adr/0010-archives.md, "As built")."""
     totals = totals_of(statuses)
     by_status: Counter[str] = Counter()
     for (status, *_), n in totals.items():
         by_status[status] += n
     return json.dumps({"status": dict(sorted(by_status.items())),
-                       "by_labels": [[*key, n] for key, n in sorted(totals.items())]}, sort_keys=True)
+                       "by_labels": [[*key, n] for key, n in sorted(totals.items())],
+                       "metrics": [[*key, value] for key, value in sorted(metrics.items())]}, sort_keys=True)
 
 
-def recover(archives: Archives, out: Path) -> list[int]:
+def segment_metrics(app: Any, records: Iterable[StoredRecord]) -> dict[LabelKey, float]:
+    """The metric increments of a segment's ``records`` (complete histories, in order), as the
+    metrics projection folded them (``projections.metrics.history_increments``)."""
+    return history_increments(app, ((r.originator_id, r.originator_version, r.topic, r.state) for r in records))
+
+
+def recover(app: Any, archives: Archives, out: Path) -> list[int]:
     """Step 1 of a run: record a complete segment a killed run wrote but did not record (it is
     verified first; one that does not verify is removed, to be written again), and check the
     archive directory is the one the store recorded.
@@ -200,21 +214,23 @@ def recover(archives: Archives, out: Path) -> list[int]:
             continue
         statuses = read_statuses(path)
         versions: dict[UUID, int] = {}
-        for record in read_records(path):
+        held = list(read_records(path))
+        for record in held:
             versions[record.originator_id] = max(versions.get(record.originator_id, 0), record.originator_version)
         written_at = datetime.fromisoformat(str(read_manifest(path)["written_at"]))
         kinds = {kind: [(UUID(str(s["id"])), versions[UUID(str(s["id"]))], str(s["status"]))
                         for s in statuses if s.get("kind") == kind] for kind in ("operation", "receipt")}
         _record(archives, Segment(number, path, manifest_digest(path)), statuses, sum(versions.values()),
-                kinds["operation"], written_at, [(rid, version) for rid, version, _ in kinds["receipt"]])
+                kinds["operation"], written_at, segment_metrics(app, held),
+                [(rid, version) for rid, version, _ in kinds["receipt"]])
         done.append(number)
     return done
 
 
 def _record(archives: Archives, segment: Segment, statuses: Sequence[Mapping[str, Any]], records: int,
-            operations: Sequence[tuple[UUID, int, str]], at: datetime,
+            operations: Sequence[tuple[UUID, int, str]], at: datetime, metrics: Mapping[LabelKey, float],
             receipts: Sequence[tuple[UUID, int]] = ()) -> None:
-    archives.archive_record(RecordedSegment(segment.number, segment.digest, summary_of(statuses)),
+    archives.archive_record(RecordedSegment(segment.number, segment.digest, summary_of(statuses, metrics)),
                             aggregates=len(statuses), records=records, archived_at=at, operations=operations,
                             totals=totals_of(statuses), receipts=receipts)
 
@@ -235,12 +251,16 @@ def remove_archived(archives: Archives, progress: Callable[[int], None] | None =
     return removed
 
 
-def remove_segment(archives: Archives, archived: Sequence[ArchiveCandidate]) -> int:
+def remove_segment(archives: Archives, archived: Sequence[ArchiveCandidate],
+                   pace: Callable[[], None] = lambda: None) -> int:
     """Step 5 for the segment just recorded: remove its operations, :data:`REMOVE_BATCH` per
     transaction. Only those: looking for every recorded operation still in the hot store
     (:func:`remove_archived`) reads the whole archive index, once per batch, which grew
     quadratic with the archive (177 operations a second by 143,000 archived, from 1,000,000).
     A run killed meanwhile leaves the rest to the next run's :func:`remove_archived`.
+
+    Args:
+        pace: called after each batch (``adapters.pacing.Pacer.step``).
 
     Returns:
         How many operations were removed (one with a late record stays whole: not counted).
@@ -250,6 +270,7 @@ def remove_segment(archives: Archives, archived: Sequence[ArchiveCandidate]) -> 
         batch = archived[start:start + REMOVE_BATCH]
         removed += archives.archive_remove([(c.operation_id, c.version) for c in batch])
         failpoints.reached("archive_remove:after")
+        pace()
     return removed
 
 
@@ -291,13 +312,16 @@ def archive_segment(app: Any, view: StatusView, archives: Archives, out: Path, c
     statuses: list[dict[str, Any]] = []
     operations: list[tuple[UUID, int, str]] = []
     archived: list[ArchiveCandidate] = []
+    rows_now = view.get_many([c.operation_id for c in chosen])  # one read per segment, not one per operation
     for candidate in chosen:
         held = by_id.get(candidate.operation_id, [])
-        status = view.get(candidate.operation_id)
+        status = rows_now.get(candidate.operation_id)
         if not held or held[-1].originator_version != candidate.version or status is None \
                 or status.version != candidate.version:
             continue
-        entries = timeline_entries(app, candidate.operation_id)
+        # The timeline decoded from the records just read, as ``ops timeline`` decodes them from
+        # the store: a second read per operation cost the run a round trip each.
+        entries = entries_of(app, events_of(app, held))
         if len(entries) != len(held) or any(e["event"] == "CORRUPT" for e in entries):
             continue
         records.extend(held)
@@ -312,7 +336,7 @@ def archive_segment(app: Any, view: StatusView, archives: Archives, out: Path, c
     if problems := verify_segment(segment.path):
         raise ArchiveError(f"{segment.path.name} does not verify after writing, nothing removed: "
                            + "; ".join(problems))
-    _record(archives, segment, statuses, len(records), operations, now)
+    _record(archives, segment, statuses, len(records), operations, now, segment_metrics(app, records))
     failpoints.reached("archive_record:after")
     return segment, archived, len(records)
 
@@ -326,7 +350,7 @@ def app_driver(app: Any) -> EventLoads:
 
 def run_archive(app: Any, view: StatusView, archives: Archives, out: Path, *, now: datetime,
                 limits: Mapping[str, datetime], provenance: Mapping[str, Any], dry_run: bool = False,
-                progress: Callable[[int], None] | None = None) -> ArchiveReport:
+                progress: Callable[[int], None] | None = None, pacer: Pacer | None = None) -> ArchiveReport:
     """One archive run (the module's steps 1 to 5).
 
     Args:
@@ -340,6 +364,8 @@ def run_archive(app: Any, view: StatusView, archives: Archives, out: Path, *, no
             version and commit (``ledger.archives.write_segment``).
         dry_run: only count what would be archived; nothing is written, recorded or removed.
         progress: called with the operations archived so far.
+        pacer: paces the run beside live traffic (``adapters.pacing``): a step after each
+            segment is written and recorded and after each removal batch; None runs flat out.
 
     Returns:
         What was done.
@@ -357,19 +383,21 @@ def run_archive(app: Any, view: StatusView, archives: Archives, out: Path, *, no
             report.by_integration[row.integration] += 1
         report.receipts = len(select_receipts(app, archives, latest, limit=2**62))
         return report
-    report.segments.extend(recover(archives, out))
+    report.segments.extend(recover(app, archives, out))
     report.removed += remove_archived(archives)
     report.receipts_removed += remove_archived_receipts(archives)
+    pace = pacer.step if pacer is not None else lambda: None
     while chosen := select(archives, limits, limit=SEGMENT_OPERATIONS):
         written = archive_segment(app, view, archives, out, chosen, now=now, provenance=provenance)
         if written is None:
             break  # every candidate moved on since selected: a later run takes them
+        pace()
         segment, archived, records = written
         report.segments.append(segment.number)
         report.operations += len(archived)
         report.records += records
         report.by_integration.update(c.integration for c in archived)
-        report.removed += remove_segment(archives, archived)
+        report.removed += remove_segment(archives, archived, pace)
         if progress is not None:
             progress(report.operations)
     while expired := select_receipts(app, archives, latest, limit=SEGMENT_OPERATIONS):

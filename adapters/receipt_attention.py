@@ -28,7 +28,7 @@ from eventsourcing.persistence import IntegrityError
 from adapters.archive_attention import LATE_AFTER_ARCHIVE, late_rows
 from ledger.errors import IllegalTransitionError, OperatorActionRefusedError, ReceiptNotFoundError
 from ledger.receipts import OPERATOR_RESOLUTIONS, PENDING, Receipt
-from projections.metrics import RECEIPTS_STUCK
+from projections.metric_deltas import RECEIPTS_STUCK
 from projections.metrics_store import MetricsStore
 from projections.rows import StatusRow
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -163,6 +163,11 @@ class MemoryStatusView:
     def get(self, operation_id: UUID) -> StatusRow | None:
         with self._transaction() as store:
             return store.tables[MAIN_TABLE].get(operation_id)
+
+    def get_many(self, operation_ids: Collection[UUID]) -> dict[UUID, StatusRow]:
+        with self._transaction() as store:
+            table = store.tables[MAIN_TABLE]
+            return {op_id: table[op_id] for op_id in operation_ids if op_id in table}
 
     def attention(self, limit: int = 100) -> list[StatusRow]:
         _check_limit(limit)

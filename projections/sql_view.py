@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
@@ -94,6 +94,10 @@ class SqlStatusView:
         rows = self._select("select_one", {"operation_id": self._id(operation_id)})
         return rows[0] if rows else None
 
+    def get_many(self, operation_ids: Collection[UUID]) -> dict[UUID, StatusRow]:
+        rows = self._select("select_by_ids", {"operation_ids": self._ids(operation_ids)})
+        return {row.operation_id: row for row in rows}
+
     def attention(self, limit: int = 100) -> list[StatusRow]:
         return self._select("select_attention", {"limit": limit})
 
@@ -164,6 +168,9 @@ class SqlStatusView:
 
     def _id(self, value: UUID) -> Any:
         return value
+
+    def _ids(self, values: Collection[UUID]) -> Any:
+        return list(values)
 
     def _uuid(self, value: Any) -> UUID:
         return value

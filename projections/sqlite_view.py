@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -100,6 +101,9 @@ class SQLiteStatusView(SqlStatusView):
 
     def _id(self, value: UUID) -> Any:
         return str(value)
+
+    def _ids(self, values: Collection[UUID]) -> Any:
+        return json.dumps([str(value) for value in values])  # select_by_ids.sql reads it with json_each
 
     def _uuid(self, value: Any) -> UUID:
         return UUID(value)

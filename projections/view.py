@@ -8,7 +8,7 @@ crash or a replay never double-counts. SQL comes from ``migrations/<backend>/que
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -201,6 +201,12 @@ class OperatorQueries(Protocol):
 
     def get(self, operation_id: UUID) -> StatusRow | None:
         """One row, or None."""
+        ...
+
+    def get_many(self, operation_ids: Collection[UUID]) -> dict[UUID, StatusRow]:
+        """The rows of ``operation_ids`` in one read, by id; ids without a row are left out.
+        For callers that read many rows at once (the archive run), where a ``get`` per id
+        would cost a round trip each."""
         ...
 
     def attention(self, limit: int = 100) -> list[StatusRow]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import typer
 
-from adapters.cli.archive_run import BeforeOption, DryRunOption, OutOption, run
+from adapters.cli.archive_run import BeforeOption, DryRunOption, NiceOption, OutOption, run
 from adapters.cli.common import DatabaseOption, JsonOption, console, fail, print_json, settings
 from ledger.archive_check import verify_archive
 from ledger.archives import ArchiveError, read_manifest, segments
@@ -33,6 +33,7 @@ def archive(
     out: Path | None = OutOption,
     before: str | None = BeforeOption,
     dry_run: bool = DryRunOption,
+    nice: float = NiceOption,
     json_output: bool = JsonOption,
     database_url: str = DatabaseOption,
 ) -> None:
@@ -45,6 +46,7 @@ def archive(
         out: the archive directory (default: ``OPLEDGER_ARCHIVE_DIR``).
         before: one cutoff for every integration (a time or a duration back from now).
         dry_run: count only.
+        nice: seconds of pause per second of work (``adapters.pacing``; 0 runs flat out).
         json_output: print ``{"out", "dry_run", "operations", "records", "segments", "removed",
             "by_integration"}``.
         database_url: the store (default: the configured one).
@@ -55,7 +57,7 @@ def archive(
     if out is None:
         fail("opledger archive needs --out DIR (the archive directory; default OPLEDGER_ARCHIVE_DIR), or a "
              "subcommand: verify, restore", 2)
-    run(out, before, dry_run, json_output, database_url)
+    run(out, before, dry_run, json_output, database_url, nice)
 
 
 @archive_app.command("verify")

@@ -1,10 +1,12 @@
-"""``opledger archive --out DIR [--before TIME|DURATION] [--dry-run] [--json]``: move closed
+"""``opledger archive --out DIR [--before TIME|DURATION] [--nice RATIO] [--dry-run] [--json]``: move closed
 operations out of the hot store into verified archive segments (``adapters.archive_run``).
 
 Without ``--before`` each integration's retention policy decides (``OPLEDGER_RETENTION``, or the
 declaration's ``retention_seconds``); ``--before`` sets one cutoff for all: a UTC time
 (``2026-11-01T00:00:00Z``) or a duration back from now (``30d``). The run can be repeated (from
-cron or a timer): it finishes what a killed run left and never archives an id twice.
+cron or a timer): it finishes what a killed run left and never archives an id twice. It paces
+itself beside live traffic (``--nice``, ``adapters.pacing``): by default it pauses as long as each
+step took.
 
 Source: issue 29 item 2.
 """
@@ -17,6 +19,7 @@ from pathlib import Path
 import typer
 
 from adapters.cli.common import UserErrors, console, errors, fail, print_json, settings
+from adapters.pacing import DEFAULT_NICE_RATIO
 from ledger.clock import SystemClock
 from ledger.codec import CODEC_VERSION
 from ledger.provenance import build_info
@@ -44,11 +47,13 @@ def parse_before(text: str, now: datetime) -> datetime:
     return moment
 
 
-def run(out: Path, before: str | None, dry_run: bool, json_output: bool, database_url: str | None) -> None:
+def run(out: Path, before: str | None, dry_run: bool, json_output: bool, database_url: str | None,
+        nice: float = DEFAULT_NICE_RATIO) -> None:
     """The ``opledger archive`` run (see the module); prints what was archived."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from adapters.archive_run import NoRetentionError, cutoffs, run_archive
+    from adapters.pacing import Pacer
     from adapters.runtime import open_store
     from migrations.drivers import archives_of
 
@@ -73,7 +78,7 @@ def run(out: Path, before: str | None, dry_run: bool, json_output: bool, databas
             with Progress(*columns, console=errors, transient=True) as bar:
                 task = bar.add_task("archiving", total=None)
                 report = run_archive(store.app, store.view, archives, out, now=now, limits=limits,
-                                     provenance=provenance, dry_run=dry_run,
+                                     provenance=provenance, dry_run=dry_run, pacer=Pacer(nice),
                                      progress=lambda n: bar.update(task, description=f"archived {n} operations"))
     if json_output:
         print_json({"out": str(out), **report.as_json()})
@@ -95,4 +100,7 @@ OutOption = typer.Option(None, "--out", help="the archive directory (segments se
                          "OPLEDGER_ARCHIVE_DIR; one of the two is required to archive")
 BeforeOption = typer.Option(None, "--before", help="archive operations closed before this time (ISO 8601 with "
                             "offset) or this long ago (30d); default: each integration's retention policy")
+NiceOption = typer.Option(DEFAULT_NICE_RATIO, "--nice", min=0.0, max=100.0,
+                          help="pause this many seconds per second of work, so workers and serve beside the run "
+                          "keep their pace (0: flat out, for a store with nothing else running)")
 DryRunOption = typer.Option(False, "--dry-run", help="count what would be archived; write and remove nothing")

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from projections.metrics import (
+from projections.metric_deltas import (
     ARCHIVE_LATE,
     COUNTERS,
     DETAIL_LABEL,
@@ -148,7 +148,7 @@ def _archive_late(gauges: Gauges) -> Metric:
 
 def _receipts_stuck(totals: dict[LabelKey, float]) -> Metric:
     """``opledger_receipts_stuck{command}``: keyed commands whose receipt recovery gave up on, now
-    (the attention queue's ``receipt_stuck``; ``projections.metrics.RECEIPTS_STUCK``). A gauge
+    (the attention queue's ``receipt_stuck``; ``projections.metric_deltas.RECEIPTS_STUCK``). A gauge
     folded from the log rather than read at scrape time: what puts a receipt there and takes it
     off are records, not the clock. Issue 31 item 4."""
     family = GaugeMetricFamily(RECEIPTS_STUCK, "keyed commands whose receipt recovery gave up on "

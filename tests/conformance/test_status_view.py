@@ -155,6 +155,15 @@ def test_rows_round_trip_exactly_with_times_in_utc(view: StatusView) -> None:
     assert view.get(_id(3)) is None
 
 
+def test_get_many_reads_the_rows_that_exist_by_id(view: StatusView) -> None:
+    write(view, row(1), row(2, status="succeeded"), row(3))
+    assert view.get_many([_id(2), _id(4), _id(1)]) == {_id(1): row(1), _id(2): row(2, status="succeeded")}
+    assert view.get_many([]) == {}
+    many = [_id(n) for n in range(4, 1_204)]  # more ids than SQLite binds as parameters
+    write(view, *(row(n) for n in range(4, 1_204)), position=2)
+    assert set(view.get_many(many)) == set(many)
+
+
 def test_a_row_never_moves_to_an_older_or_the_same_version(view: StatusView) -> None:
     write(view, row(1, version=3, status="claimed", execution="claimed"))
     write(view, row(1, version=2, status="succeeded"), position=2)

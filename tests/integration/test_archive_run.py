@@ -131,6 +131,13 @@ def test_status_totals_and_metrics_do_not_go_backwards(orders_app: OrdersApp, cl
     [segment] = archives_of(orders_app).archive_segments()
     assert json.loads(segment.summary)["status"] == {"settled": len(closed)}
 
+    # A rebuild from the log, which no longer holds the archived records, starts from what the
+    # segment carried forward for them: the same counters as before archiving.
+    assert counters[("opledger_settled", "payments.charge", "default", "idempotent", "")] > 0
+    MetricsProjection(app=orders_app, store=metrics).rebuild()
+    assert metrics.totals() == counters
+    assert (view.counts(), metrics.gauges().by_status) == (counts, gauges)
+
 
 @pytest.mark.parametrize("command", ["show", "timeline"])
 def test_ops_show_and_timeline_of_an_archived_id_name_its_segment(
@@ -162,6 +169,9 @@ def test_a_run_killed_before_recording_or_mid_removal_is_completed_by_the_next(
         orders_app: OrdersApp, clock: FakeClock, view: StatusView, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     closed, _, _ = _store(orders_app, clock, view)
+    metrics = MetricsStore(view)
+    MetricsProjection(app=orders_app, store=metrics).catch_up()
+    counters = metrics.totals()
     out = tmp_path / "archive"
     archives = archives_of(orders_app)
     with monkeypatch.context() as patch:  # killed after the segment was written and verified
@@ -190,6 +200,9 @@ def test_a_run_killed_before_recording_or_mid_removal_is_completed_by_the_next(
 
     report = _run(orders_app, view, out)
     assert (report.segments, report.operations, report.removed) == ([], 0, len(closed) - 1)
+    # The segment the recovering run recorded (from its files) carried the metrics forward too.
+    MetricsProjection(app=orders_app, store=metrics).rebuild()
+    assert metrics.totals() == counters
     assert not any(orders_app.recorder.select_events(op_id) for op_id in closed)
     assert len(segments(out)) == 1 and set(archives.archive_lookup(closed)) == set(closed)
     assert CliRunner().invoke(cli, ["archive", "verify", str(out)]).exit_code == 0

@@ -69,3 +69,7 @@ def test_bench_history_smoke_preloads_and_reports_every_big_store_row(tmp_path: 
         full = {"after_vacuum_full"} if backend == "postgres" else set()
         assert set(sizes) == {"after_preload", "after_e2e", "after_archive", "after_vacuum", "fresh", *full}, sizes
         assert min(sizes.values()) > 0
+        size = rows["history.size"]
+        if size["extra"]["tables_after_reclaim"]:  # SQLite without dbstat cannot say
+            assert size["extra"]["archive_index_bytes"] > 0 and size["ratio"] > 0, size
+            assert "opledger_archived_operations" in size["extra"]["tables_after_reclaim"], size

@@ -1,0 +1,3 @@
+-- StatusView.get_many: the rows of a set of operations (any order; missing ids have none). The
+-- ids arrive as one JSON array: SQLite binds no lists, and a query per count would not be cached.
+SELECT operation_id, version, tenant, integration, integration_version, delivery_mode, status, execution, settlement, approval, attempts, max_attempts, epoch, worker_id, lease_expires_at, next_due_at, remote_id, attention, disposition, failure_category, ambiguity_reason, cancel_requested, source_entity_type, source_entity_id, source_entity_version, effect_index, created_at, updated_at, attention_detail FROM opledger_operation_status WHERE operation_id IN (SELECT value FROM json_each(:operation_ids))
