@@ -11,8 +11,10 @@ In one run, per backend: ``N`` closed operations are preloaded (``bench.preload`
 - ``history.size``: the store's bytes after the preload, after the e2e runs, after archiving,
   after ``VACUUM`` and, on PostgreSQL, after ``VACUUM FULL`` (plain ``VACUUM`` returns no space
   to the file system there), beside a fresh store's; its ratio is the reclaimed store over a
-  fresh store plus the archive index (the ``opledger_archive*`` tables, ``table_bytes``), and
-  ``extra.tables_after_reclaim`` says what is left, table by table;
+  fresh store plus the archive index (the ``opledger_archive*`` tables, ``table_bytes``), counting
+  opledger's own tables only: the host application's records (its entities' events, in the
+  library's events table) are not operations and stay, shown apart; ``extra.tables_after_reclaim``
+  says what is left, table by table;
 - ``history.archive``: ``opledger archive`` of every preloaded operation (a subprocess, as an
   operator's timer runs it, with its default pacing: ``--nice``), in operations per second, and
   on PostgreSQL the e2e rate while it runs as a ratio to the big store's rate without it (on
@@ -222,7 +224,7 @@ def run(options: Options, log: Callable[[str], Any] = print) -> list[Result]:
                     for _ in range(1 if options.smoke else ALONGSIDE_RUNS):
                         seconds, _extra = big_run(database, cfg, e2e_n, options, {}, poll=POLL)
                         during.append(rate(e2e_n, seconds))
-                    log(f"  {backend}: e2e while archiving {during[-1]:.0f}/s")
+                        log(f"  {backend}: e2e while archiving {during[-1]:.0f}/s")
 
             archived = archive_all(database, options.workdir / f"archive-{backend}", n, alongside)
             log(f"  {backend}: archived {archived['operations']} in {archived['seconds']:.1f} s")
@@ -328,14 +330,18 @@ def _rows(backend: str, n: int, e2e_n: int, loaded: dict[str, float], empty: lis
     # The size target: the store, once archived and reclaimed, against a fresh store plus the
     # archive index it must keep. Measurable only where the tables' sizes are (not SQLite
     # without dbstat), and on PostgreSQL only after VACUUM FULL (plain VACUUM returns nothing).
+    # The host application's own records (its entities' events, in the library's events table)
+    # are not operations: archiving never moves them, so they are set apart, and shown.
     index = archive_index_bytes(left)
+    owned = sum(size for name, size in left.items() if name.startswith(("opledger_", "_yoyo", "yoyo")))
     final = sizes.get("after_vacuum_full", sizes["after_vacuum"])
-    size_ratio = final / (sizes["fresh"] + index) if left else None
+    size_ratio = owned / (sizes["fresh"] + index) if left else None
     rows.append(Result("history.size", backend, None, Stats(median=mib[0], min=min(mib), max=max(mib), samples=()),
                        "MiB", n=n, note="median = after preload", ratio=size_ratio,
                        baseline="a fresh store plus the archive index" if left else None,
-                       target=f"reclaimed <= {SIZE_TARGET}x a fresh store plus the archive index",
-                       met=None if size_ratio is None else size_ratio <= SIZE_TARGET,
+                       target=f"reclaimed (the host's records aside) <= {SIZE_TARGET}x a fresh store plus the "
+                       "archive index", met=None if size_ratio is None else size_ratio <= SIZE_TARGET,
                        extra={"bytes": sizes, "preloaded": n, "archive_index_bytes": index,
+                              "opledger_bytes_after_reclaim": owned, "host_bytes_after_reclaim": final - owned,
                               "tables_after_reclaim": left}))
     return rows

@@ -57,7 +57,7 @@ def test_a_replay_or_racing_writer_never_double_counts(orders_app: OrdersApp, mi
     # ``two`` reads from the same start as a batch of ``one`` that commits first: its own is refused.
     start = store.position(PROJECTION_NAME, orders_app.name)
     records = two._read(start, 5)
-    increments = two._fold(records)
+    increments = two.fold.fold(records)
     assert one.run_once() == 5
     import pytest
 
