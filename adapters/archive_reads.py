@@ -17,7 +17,7 @@ archived operation from its segment"); docs/adr/0010-archives.md, Consequences.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -35,7 +35,7 @@ from migrations.drivers import archives_of
 if TYPE_CHECKING:
     from adapters.runtime import Store
 
-__all__ = ["ArchivedReadError", "archived_events", "decoded_events", "events_of", "show_any", "timeline_any"]
+__all__ = ["ArchivedReadError", "archived_events", "decoded_events", "show_any", "timeline_any"]
 
 
 class ArchivedReadError(ArchiveError):
@@ -89,17 +89,9 @@ def decoded_events(app: Any, records: Iterable[StoredRecord]) -> list[Any]:
     Raises:
         CorruptRecordError: a record this code cannot decode exactly.
     """
-    return list(events_of(app, records))
-
-
-def events_of(app: Any, records: Iterable[StoredRecord]) -> Iterator[Any]:
-    """:func:`decoded_events`, one at a time: a record that does not decode raises
-    ``CorruptRecordError`` when it is reached, after the events before it (as the event store's
-    own ``get`` does, so ``adapters.operator.entries_of`` ends the timeline there)."""
-    for r in records:
-        yield app.mapper.to_domain_event(StoredEvent(originator_id=r.originator_id,
-                                                     originator_version=r.originator_version, topic=r.topic,
-                                                     state=r.state))
+    return [app.mapper.to_domain_event(StoredEvent(originator_id=r.originator_id,
+                                                   originator_version=r.originator_version, topic=r.topic,
+                                                   state=r.state)) for r in records]
 
 
 def _where(archived: OperationInArchiveError, archive_dir: Path) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from adapters.archive_reads import events_of
+from adapters.archive_reads import decoded_events
 from adapters.operator import entries_of
 from adapters.pacing import Pacer
 from ledger import failpoints
@@ -50,9 +50,10 @@ from ledger.archives import (
     segments,
     write_segment,
 )
+from ledger.errors import CorruptRecordError
 from ledger.retention import cutoff_for, is_archivable, retention_for
 from migrations.drivers import ArchiveCandidate, ArchiveLabels, Archives, EventLoads, RecordedSegment
-from projections.metrics import history_increments
+from projections.metrics import MetricsFold, history_increments
 from projections.metrics_store import LabelKey
 from projections.view import StatusView
 
@@ -313,17 +314,26 @@ def archive_segment(app: Any, view: StatusView, archives: Archives, out: Path, c
     operations: list[tuple[UUID, int, str]] = []
     archived: list[ArchiveCandidate] = []
     rows_now = view.get_many([c.operation_id for c in chosen])  # one read per segment, not one per operation
+    fold = MetricsFold(app, cache_size=1)  # one history at a time: only the one being folded is kept
+    metrics: dict[LabelKey, float] = defaultdict(float)
     for candidate in chosen:
         held = by_id.get(candidate.operation_id, [])
         status = rows_now.get(candidate.operation_id)
         if not held or held[-1].originator_version != candidate.version or status is None \
                 or status.version != candidate.version:
             continue
-        # The timeline decoded from the records just read, as ``ops timeline`` decodes them from
-        # the store: a second read per operation cost the run a round trip each.
-        entries = entries_of(app, events_of(app, held))
-        if len(entries) != len(held) or any(e["event"] == "CORRUPT" for e in entries):
+        # Decoded once, from the records just read, for the timeline (as ``ops timeline`` gives
+        # it) and the metrics carried forward; a record that does not decode keeps it here.
+        made: dict[LabelKey, float] = defaultdict(float)
+        try:
+            events = decoded_events(app, held)
+            for event in events:
+                fold.add(made, event)
+        except CorruptRecordError:
             continue
+        for key, value in made.items():
+            metrics[key] += value
+        entries = entries_of(app, events)
         records.extend(held)
         decoded.extend({"id": str(candidate.operation_id), **entry} for entry in entries)
         statuses.append({"id": str(candidate.operation_id), "kind": "operation", **status.as_json()})
@@ -336,7 +346,7 @@ def archive_segment(app: Any, view: StatusView, archives: Archives, out: Path, c
     if problems := verify_segment(segment.path):
         raise ArchiveError(f"{segment.path.name} does not verify after writing, nothing removed: "
                            + "; ".join(problems))
-    _record(archives, segment, statuses, len(records), operations, now, segment_metrics(app, records))
+    _record(archives, segment, statuses, len(records), operations, now, metrics)
     failpoints.reached("archive_record:after")
     return segment, archived, len(records)
 

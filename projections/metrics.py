@@ -206,23 +206,32 @@ class MetricsFold:
                 self._fold_receipt(increments, op_id, version, topic, state)
                 continue
             try:
-                event = self._decode(op_id, version, topic, state)
-                before = self._before(op_id, version)
-                after = event.mutate(None if before is None else before.detached_copy())
+                self.add(increments, self._decode(op_id, version, topic, state))
             except CorruptRecordError as exc:
                 log.warning("metrics skip an operation with a record that does not decode",
                             operation_id=str(op_id), error=str(exc))
                 self.skipped.add(op_id)
                 self._cache.pop(op_id, None)
-                continue
-            integration, tenant, mode = labels_of(after)
-            for name, detail, value in metric_deltas(before, event, after):
-                increments[(name, integration, tenant, mode, detail)] += value
-            self._cache[op_id] = after
-            self._cache.move_to_end(op_id)
-            if len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
         return dict(increments)
+
+    def add(self, increments: dict[LabelKey, float], event: Any) -> None:
+        """Add what one decoded operation ``event`` makes (:func:`metric_deltas`) to
+        ``increments``, compared with its operation's state before it, which it then keeps.
+
+        Raises:
+            CorruptRecordError: an earlier record of the operation, read to rebuild its state
+                when it is not kept, does not decode.
+        """
+        op_id, version = event.originator_id, event.originator_version
+        before = self._before(op_id, version)
+        after = event.mutate(None if before is None else before.detached_copy())
+        integration, tenant, mode = labels_of(after)
+        for name, detail, value in metric_deltas(before, event, after):
+            increments[(name, integration, tenant, mode, detail)] += value
+        self._cache[op_id] = after
+        self._cache.move_to_end(op_id)
+        if len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
 
     def _fold_window(self, increments: dict[LabelKey, float], window_id: UUID, version: int, topic: str,
                      state: bytes) -> None:
