@@ -49,11 +49,9 @@ PACE_SECONDS = 0.005
 TIMEOUT_SECONDS = 600.0
 POLL_MS = 50.0
 """The bench workers' poll interval (``bench.harness.worker_env``), ms."""
-LEASE_SECONDS = 30.0
-"""The workers' lease (the default): the killed worker's own operations wait this long."""
 SMOKE_LEASE_SECONDS = 3.0
 """The lease at smoke size: the killed worker's operations would otherwise hold the run (and CI)
-for 30 s."""
+for the default's 30 s."""
 
 
 def _terminate(tag: str) -> int:
@@ -104,8 +102,8 @@ def pickup(n: int, options: Options, *, kill_at: int | None = None) -> tuple[lis
         did (empty without ``kill_at``).
     """
     with fresh_store("postgres", options) as database:
-        lease = SMOKE_LEASE_SECONDS if options.smoke else LEASE_SECONDS
-        workers = start_workers(2, worker_env(database, lease_seconds=lease), options, "pickup")
+        env = worker_env(database, lease_seconds=SMOKE_LEASE_SECONDS) if options.smoke else worker_env(database)
+        workers = start_workers(2, env, options, "pickup")
         view = reader(database)
         try:
             wait_ready(workers)

@@ -83,11 +83,6 @@ class MetricsProjection:
         self._ids: dict[Any, UUID] = {}
         self.fold = MetricsFold(app, self.config.cache_size)
 
-    @property
-    def skipped(self) -> set[UUID]:
-        """Operations with a record that does not decode (:attr:`MetricsFold.skipped`)."""
-        return self.fold.skipped
-
     def run_once(self) -> int:
         """Fold and commit one batch after the stored position.
 

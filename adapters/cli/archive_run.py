@@ -19,7 +19,7 @@ from pathlib import Path
 import typer
 
 from adapters.cli.common import UserErrors, console, errors, fail, print_json, settings
-from adapters.pacing import DEFAULT_NICE_RATIO
+from adapters.pacing import DEFAULT_NICE_RATIO, Pacer
 from ledger.clock import SystemClock
 from ledger.codec import CODEC_VERSION
 from ledger.provenance import build_info
@@ -53,7 +53,6 @@ def run(out: Path, before: str | None, dry_run: bool, json_output: bool, databas
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from adapters.archive_run import NoRetentionError, cutoffs, run_archive
-    from adapters.pacing import Pacer
     from adapters.runtime import open_store
     from migrations.drivers import archives_of
 
