@@ -154,6 +154,6 @@ def archive_receipts(app: Any, archives: Archives, out: Path, chosen: Sequence[E
     archives.archive_record(RecordedSegment(segment.number, segment.digest,
                                             summary_of(statuses, segment_metrics(app, records))),
                             aggregates=len(statuses), records=len(records), archived_at=now, operations=[],
-                            totals={}, receipts=[(r.receipt.id, r.records[-1].originator_version) for r in chosen])
+                            receipts=[(r.receipt.id, r.records[-1].originator_version) for r in chosen])
     failpoints.reached("archive_record:after")
     return segment, len(records)

@@ -233,7 +233,7 @@ def _record(archives: Archives, segment: Segment, statuses: Sequence[Mapping[str
             receipts: Sequence[tuple[UUID, int]] = ()) -> None:
     archives.archive_record(RecordedSegment(segment.number, segment.digest, summary_of(statuses, metrics)),
                             aggregates=len(statuses), records=records, archived_at=at, operations=operations,
-                            totals=totals_of(statuses), receipts=receipts)
+                            receipts=receipts)
 
 
 def remove_archived(archives: Archives, progress: Callable[[int], None] | None = None) -> int:

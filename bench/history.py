@@ -260,7 +260,8 @@ def archive_all(database: Database, out: Path, n: int, alongside: Callable[[], N
     try:
         # In its steady state: a run's first seconds are its start (imports, recovery, the first
         # selection), and a few-second e2e run measured there says little about the rest.
-        while run.poll() is None and not (out / "seg-000001").is_dir():
+        started = time.perf_counter()  # bounded: its output is read only when it ends
+        while run.poll() is None and not (out / "seg-000001").is_dir() and time.perf_counter() - started < 120:
             time.sleep(0.05)
         alongside()
         overlapped = run.poll() is None

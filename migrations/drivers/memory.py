@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Collection, Mapping, MutableMapping, Sequence
+from collections.abc import Collection, MutableMapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
@@ -176,16 +176,14 @@ class MemoryDriver(OwnedStore):
                 for row in rows[:limit]]
 
     def archive_record(self, segment: RecordedSegment, *, aggregates: int, records: int, archived_at: datetime,
-                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int],
+                       operations: Sequence[tuple[UUID, int, str]],
                        receipts: Sequence[tuple[UUID, int]] = ()) -> None:
         """See ``Archives.archive_record``. ``aggregates`` and ``archived_at`` are kept by the SQL
         tables for people reading them; no method reads them back, so they are not kept here."""
         with self._lock, self.status.lock:
             if segment.segment in self._segments:
-                return  # recorded already, with its index and totals
+                return  # recorded already, with its index
             self._segments[segment.segment] = segment._replace(records=records)
-            for key, n in totals.items():
-                self.status.archive_totals[key] += n
             for operation_id, version, status in operations:
                 self._archived.setdefault(operation_id, (segment.segment, version, status))
             for receipt_id, version in receipts:
@@ -226,6 +224,7 @@ class MemoryDriver(OwnedStore):
                 row = rows.get(operation_id)
                 if row is not None and row.version <= version:
                     del rows[operation_id]
+                    self.status.archive_totals[(row.status, row.integration, row.tenant, row.delivery_mode)] += 1
                     removed += 1
         return removed
 

@@ -11,6 +11,7 @@ taken by the statement that reads, on a connection held while they are.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -25,7 +26,6 @@ from ledger.store_identity import STORE_TABLE
 from migrations.drivers.database import ConfiguredStore
 from migrations.drivers.protocols import (
     ArchiveCandidate,
-    ArchiveLabels,
     EventRow,
     LateRecord,
     OpenIntents,
@@ -134,15 +134,14 @@ class PostgresDriver:
         return [ArchiveCandidate(*row) for row in rows]
 
     def archive_record(self, segment: RecordedSegment, *, aggregates: int, records: int, archived_at: datetime,
-                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int],
+                       operations: Sequence[tuple[UUID, int, str]],
                        receipts: Sequence[tuple[UUID, int]] = ()) -> None:
         """See ``Archives.archive_record``."""
         with self._recorder.datastore.transaction(commit=True) as cursor:
             cursor.execute(self._archive_sql("archive_insert_segment"),
                            [segment.segment, segment.digest, aggregates, records, segment.summary, archived_at])
             if cursor.rowcount == 0:
-                return  # recorded already, with its index and totals
-            cursor.executemany(self._archive_sql("archive_add_totals"), [[*key, n] for key, n in totals.items()])
+                return  # recorded already, with its index
             cursor.executemany(self._archive_sql("archive_insert_operation"),
                                [[op_id, segment.segment, version, status, archived_at]
                                 for op_id, version, status in operations])
@@ -178,7 +177,10 @@ class PostgresDriver:
             if not removed:
                 return 0
             cursor.execute(status, [[op_id for op_id, _ in removed], [version for _, version in removed]])
-            return int(cursor.rowcount)
+            # The library's transaction cursor gives rows as dicts.
+            gone = Counter((r["status"], r["integration"], r["tenant"], r["delivery_mode"]) for r in cursor.fetchall())
+            cursor.executemany(self._archive_sql("archive_add_totals"), [[*key, n] for key, n in sorted(gone.items())])
+            return sum(gone.values())
 
     def archive_late_record(self, record: LateRecord) -> bool:
         """See ``Archives.archive_late_record``."""

@@ -205,13 +205,13 @@ class Archives(Protocol):
         ...
 
     def archive_record(self, segment: RecordedSegment, *, aggregates: int, records: int, archived_at: datetime,
-                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int],
+                       operations: Sequence[tuple[UUID, int, str]],
                        receipts: Sequence[tuple[UUID, int]] = ()) -> None:
         """In one transaction: record ``segment``, an index row per ``(operation id, version
         archived, final status)`` and per ``(receipt id, version archived)`` of an expired
-        receipt, and add ``totals`` (operations by final status and label set) to the
-        carried-forward totals the status counts add in. A segment recorded already is left as
-        it is, and nothing else is written (a rerun adds nothing twice)."""
+        receipt. A segment recorded already is left as it is, and nothing else is written (a
+        rerun adds nothing twice). The carried-forward totals move when the rows do
+        (:meth:`archive_remove`)."""
         ...
 
     def archive_late_record(self, record: LateRecord) -> bool:
@@ -263,8 +263,11 @@ class Archives(Protocol):
         """In one transaction: delete each operation's records up to the version archived and
         its status row when it is that version; an operation with a record past the version
         archived (a late record) is left whole, never cut into a history that starts past
-        version 1 (docs/adr/0010-archives.md §4). Returns how many status rows it deleted: the
-        operations removed by this call (0 for a rerun of one removed already)."""
+        version 1 (docs/adr/0010-archives.md §4). Each deleted status row is added, by its
+        ``(status, integration, tenant, delivery mode)``, to the carried-forward totals the
+        status counts add in, in the same transaction: an operation is counted once whatever
+        moment a reader looks, and one kept whole is never counted twice. Returns how many status
+        rows it deleted: the operations removed by this call (0 for a rerun of one removed already)."""
         ...
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -111,7 +112,7 @@ class SQLiteDriver(OwnedStore):
                 in rows]
 
     def archive_record(self, segment: RecordedSegment, *, aggregates: int, records: int, archived_at: datetime,
-                       operations: Sequence[tuple[UUID, int, str]], totals: Mapping[ArchiveLabels, int],
+                       operations: Sequence[tuple[UUID, int, str]],
                        receipts: Sequence[tuple[UUID, int]] = ()) -> None:
         """See ``Archives.archive_record``."""
         at = _time(archived_at)
@@ -119,8 +120,7 @@ class SQLiteDriver(OwnedStore):
             cursor.execute(self._queries["archive_insert_segment"],
                            [segment.segment, segment.digest, aggregates, records, segment.summary, at])
             if cursor.sqlite_cursor.rowcount == 0:  # the library's cursor wraps sqlite3's
-                return  # recorded already, with its index and totals
-            cursor.executemany(self._queries["archive_add_totals"], [(*key, n) for key, n in totals.items()])
+                return  # recorded already, with its index
             for operation_id, version, status in operations:
                 cursor.execute(self._queries["archive_insert_operation"],
                                [str(operation_id), segment.segment, version, status, at])
@@ -151,7 +151,7 @@ class SQLiteDriver(OwnedStore):
         """See ``Archives.archive_remove``."""
         events = self._queries["archive_delete_events"].format(table=self._table)
         later = self._queries["archive_select_later"].format(table=self._table)
-        removed = 0
+        gone: Counter[ArchiveLabels] = Counter()
         with self._write() as cursor:
             for operation_id, version in operations:
                 cursor.execute(later, [operation_id.hex, version])
@@ -159,8 +159,9 @@ class SQLiteDriver(OwnedStore):
                     continue  # a late record: the operation stays whole (ADR 0010 §4)
                 cursor.execute(events, [operation_id.hex, version])
                 cursor.execute(self._queries["archive_delete_status"], [str(operation_id), version])
-                removed += cursor.sqlite_cursor.rowcount
-        return removed
+                gone.update(tuple(row) for row in cursor.fetchall())
+            cursor.executemany(self._queries["archive_add_totals"], [(*key, n) for key, n in sorted(gone.items())])
+        return sum(gone.values())
 
     def archive_late_record(self, record: LateRow) -> bool:
         """See ``Archives.archive_late_record``."""

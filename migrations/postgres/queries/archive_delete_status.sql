@@ -4,3 +4,4 @@
 DELETE FROM {schema}.opledger_operation_status AS s
 USING unnest(%s::uuid[], %s::int[]) AS archived (operation_id, version)
 WHERE s.operation_id = archived.operation_id AND s.version <= archived.version
+RETURNING s.status, s.integration, s.tenant, s.delivery_mode

@@ -1,4 +1,4 @@
--- Archives.archive_record: add a segment's operations to the carried-forward totals.
+-- Archives.archive_remove: add the operations whose status rows it deleted to the carried-forward totals.
 INSERT INTO opledger_archive_totals (status, integration, tenant, delivery_mode, operations)
 VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (status, integration, tenant, delivery_mode)
