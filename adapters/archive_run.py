@@ -133,7 +133,8 @@ def cutoffs(registry: Any, *, now: datetime, before: datetime | None,
     return found
 
 
-def select(archives: Archives, limits: Mapping[str, datetime], *, limit: int | None = None) -> list[ArchiveCandidate]:
+def select(archives: Archives, limits: Mapping[str, datetime], *, limit: int | None = None,
+           after: tuple[datetime, UUID] | None = None) -> list[ArchiveCandidate]:
     """Every operation that may be archived now, oldest first: the driver's candidates, each
     confirmed by ``ledger.retention.is_archivable`` against its integration's cutoff.
 
@@ -141,10 +142,11 @@ def select(archives: Archives, limits: Mapping[str, datetime], *, limit: int | N
         archives: the store's driver.
         limits: ``{integration: cutoff}`` (:func:`cutoffs`).
         limit: stop after this many; None for all.
+        after: start past this ``(updated_at, operation_id)`` key (:func:`key_of` the last
+            operation a run took), None from the oldest.
     """
     latest = max(limits.values())
     chosen: list[ArchiveCandidate] = []
-    after: tuple[datetime, UUID] | None = None
     while limit is None or len(chosen) < limit:
         page = archives.archive_candidates(latest, after, PAGE)
         for row in page:
@@ -155,8 +157,13 @@ def select(archives: Archives, limits: Mapping[str, datetime], *, limit: int | N
                 chosen.append(row)
         if len(page) < PAGE:
             break
-        after = (page[-1].updated_at, page[-1].operation_id)
+        after = key_of(page[-1])
     return chosen if limit is None else chosen[:limit]
+
+
+def key_of(candidate: ArchiveCandidate) -> tuple[datetime, UUID]:
+    """``candidate``'s place in the candidates' order: ``(updated_at, operation_id)``."""
+    return candidate.updated_at, candidate.operation_id
 
 
 def totals_of(statuses: Sequence[Mapping[str, Any]]) -> Counter[ArchiveLabels]:
@@ -397,7 +404,13 @@ def run_archive(app: Any, view: StatusView, archives: Archives, out: Path, *, no
     report.removed += remove_archived(archives)
     report.receipts_removed += remove_archived_receipts(archives)
     pace = pacer.step if pacer is not None else lambda: None
-    while chosen := select(archives, limits, limit=SEGMENT_OPERATIONS):
+    # Each segment's selection goes on from where the last one ended: from the oldest each time
+    # it would read again every row a cutoff kept and every index entry removal left behind,
+    # a cost that grows with the run (the square of the store's size over a whole run).
+    # Within a run the cutoffs stay put, and an operation that changes moves to the end.
+    after: tuple[datetime, UUID] | None = None
+    while chosen := select(archives, limits, limit=SEGMENT_OPERATIONS, after=after):
+        after = key_of(chosen[-1])
         written = archive_segment(app, view, archives, out, chosen, now=now, provenance=provenance)
         if written is None:
             break  # every candidate moved on since selected: a later run takes them

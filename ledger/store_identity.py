@@ -23,7 +23,7 @@ from ledger.config import Database
 from ledger.errors import ConfigurationError, StoreIdentityError
 from ledger.store_files import check_store_path, damaged, is_damage, read_only_rows
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """The read-model schema version this code expects; ``opledger migrate`` records it."""
 STORE_TABLE = "opledger_store"
 LEGACY_CODEC_VERSION = "1"

@@ -163,20 +163,13 @@ class PostgresDriver:
         return [(op_id, version) for op_id, version in self._archive_rows("archive_select_unremoved", [limit])]
 
     def archive_remove(self, operations: Sequence[tuple[UUID, int]]) -> int:
-        """See ``Archives.archive_remove``."""
-        later, events, status = (self._archive_sql(name) for name in
-                                 ("archive_select_later", "archive_delete_events", "archive_delete_status"))
-        removed: list[tuple[UUID, int]] = []
+        """See ``Archives.archive_remove``: one statement for the batch
+        (``archive_remove_operations.sql`` says why)."""
+        if not operations:
+            return 0
         with self._recorder.datastore.transaction(commit=True) as cursor:
-            for op_id, version in operations:
-                cursor.execute(later, [op_id, version])
-                if cursor.fetchone() is not None:
-                    continue  # a late record: the operation stays whole (ADR 0010 §4)
-                cursor.execute(events, [op_id, version])
-                removed.append((op_id, version))
-            if not removed:
-                return 0
-            cursor.execute(status, [[op_id for op_id, _ in removed], [version for _, version in removed]])
+            cursor.execute(self._archive_sql("archive_remove_operations"),
+                           [[op_id for op_id, _ in operations], [version for _, version in operations]])
             # The library's transaction cursor gives rows as dicts.
             gone = Counter((r["status"], r["integration"], r["tenant"], r["delivery_mode"]) for r in cursor.fetchall())
             cursor.executemany(self._archive_sql("archive_add_totals"), [[*key, n] for key, n in sorted(gone.items())])

@@ -269,3 +269,28 @@ def test_an_operation_whose_record_does_not_decode_stays_and_the_rest_are_archiv
     assert json.loads(segment.summary)["status"] == {"settled": len(closed) - 1}
     intended = [row for row in json.loads(segment.summary)["metrics"] if row[0] == "opledger_operations_intended"]
     assert sum(row[-1] for row in intended) == len(closed) - 1
+
+
+def test_each_segment_is_selected_from_where_the_last_one_ended(
+        orders_app: OrdersApp, clock: FakeClock, view: StatusView, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # From the oldest each time, a run would read again every row already taken or kept back
+    # by a cutoff: a cost that grows with the store (docs/performance.md, "A big store").
+    closed, _, _ = _store(orders_app, clock, view)
+    archives = archives_of(orders_app)
+    starts: list[object] = []
+    original = type(archives).archive_candidates
+
+    def candidates(self: object, before: datetime, after: object, limit: int) -> list:
+        starts.append(after)
+        return original(self, before, after, limit)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("adapters.archive_run.SEGMENT_OPERATIONS", 1)
+    monkeypatch.setattr(type(archives), "archive_candidates", candidates)
+    report = _run(orders_app, view, tmp_path / "archive")
+    assert (report.operations, report.segments) == (len(closed), list(range(1, len(closed) + 1)))
+    assert starts[0] is None and len(starts) == len(closed) + 1, "one selection per segment, and a last empty one"
+    later = starts[1:]
+    assert all(start is not None for start in later), "every later segment starts past the last one's key"
+    assert later == sorted(later) and len(set(later)) == len(later), "each further on"  # type: ignore[type-var]
+    assert {start[1] for start in later} == set(closed)  # type: ignore[index]
