@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,6 +90,17 @@ def test_public_api_is_pinned(package: str) -> None:
     assert sorted(module.__all__) == sorted(PUBLIC_API[package])
     for name in module.__all__:
         assert getattr(module, name) is not None
+    assert set(getattr(module, "_WHERE", module.__all__)) == set(module.__all__), "a lazy name not public, or lost"
+
+
+def test_a_module_of_the_core_imports_that_module_only() -> None:
+    # ledger/__init__.py loads its names on first use: a process that needs the clock (the
+    # partner, a test helper) does not pay for the whole core, pydantic and the library included.
+    code = "import sys, ledger.clock; print(' '.join(sorted(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert {m for m in loaded if m.startswith("ledger.")} == {"ledger.clock", "ledger.errors"}, loaded
+    assert not {"pydantic", "eventsourcing", "msgspec"} & set(loaded), loaded
 
 
 def test_no_two_test_modules_share_a_name() -> None:
