@@ -27,7 +27,7 @@ def test_every_rebuild_keeps_the_status_tables_indexes(tmp_path: Path) -> None:
     migrated_store(database, OrdersApp)
     assert database.path is not None
     migrated, triggers = _indexes(database.path), _indexes(database.path, "trigger")
-    assert {table for _, table in migrated} == {MAIN_TABLE} and len(migrated) == 5
+    assert {table for _, table in migrated} == {MAIN_TABLE} and len(migrated) == 6
     assert {table for _, table in triggers} == {MAIN_TABLE} and len(triggers) == 3  # the counters (ADR 0011)
     view = open_view(database)
     try:
