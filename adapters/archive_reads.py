@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from eventsourcing.application import project_aggregate
 from eventsourcing.persistence import StoredEvent
 
 from adapters.operator import describe, entries_of, get_or_archived, show, timeline_entries
@@ -30,6 +29,7 @@ from ledger.archive_check import verify_segment
 from ledger.archives import ArchiveError, StoredRecord, manifest_digest, read_records, segment_name
 from ledger.errors import CorruptRecordError, OperationInArchiveError
 from ledger.operation import Operation
+from ledger.replay import project_events
 from migrations.drivers import archives_of
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ def show_any(store: Store, op_id: UUID, archive_dir: Path | None) -> dict[str, A
     except OperationInArchiveError as archived:
         if archive_dir is None:
             raise
-        op: Any = project_aggregate(None, archived_events(store, archive_dir, archived))
+        op: Any = project_events(None, archived_events(store, archive_dir, archived))
         if not isinstance(op, Operation):
             raise ArchivedReadError(f"{op_id} in {segment_name(archived.segment)} is not an operation") from None
         return {**describe(store.app, op, None), "projection_lag": False, "archived": _where(archived, archive_dir)}

@@ -32,14 +32,13 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.application import project_aggregate
-
 from adapters.archive_reads import decoded_events
 from adapters.archive_run import PAGE, segment_metrics, summary_of
 from ledger import failpoints
 from ledger.archive_check import verify_segment
 from ledger.archives import ArchiveError, Segment, StoredRecord, write_segment
 from ledger.receipts import EXPIRED, Receipt
+from ledger.replay import project_events
 from ledger.topics import topics_of
 from migrations.drivers import Archives, RecordedSegment, driver_of
 
@@ -86,7 +85,7 @@ def select_receipts(app: Any, archives: Archives, cutoff: datetime, *, limit: in
             records = by_id.get(receipt_id, [])
             if [r.originator_version for r in records] != list(range(1, expired[receipt_id] + 1)):
                 continue  # reopened since it expired, or not whole: not this run's
-            receipt: Any = project_aggregate(None, decoded_events(app, records))
+            receipt: Any = project_events(None, decoded_events(app, records))
             if isinstance(receipt, Receipt) and receipt.state == EXPIRED and receipt.modified_on < cutoff:
                 chosen.append(ExpiredReceipt(receipt, records))
                 if len(chosen) == limit:

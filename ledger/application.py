@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 from uuid import UUID
 
-from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
+from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent, Repository
 from eventsourcing.domain import Aggregate, BaseAggregate
 from eventsourcing.persistence import Mapper, Recording
 from eventsourcing.utils import get_topic
@@ -166,6 +166,15 @@ class LedgerApplication(Application):
         self._notify(recordings)
         self.notify(processing_event.events)  # the library's deprecated hook, kept for subclasses
         return recordings
+
+    def construct_repository(self) -> Repository[Any]:
+        """The library's repository, configured by the same settings, folding events without its
+        per-event protocol check (``ledger.replay``)."""
+        from ledger.replay import LedgerRepository
+
+        repository = super().construct_repository()
+        repository.__class__ = LedgerRepository  # the same state: only the default projector differs
+        return repository
 
     def construct_mapper(self) -> Mapper[Any]:
         """Use the msgspec ledger mapper; it delegates host events to the library's transcoder."""
