@@ -67,8 +67,9 @@ class Database:
         path: the SQLite file (absolute), for sqlite.
         host, port, user, password, dbname: connection parameters, for postgres.
         schema: the PostgreSQL schema (``?schema=NAME``); None means the server default.
-        pool_size: PostgreSQL connections each pool of a process keeps (``?pool_size=N``, 1 to
-            ``MAX_POOL_SIZE``). A worker's store users are its loop and its projection thread,
+        pool_size: PostgreSQL connections each pool of a process may open (``?pool_size=N``, 1 to
+            ``MAX_POOL_SIZE``; the library's recorder pool twice as many, opening one at start and
+            the others on demand). A worker's store users are its loop and its projection thread,
             one or two connections each at a time (egress threads hold none), so 3 never waits;
             fewer waits for a connection (ridden out with backoff, never a crash).
         options: libpq connection parameters from the URL's query (``?sslmode=verify-full&
@@ -276,8 +277,11 @@ class Database:
                 "POSTGRES_USER": self.user,
                 "POSTGRES_PASSWORD": self.password,
                 "POSTGRES_ENABLE_DB_FUNCTIONS": "n",
-                "POSTGRES_POOL_SIZE": str(self.pool_size),
-                "POSTGRES_MAX_OVERFLOW": str(self.pool_size),
+                # One connection at start, up to twice pool_size on demand (min_size 1): a pool
+                # of pool_size open from the start cost every process that opens the store
+                # (a CLI command, each test's app) pool_size server backends it never used.
+                "POSTGRES_POOL_SIZE": "1",
+                "POSTGRES_MAX_OVERFLOW": str(2 * self.pool_size - 1),
                 "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
             })
             if self.schema:

@@ -81,6 +81,6 @@ def test_pool_sizes_out_of_range_are_refused(value: str) -> None:
 def test_a_pool_size_reaches_both_pools_and_round_trips() -> None:
     database = Database.parse("postgresql://root@127.0.0.1/test?schema=s&pool_size=3")
     env = database.library_env(create_table=False)
-    assert (database.pool_size, env["POSTGRES_POOL_SIZE"], env["POSTGRES_MAX_OVERFLOW"]) == (3, "3", "3")
+    assert (database.pool_size, env["POSTGRES_POOL_SIZE"], env["POSTGRES_MAX_OVERFLOW"]) == (3, "1", "5")
     assert Database.parse(database.url()) == database
     assert "pool_size" not in database.url(driver="psycopg")  # not a driver parameter
