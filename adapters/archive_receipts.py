@@ -33,7 +33,8 @@ from typing import Any
 from uuid import UUID
 
 from adapters.archive_reads import decoded_events
-from adapters.archive_run import PAGE, segment_metrics, summary_of
+from adapters.archive_run import segment_metrics, summary_of
+from adapters.archive_select import PAGE
 from ledger import failpoints
 from ledger.archive_check import verify_segment
 from ledger.archives import ArchiveError, Segment, StoredRecord, write_segment

@@ -5,8 +5,8 @@ Each step is idempotent, in the order docs/adr/0010-archives.md §3 decides:
 1. finish what a killed run left: a complete segment on disk the store did not record is
    verified and recorded (or, when it no longer verifies, removed and written again), and the
    records of recorded operations still in the hot store are removed;
-2. select candidates with the store driver (``Archives.archive_candidates``), confirm each with
-   ``ledger.retention.is_archivable`` against its integration's cutoff;
+2. select candidates (``adapters.archive_select``: the store driver's, each confirmed by
+   ``ledger.retention.is_archivable`` against its integration's cutoff);
 3. write a segment (``ledger.archives.write_segment``: ``.partial``, flushed, renamed), re-read
    and verify it (``ledger.archive_check.verify_segment``);
 4. record the segment, its carried-forward summary and an index row per operation in one
@@ -35,6 +35,7 @@ from typing import Any
 from uuid import UUID
 
 from adapters.archive_reads import decoded_events
+from adapters.archive_select import key_of, select
 from adapters.operator import entries_of
 from adapters.pacing import Pacer
 from ledger import failpoints
@@ -51,7 +52,6 @@ from ledger.archives import (
     write_segment,
 )
 from ledger.errors import CorruptRecordError
-from ledger.retention import cutoff_for, is_archivable, retention_for
 from migrations.drivers import ArchiveCandidate, ArchiveLabels, Archives, EventLoads, RecordedSegment
 from projections.metrics import MetricsFold, history_increments
 from projections.metrics_store import LabelKey
@@ -59,8 +59,6 @@ from projections.view import StatusView
 
 SEGMENT_OPERATIONS = 1_000
 """Operations per segment, at most: a segment is written, verified and recorded whole."""
-PAGE = 1_000
-"""Candidates read per selection."""
 REMOVE_BATCH = 100
 """Operations whose records one removal transaction deletes: bounded, so workers and ``serve``
 writing beside the run never wait long on it."""
@@ -95,75 +93,6 @@ class ArchiveReport:
         return {"dry_run": self.dry_run, "operations": self.operations, "records": self.records,
                 "segments": self.segments, "removed": self.removed, "by_integration": dict(self.by_integration),
                 "receipts": self.receipts, "receipts_removed": self.receipts_removed}
-
-
-class NoRetentionError(ValueError):
-    """Neither ``--before`` nor a retention policy (``OPLEDGER_RETENTION``, a declaration's
-    ``retention_seconds``) says what may be archived."""
-
-
-def cutoffs(registry: Any, *, now: datetime, before: datetime | None,
-            store_seconds: float | None) -> dict[str, datetime]:
-    """The cutoff of each declared integration: ``before`` for all when given, else its policy's.
-
-    Args:
-        registry: the application's declarations (``ledger.declarations.Registry``).
-        now: the current time, UTC (injected).
-        before: an explicit cutoff (``--before``), or None.
-        store_seconds: ``OPLEDGER_RETENTION`` in seconds, or None.
-
-    Returns:
-        ``{integration name: cutoff}``; integrations kept forever are left out.
-
-    Raises:
-        NoRetentionError: no integration has a cutoff.
-    """
-    found: dict[str, datetime] = {}
-    for declaration in registry:  # the latest version of a name wins: sorted by (name, version)
-        seconds = retention_for(store_seconds, declaration.retention_seconds)
-        if before is not None:
-            found[declaration.name] = before
-        elif seconds is not None:
-            found[declaration.name] = cutoff_for(now, seconds)
-        else:
-            found.pop(declaration.name, None)
-    if not found:
-        raise NoRetentionError("nothing may be archived: pass --before TIME|DURATION, or set OPLEDGER_RETENTION "
-                               "(or retention_seconds in a declaration)")
-    return found
-
-
-def select(archives: Archives, limits: Mapping[str, datetime], *, limit: int | None = None,
-           after: tuple[datetime, UUID] | None = None) -> list[ArchiveCandidate]:
-    """Every operation that may be archived now, oldest first: the driver's candidates, each
-    confirmed by ``ledger.retention.is_archivable`` against its integration's cutoff.
-
-    Args:
-        archives: the store's driver.
-        limits: ``{integration: cutoff}`` (:func:`cutoffs`).
-        limit: stop after this many; None for all.
-        after: start past this ``(updated_at, operation_id)`` key (:func:`key_of` the last
-            operation a run took), None from the oldest.
-    """
-    latest = max(limits.values())
-    chosen: list[ArchiveCandidate] = []
-    while limit is None or len(chosen) < limit:
-        page = archives.archive_candidates(latest, after, PAGE)
-        for row in page:
-            cutoff = limits.get(row.integration)
-            if cutoff is not None and is_archivable(execution=row.execution, settlement=row.settlement,
-                                                    disposition=row.disposition, attention=row.attention,
-                                                    closed_at=row.updated_at, cutoff=cutoff):
-                chosen.append(row)
-        if len(page) < PAGE:
-            break
-        after = key_of(page[-1])
-    return chosen if limit is None else chosen[:limit]
-
-
-def key_of(candidate: ArchiveCandidate) -> tuple[datetime, UUID]:
-    """``candidate``'s place in the candidates' order: ``(updated_at, operation_id)``."""
-    return candidate.updated_at, candidate.operation_id
 
 
 def totals_of(statuses: Sequence[Mapping[str, Any]]) -> Counter[ArchiveLabels]:

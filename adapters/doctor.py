@@ -205,7 +205,7 @@ def _check_retention(report: DoctorReport, app: Any, store_seconds: float | None
     """Warn about closed operations older than :data:`UNRETAINED_WARN_SECONDS` of integrations
     that no retention policy covers (``OPLEDGER_RETENTION`` or the declaration's
     ``retention_seconds``): the store keeps them forever. Source: issue 29 item 1."""
-    from adapters.archive_run import select
+    from adapters.archive_select import select
 
     archives = archives_of(app)
     forever: dict[str, bool] = {}  # integration -> no policy covers it

@@ -52,7 +52,8 @@ def run(out: Path, before: str | None, dry_run: bool, json_output: bool, databas
     """The ``opledger archive`` run (see the module); prints what was archived."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from adapters.archive_run import NoRetentionError, cutoffs, run_archive
+    from adapters.archive_run import run_archive
+    from adapters.archive_select import NoRetentionError, cutoffs
     from adapters.runtime import open_store
     from migrations.drivers import archives_of
 

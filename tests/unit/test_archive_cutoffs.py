@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from adapters.archive_run import NoRetentionError, cutoffs
+from adapters.archive_select import NoRetentionError, cutoffs
 from adapters.cli.archive_run import parse_before
 from ledger.declarations import Integration, Registry
 
