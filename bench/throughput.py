@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from bench import procrastinate_baseline as queue
 from bench.app import HTTP, NOOP
@@ -183,10 +184,12 @@ def e2e_postgres_on(database: Database, cfg: Config, n: int, options: Options,
     integration = _integration(cfg)
     view = reader(database)
     base = settled_count(view)
+    spawned = time.perf_counter()
     workers = start_workers(cfg.processes, worker_env(database, threads=cfg.egress_threads), options,
                             f"{cfg.name}-{cfg.backend}")
     try:
         wait_ready(workers)
+        started = time.perf_counter() - spawned  # every worker ready: its store checks done
         time.sleep(0.5)  # let the projection leader settle in
         meter = CpuMeter([worker.pid for worker in workers])
         with writer(database) as app:
@@ -199,7 +202,8 @@ def e2e_postgres_on(database: Database, cfg: Config, n: int, options: Options,
     finally:
         stop_workers(workers)
         view.close()
-    return done - began, {"producer_seconds": round(produced, 3), "producers": PRODUCERS, "cpu_us_per_op": cpu}
+    return done - began, {"producer_seconds": round(produced, 3), "producers": PRODUCERS, "cpu_us_per_op": cpu,
+                          "start_seconds": round(started, 3)}
 
 
 def e2e_sqlite_on(database: Database, cfg: Config, n: int, options: Options,
@@ -213,14 +217,27 @@ def e2e_sqlite_on(database: Database, cfg: Config, n: int, options: Options,
     slots = {"worker_threads": cfg.egress_threads} if cfg.egress_threads else {}  # else the default
     settings = Settings(database_url=env["OPLEDGER_DATABASE_URL"], app=env["OPLEDGER_APP"],
                         poll_interval_seconds=0.05, webhook_secret=SECRET, **slots)
-    stop = threading.Event()
+    stop, ready = threading.Event(), threading.Event()
+
+    def mark_ready(_store: Any, _stop: threading.Event) -> list[threading.Thread]:
+        ready.set()  # run_worker calls this once its store checks are done and the worker is built
+        return []
+
     # The worker owns the store (it takes the lock); the host commits from the same process.
-    thread = threading.Thread(target=run_worker, args=(settings,), kwargs={"stop": stop}, daemon=True)
+    spawned = time.perf_counter()
+    thread = threading.Thread(target=run_worker, args=(settings,), kwargs={"stop": stop, "beside": mark_ready},
+                              daemon=True)
     thread.start()
     app = BenchApp(env=database.library_env(create_table=False))
     view = reader(database)
     base = settled_count(view)
     try:
+        # Timed from a ready worker, as e2e_postgres_on waits for its workers: the start (the
+        # store's checks, which read the whole file) is reported apart as start_seconds.
+        while not ready.wait(0.05):
+            if not thread.is_alive():
+                raise RuntimeError("the worker thread exited before it was ready; see its log above")
+        started = time.perf_counter() - spawned
         time.sleep(0.5)
         began = time.perf_counter()
         produced = _produce(app, n, 1, integration, _target(cfg, partners))
@@ -232,7 +249,7 @@ def e2e_sqlite_on(database: Database, cfg: Config, n: int, options: Options,
         view.close()
         app.close()
     return done - began, {"producer_seconds": round(produced, 3), "producers": 1,
-                          "note": "host and worker in one process"}
+                          "note": "host and worker in one process", "start_seconds": round(started, 3)}
 
 
 def producers_only(n: int, options: Options) -> float:

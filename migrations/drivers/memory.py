@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Collection, MutableMapping, Sequence
+from collections.abc import Collection, Mapping, MutableMapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol
@@ -56,6 +56,11 @@ class StatusTables(Protocol):
         """Archived operations by final status and label set, which the status counts add in."""
         ...
 
+    @property
+    def tracking(self) -> Mapping[tuple[str, str], int]:
+        """Each projection's position by ``(projection, upstream)``."""
+        ...
+
     def status_rows(self) -> MutableMapping[UUID, Any]:
         """The live status rows (``projections.rows.StatusRow``) by operation id."""
         ...
@@ -67,6 +72,7 @@ class _NoStatusView:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.archive_totals: Counter[ArchiveLabels] = Counter()
+        self.tracking: dict[tuple[str, str], int] = {}
         self._rows: dict[UUID, Any] = {}
 
     def status_rows(self) -> MutableMapping[UUID, Any]:
@@ -157,10 +163,14 @@ class MemoryDriver(OwnedStore):
         wanted = set(topics)
         return dict(Counter(n.topic for n in self._all() if n.topic.startswith(prefix) or n.topic in wanted))
 
-    def intents_list_all(self, topics: Sequence[str]) -> list[EventRow]:
-        """See ``TopicCounts.intents_list_all``."""
+    def intents_list_live(self, topics: Sequence[str], projection: str, upstream: str) -> list[EventRow]:
+        """See ``TopicCounts.intents_list_live``: the bound status rows (:attr:`status`)."""
         wanted = set(topics)
-        return [(n.originator_id, n.originator_version, n.topic, n.state) for n in self._all() if n.topic in wanted]
+        with self.status.lock:
+            due = {op_id for op_id, row in self.status.status_rows().items() if row.next_due_at is not None}
+            after = self.status.tracking.get((projection, upstream), 0)
+        return [(n.originator_id, n.originator_version, n.topic, n.state) for n in self._all()
+                if n.topic in wanted and (n.originator_id in due or n.id > after)]
 
     # -- Archives (docs/adr/0010-archives.md §3), as the SQL drivers' ``archive_*.sql``
     def archive_candidates(self, before: datetime, after: tuple[datetime, UUID] | None,

@@ -63,7 +63,7 @@ class PostgresDriver:
         self._table = f'{self._schema}."{recorder.events_table_name}"'
 
     def _rows(self, query: str, params: list[Any], *, binary: bool = True, prepare: bool = True) -> list[Any]:
-        sql = self._queries[query].format(table=self._table)
+        sql = self._queries[query].format(table=self._table, schema=self._schema)
         with self._recorder.datastore.get_connection() as conn, \
                 conn.cursor(row_factory=tuple_row, binary=binary) as cursor:
             cursor.execute(sql, params, prepare=prepare)
@@ -112,9 +112,9 @@ class PostgresDriver:
         rows = self._rows("stored_ledger_topics", [prefix, list(dict.fromkeys(topics))], binary=False, prepare=False)
         return {str(topic): int(count) for topic, count in rows}
 
-    def intents_list_all(self, topics: Sequence[str]) -> list[EventRow]:
-        """See ``TopicCounts.intents_list_all``."""
-        return self._rows("select_intents", [list(topics)], prepare=False)
+    def intents_list_live(self, topics: Sequence[str], projection: str, upstream: str) -> list[EventRow]:
+        """See ``TopicCounts.intents_list_live``."""
+        return self._rows("select_intents_live", [list(topics), projection, upstream, list(topics)], prepare=False)
 
 
     # -- Archives (docs/adr/0010-archives.md §3)

@@ -133,15 +133,20 @@ class StoreProbes(Protocol):
 
 
 class TopicCounts(Protocol):
-    """Whole-table reads for checks at start, never per cycle (no index on topic)."""
+    """Reads for checks at start, never per cycle."""
 
     def topics_count_stored(self, prefix: str, topics: Sequence[str] = ()) -> dict[str, int]:
         """Return the distinct stored topics starting with ``prefix`` or among ``topics``, with
         how many records each has."""
         ...
 
-    def intents_list_all(self, topics: Sequence[str]) -> list[EventRow]:
-        """Return every stored record of ``topics`` (the ``Intended`` topics), in no order."""
+    def intents_list_live(self, topics: Sequence[str], projection: str, upstream: str) -> list[EventRow]:
+        """Return the stored records of ``topics`` (the ``Intended`` topics) of the operations a
+        worker may still act on, each once, in no order: those whose status row has work due
+        (``next_due_at`` set) and those recorded after the status projection's position
+        (``projection``, ``upstream``: not projected yet, whatever they are). Bounded by the
+        live work and the projection's lag, not by the store's history (a read of every intent
+        took 2.6 s at 200,000 operations on SQLite)."""
         ...
 
 

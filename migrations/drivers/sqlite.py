@@ -91,10 +91,10 @@ class SQLiteDriver(OwnedStore):
         sql = self._queries["stored_ledger_topics"].format(table=self._table, topics=",".join("?" * len(wanted)))
         return {str(topic): int(count) for topic, count in self._select(sql, [prefix, *wanted], tuples=True)}
 
-    def intents_list_all(self, topics: Sequence[str]) -> list[EventRow]:
-        """See ``TopicCounts.intents_list_all``."""
-        sql = self._queries["select_intents"].format(table=self._table, topics=",".join("?" * len(topics)))
-        return self._ids(self._select(sql, list(topics), tuples=True))
+    def intents_list_live(self, topics: Sequence[str], projection: str, upstream: str) -> list[EventRow]:
+        """See ``TopicCounts.intents_list_live``."""
+        sql = self._queries["select_intents_live"].format(table=self._table, topics=",".join("?" * len(topics)))
+        return self._ids(self._select(sql, [*topics, projection, upstream, *topics], tuples=True))
 
 
     # -- Archives (docs/adr/0010-archives.md §3)

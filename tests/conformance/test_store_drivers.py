@@ -245,13 +245,26 @@ def topics_count_stored_counts_by_prefix_and_by_name(s: Store) -> None:
     assert s.driver.topics_count_stored("no.such.prefix.") == {}
 
 
-def intents_list_all_reads_every_intent(s: Store) -> None:
-    ids = [s.app.make(f"op-{i}") for i in range(3)]
+def intents_list_live_reads_the_intents_of_work_due_and_not_projected(s: Store) -> None:
+    ids = [s.app.make(f"op-{i}") for i in range(4)]
     s.claim_elsewhere(ids[0])
-    rows = s.driver.intents_list_all(INTENDED)
-    assert sorted((r[0], r[1], r[2]) for r in rows) == sorted((op_id, 1, INTENDED[0]) for op_id in ids)
-    assert all(type(r[0]) is UUID and type(r[3]) is bytes for r in rows)
-    assert s.driver.intents_list_all(["no.such:Topic"]) == []
+
+    def live() -> set[UUID]:
+        rows = s.driver.intents_list_live(INTENDED, "status", s.app.name)
+        assert all(type(r[0]) is UUID and r[1] == 1 and r[2] == INTENDED[0] and type(r[3]) is bytes for r in rows)
+        assert len(rows) == len({r[0] for r in rows}), "each intent once"
+        return {r[0] for r in rows}
+
+    assert live() == set(ids), "nothing projected yet: every intent is after the position"
+    due = [row_from_operation(s.app.get_operation(op_id)) for op_id in ids[:2]]  # claimed, pending
+    assert all(row.next_due_at is not None for row in due)
+    s.view.write([*due, closed(s, ids[2], minutes(1)), closed(s, ids[3], minutes(1))], projection="status",
+                 upstream=s.app.name, position=s.log()[-1].id)
+    assert live() == set(ids[:2]), "closed operations are left out"
+    later = s.app.make("op-later")
+    s.view.write([], projection="other", upstream=s.app.name, position=s.log()[-1].id)
+    assert live() == {*ids[:2], later}, "after the status projection's own position"
+    assert s.driver.intents_list_live(["no.such:Topic"], "status", s.app.name) == []
 
 
 def a_reader_during_commits_sees_only_a_prefix_of_the_log(s: Store) -> None:
@@ -470,7 +483,7 @@ CASES: list[Callable[[Store], None]] = [
     reservations_of_a_failed_block_are_released,
     store_probe_is_accepted_and_stores_nothing,
     topics_count_stored_counts_by_prefix_and_by_name,
-    intents_list_all_reads_every_intent,
+    intents_list_live_reads_the_intents_of_work_due_and_not_projected,
     a_reader_during_commits_sees_only_a_prefix_of_the_log,
     archive_candidates_are_closed_rows_oldest_first_by_keyset,
     archive_record_keeps_a_segment_once_with_its_index,
@@ -508,7 +521,7 @@ BROKEN: dict[str, Callable[..., Any]] = {
     "events_list_many": lambda real: lambda self, ids: list(reversed(real(self, ids))),
     "topics_count_stored": lambda real: lambda self, prefix, topics=(): {
         t: n + 1 for t, n in real(self, prefix, topics).items()},
-    "intents_list_all": lambda real: lambda self, topics: real(self, topics)[:-1],
+    "intents_list_live": lambda real: lambda self, *a: real(self, *a)[:-1],
     "archive_candidates": lambda real: lambda self, *a: real(self, *a)[::-1],
     "archive_record": lambda real: lambda self, segment, **k: real(self, segment, **{**k, "operations": []}),
     "archive_segments": lambda real: lambda self: real(self)[::-1],
