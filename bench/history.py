@@ -113,6 +113,28 @@ def table_bytes(database: Database) -> dict[str, int]:
     return dict(sorted(((str(name), int(size)) for name, size in rows), key=lambda item: -item[1]))
 
 
+def wal_counters(database: Database) -> dict[str, float]:
+    """PostgreSQL's cumulative WAL counters (``pg_stat_wal``: records, full-page images, bytes)
+    and checkpoints started (``pg_stat_bgwriter``), server-wide: the runner is alone on the
+    server while it measures. ``{}`` on SQLite. Subtracted around each e2e run, they say what
+    a big store's random B-tree pages cost in WAL (a page first changed after a checkpoint is
+    logged whole)."""
+    if database.backend == "sqlite":
+        return {}
+    import psycopg
+
+    with psycopg.connect(database.conninfo(), autocommit=True) as conn:
+        records, fpi, size = conn.execute("SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal").fetchone()
+        checkpoints = conn.execute("SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter").fetchone()[0]
+    return {"records": records, "fpi": fpi, "bytes": float(size), "checkpoints": checkpoints}
+
+
+def per_op(before: dict[str, float], after: dict[str, float], n: int) -> dict[str, float]:
+    """``after - before`` per operation (checkpoints as a count), rounded."""
+    return {key: (after[key] - before[key]) if key == "checkpoints" else round((after[key] - before[key]) / n, 2)
+            for key in before}
+
+
 def archive_index_bytes(tables: dict[str, int]) -> int:
     """The archive index's share of ``tables`` (:func:`table_bytes`): the ``opledger_archive*``
     tables (archived operations and receipts, segments, carried-forward totals)."""
@@ -214,11 +236,15 @@ def run(options: Options, log: Callable[[str], Any] = print) -> list[Result]:
             empty: list[float] = []
             big: list[float] = []
             starts: dict[str, list[float]] = {"empty": [], "big": []}
+            wal: dict[str, list[dict[str, float]]] = {"empty": [], "big": []}
             for _ in range(options.repetitions):
+                counted = wal_counters(database)
                 seconds, extra = e2e(cfg, e2e_n, options, {}, poll=POLL)
+                wal["empty"].append(per_op(counted, counted := wal_counters(database), e2e_n))
                 empty.append(rate(e2e_n, seconds))
                 starts["empty"].append(extra["start_seconds"])
                 seconds, extra = big_run(database, cfg, e2e_n, options, {}, poll=POLL)
+                wal["big"].append(per_op(counted, wal_counters(database), e2e_n))
                 big.append(rate(e2e_n, seconds))
                 starts["big"].append(extra["start_seconds"])
                 log(f"  {backend}: e2e empty {empty[-1]:.0f}/s, big {big[-1]:.0f}/s; workers ready in "
@@ -244,7 +270,7 @@ def run(options: Options, log: Callable[[str], Any] = print) -> list[Result]:
             left = table_bytes(database)
         with fresh_store(backend, options) as fresh:
             sizes["fresh"] = store_bytes(fresh)
-        results += _rows(backend, n, e2e_n, loaded, empty, big, starts, latencies, sizes, left)
+        results += _rows(backend, n, e2e_n, loaded, empty, big, starts, wal, latencies, sizes, left)
         results.append(_archive_row(backend, n, archived, big, during))
     return results
 
@@ -319,15 +345,17 @@ def _archive_row(backend: str, n: int, archived: dict[str, Any], big: list[float
 
 
 def _rows(backend: str, n: int, e2e_n: int, loaded: dict[str, float], empty: list[float], big: list[float],
-          starts: dict[str, list[float]], latencies: dict[str, list[float]], sizes: dict[str, int],
-          left: dict[str, int]) -> list[Result]:
+          starts: dict[str, list[float]], wal: dict[str, list[dict[str, float]]],
+          latencies: dict[str, list[float]], sizes: dict[str, int], left: dict[str, int]) -> list[Result]:
     """The scenario's result rows for one backend (``starts``: the seconds until the workers
-    were ready, per run, on the empty and the big store: the e2e rates are timed from there)."""
+    were ready, per run, on the empty and the big store: the e2e rates are timed from there;
+    ``wal``: each run's :func:`per_op` WAL counters, empty on SQLite)."""
     ratio = statistics.median(big) / statistics.median(empty)
     rows = [Result("history.e2e", backend, 2, Stats.of(big), "ops/s", ratio=ratio, baseline="e2e on an empty store",
                    n=e2e_n, target=f">= {E2E_TARGET}x empty", met=ratio >= E2E_TARGET,
                    extra={"preloaded": n, "poll_seconds": POLL, "empty_ops_per_s": Stats.of(empty).__dict__, "preload": loaded,
-                          "workers_ready_seconds": {store: Stats.of(runs).__dict__ for store, runs in starts.items()}})]
+                          "workers_ready_seconds": {store: Stats.of(runs).__dict__ for store, runs in starts.items()},
+                          **({"wal_per_op": wal} if any(wal["big"]) else {})})]
     for name, samples in latencies.items():
         bound = METRICS_TARGET_MS if name == "metrics" else READ_TARGET_MS
         p99 = percentile(samples, 0.99)
