@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 
 from adapters.cli.archive_run import BeforeOption, DryRunOption, NiceOption, OutOption, run
-from adapters.cli.common import DatabaseOption, JsonOption, console, fail, print_json, settings
+from adapters.cli.common import DatabaseOption, JsonOption, console, counted, fail, print_json, settings
 from ledger.archive_check import verify_archive
 from ledger.archives import ArchiveError, read_manifest, segments
 
@@ -90,7 +90,8 @@ def verify(
         for line in problems:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         if not problems:
-            console.print(f"{directory}: {len(found)} segments, {records} records: verified", markup=False,
+            console.print(f"{directory}: {counted(len(found), 'segment')}, {counted(records, 'record')}: verified",
+                          markup=False,
                           soft_wrap=True, highlight=False)
     if problems:
         raise typer.Exit(1)

@@ -13,12 +13,13 @@ Source: issue 29 item 2.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from pathlib import Path
 
 import typer
 
-from adapters.cli.common import UserErrors, console, errors, fail, print_json, settings
+from adapters.cli.common import UserErrors, console, counted, errors, fail, print_json, settings
 from adapters.pacing import DEFAULT_NICE_RATIO, Pacer
 from ledger.clock import SystemClock
 from ledger.codec import CODEC_VERSION
@@ -84,23 +85,31 @@ def run(out: Path, before: str | None, dry_run: bool, json_output: bool, databas
         print_json({"out": str(out), **report.as_json()})
         return
     if dry_run:
-        console.print(f"would archive {report.operations} operations"
+        console.print(f"would archive {counted(report.operations, 'operation')}"
                       + "".join(f"; {name}: {n}" for name, n in sorted(report.by_integration.items()))
-                      + (f"; and {report.receipts} expired receipts" if report.receipts else ""),
+                      + (f"; and {counted(report.receipts, 'expired receipt')}" if report.receipts else ""),
                       markup=False, highlight=False, soft_wrap=True)
         return
-    receipts = f" and {report.receipts} expired receipts" if report.receipts else ""
-    receipts_removed = f" and {report.receipts_removed} receipts" if report.receipts_removed else ""
-    console.print(f"archived {report.operations} operations{receipts} ({report.records} records) into "
-                  f"{len(report.segments)} segments under {out}; removed {report.removed}{receipts_removed} from the "
-                  "hot store", markup=False, highlight=False, soft_wrap=True)
+    receipts = f" and {counted(report.receipts, 'expired receipt')}" if report.receipts else ""
+    receipts_removed = f" and {counted(report.receipts_removed, 'receipt')}" if report.receipts_removed else ""
+    console.print(f"archived {counted(report.operations, 'operation')}{receipts} "
+                  f"({counted(report.records, 'record')}) into {counted(len(report.segments), 'segment')} under "
+                  f"{out}; removed {report.removed}{receipts_removed} from the hot store",
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 OutOption = typer.Option(None, "--out", help="the archive directory (segments seg-000001, ...); default "
                          "OPLEDGER_ARCHIVE_DIR; one of the two is required to archive")
 BeforeOption = typer.Option(None, "--before", help="archive operations closed before this time (ISO 8601 with "
                             "offset) or this long ago (30d); default: each integration's retention policy")
-NiceOption = typer.Option(DEFAULT_NICE_RATIO, "--nice", min=0.0, max=100.0,
+def _nice(value: float) -> float:
+    """``--nice``: a finite ratio from 0 to 100 (a range check alone calls NaN "above 100")."""
+    if not (math.isfinite(value) and 0.0 <= value <= 100.0):
+        raise typer.BadParameter(f"must be a number from 0 to 100 (seconds of pause per second of work), got {value}")
+    return value
+
+
+NiceOption = typer.Option(DEFAULT_NICE_RATIO, "--nice", callback=_nice,
                           help="pause this many seconds per second of work, so workers and serve beside the run "
                           "keep their pace (0: flat out, for a store with nothing else running)")
 DryRunOption = typer.Option(False, "--dry-run", help="count what would be archived; write and remove nothing")

@@ -31,6 +31,11 @@ WIDE_WIDTH = 100_000
 """Characters a table may take when shortening is off: wider than any row."""
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``counted(1, "segment")`` is ``1 segment``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def settings(database_url: str | None = None, *, warn: bool = True, **overrides: Any) -> Settings:
     """Settings from ``OPLEDGER_*`` with CLI flags taking precedence.
 

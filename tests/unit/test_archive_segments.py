@@ -139,6 +139,21 @@ def test_the_cli_verifies_and_names_each_problem_with_exit_code_1(tmp_path: Path
     bad = runner.invoke(app, ["archive", "verify", str(tmp_path), "--json"])
     assert bad.exit_code == 1
     assert json.loads(bad.output)["problems"] == ["seg-000001: decoded.jsonl is missing"]
+    write(tmp_path / "one", 1)
+    one = runner.invoke(app, ["archive", "verify", str(tmp_path / "one")])
+    assert one.exit_code == 0 and "1 segment, 3 records: verified" in one.output, one.output
+
+
+@pytest.mark.parametrize("nice", ["nan", "inf", "-1", "101"])
+def test_a_pace_out_of_range_is_refused_in_one_line_naming_it(tmp_path: Path, nice: str) -> None:
+    from typer.testing import CliRunner
+
+    from adapters.cli.app import app
+
+    result = CliRunner().invoke(app, ["archive", "--out", str(tmp_path), "--nice", nice, "--dry-run"])
+    assert result.exit_code == 2
+    said = " ".join(result.output.replace("│", " ").split())
+    assert f"must be a number from 0 to 100 (seconds of pause per second of work), got {float(nice)}" in said, said
 
 
 def _manifest_with(archive: Path, **members: object) -> None:
