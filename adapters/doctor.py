@@ -123,11 +123,32 @@ def run_doctor(settings: Settings, *, quick: bool = False, now: datetime | None 
         report.add("identity", "fail", str(exc))
         return report
     report.add("identity", "ok", ", ".join(f"{k}={identity[k]}" for k in sorted(identity)))
+    _check_autovacuum(report, driver)
     try:
         _check_log_and_view(report, settings, now or SystemClock().now())
     except LedgerError as exc:  # e.g. damage met while reading: one finding, never a traceback
         report.add("read", "fail", str(exc))
     return report
+
+
+def _check_autovacuum(report: DoctorReport, driver: DatabaseDriver) -> None:
+    """Warn when the server does not vacuum by itself: ``opledger archive`` deletes, and every
+    status update leaves a dead row version; without autovacuum nothing reclaims them or
+    refreshes the planner's statistics. Source: issue 29 (a month of history)."""
+    try:
+        running = driver.autovacuum()
+    except LedgerError as exc:
+        report.add("autovacuum", "fail", str(exc))
+        return
+    if running is None:
+        return  # SQLite: no vacuum process; freed pages are reused as it goes
+    if running:
+        report.add("autovacuum", "ok", "the server reclaims dead rows and gathers planner statistics (autovacuum on)")
+        return
+    report.add("autovacuum", "warn", "the server runs with autovacuum off: the dead rows that archiving and every "
+               "status update leave are never reclaimed and the planner's statistics go stale (the tables and "
+               "their indexes grow, reads slow down). Turn it on in postgresql.conf, or run VACUUM (ANALYZE) on "
+               "the store's schema from a timer (docs/operations.md, \"Retention and archives\")")
 
 
 def _files_sound(report: DoctorReport, driver: DatabaseDriver, *, quick: bool) -> bool:

@@ -325,6 +325,18 @@ class PostgresDatabase(ConfiguredStore):
         """None: no file of its own (``DatabaseDriver.journal_mode``)."""
         return None
 
+    def autovacuum(self) -> bool | None:
+        """See ``DatabaseDriver.autovacuum``: ``select_autovacuum.sql`` on a connection of its own."""
+        import psycopg
+
+        d = self._database
+        try:
+            with psycopg.connect(d.conninfo(), autocommit=True, connect_timeout=5) as conn:
+                row = conn.execute(load_queries(self.name)["select_autovacuum"]).fetchone()
+        except psycopg.OperationalError as exc:
+            raise ConfigurationError(f"cannot reach PostgreSQL at {d.host}:{d.port}: {exc}") from None
+        return row is not None and row[0] == "on"
+
     def describe(self) -> str:
         """See ``DatabaseDriver.describe``."""
         d = self._database

@@ -350,6 +350,16 @@ class DatabaseDriver(Protocol):
         """
         ...
 
+    def autovacuum(self) -> bool | None:
+        """Whether the server reclaims dead rows and gathers planner statistics by itself
+        (PostgreSQL's ``autovacuum`` setting); None where there is no such process (SQLite
+        reuses freed pages as it goes).
+
+        Raises:
+            ConfigurationError: the server cannot be reached.
+        """
+        ...
+
     def schema_drop(self) -> None:
         """Drop the store's own schema and everything in it (the demo's fresh start). Where the
         store is a file of its own (no schema), nothing: its owner deletes the file.

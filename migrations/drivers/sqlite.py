@@ -255,6 +255,10 @@ class SQLiteDatabase(ConfiguredStore):
         finally:
             conn.close()
 
+    def autovacuum(self) -> bool | None:
+        """None: SQLite has no vacuum process (``DatabaseDriver.autovacuum``)."""
+        return None
+
     def journal_mode(self) -> str | None:
         """See ``DatabaseDriver.journal_mode``: on a read-only connection of its own."""
         conn = sqlite3.connect(f"file:{self.store_file}?mode=ro", uri=True)

@@ -42,3 +42,35 @@ def test_no_warning_when_a_policy_covers_them_or_they_are_younger(days: int, ret
     closed_orders(orders_app, clock, view)
     status, detail = _retention(migrated, clock, days=days, retention=retention)
     assert (status, detail) == ("ok", "no closed operation older than 90 days lacks a retention policy")
+
+
+def test_a_server_without_autovacuum_is_warned_about(migrated: Database) -> None:
+    # The server's own setting, read apart, decides what doctor must say; SQLite has none.
+    report = run_doctor(Settings(database_url=migrated.url(), app=APP))
+    found = [f for f in report.findings if f.name == "autovacuum"]
+    if migrated.backend == "sqlite":
+        assert found == []
+        return
+    import psycopg
+
+    with psycopg.connect(migrated.conninfo()) as conn:
+        setting = conn.execute("SHOW autovacuum").fetchone()[0]
+    [finding] = found
+    if setting == "on":
+        assert finding.status == "ok" and "autovacuum on" in finding.detail
+    else:
+        assert finding.status == "warn" and finding.detail.startswith("the server runs with autovacuum off")
+        assert "VACUUM (ANALYZE)" in finding.detail and "Retention and archives" in finding.detail
+
+
+@pytest.mark.parametrize(("running", "says"), [(True, "ok"), (False, "warn"), (None, None)])
+def test_the_autovacuum_finding_follows_the_driver(running: bool | None, says: str | None) -> None:
+    from adapters.doctor import DoctorReport, _check_autovacuum
+
+    class Driver:
+        def autovacuum(self) -> bool | None:
+            return running
+
+    report = DoctorReport(store="test")
+    _check_autovacuum(report, Driver())  # type: ignore[arg-type]
+    assert [f.status for f in report.findings] == ([says] if says else [])
