@@ -63,14 +63,19 @@ def migrate(database_url: str = DatabaseOption, allow_unreadable_events: bool = 
     from projections.history import check_readable_history
 
     config = settings(database_url, allow_unreadable_events=allow_unreadable_events)
-    drifts: list[Drift] = []
 
     def check(app: Any) -> None:
         check_readable_history(app, allow_unreadable=config.allow_unreadable_events)
-        drifts.extend(declaration_drift(app))
 
     with UserErrors():
-        report = run_migrations(config.database, load_app_class(config.app), check=check)
+        app_class = load_app_class(config.app)
+        report = run_migrations(config.database, app_class, check=check)
+        # After the read-model migrations: drift reads the status view's due rows and position.
+        migrated = app_class(env=config.database.library_env(create_table=False))
+        try:
+            drifts: list[Drift] = declaration_drift(migrated)
+        finally:
+            migrated.close()
     if json_output:
         from adapters.cli.common import print_json
 

@@ -57,7 +57,7 @@ def test_closed_operations_are_archived_verified_and_removed_and_a_rerun_archive
     assert lookup == {op_id: (1, "settled") for op_id in closed}
 
     verified = CliRunner().invoke(cli, ["archive", "verify", str(out)])
-    assert verified.exit_code == 0 and "1 segments" in verified.stdout, verified.output
+    assert verified.exit_code == 0 and "1 segment," in verified.stdout, verified.output
 
     again = _archive(migrated, out)
     assert (again["operations"], again["segments"], again["removed"]) == (0, [], 0)

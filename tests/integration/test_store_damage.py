@@ -215,7 +215,8 @@ def test_doctor_on_postgres_checks_identity_log_and_view(migrated: Database) -> 
         StatusProjection(app=store.app, view=store.view).catch_up()
     code, report = _doctor(migrated)
     assert code == 0, report
-    assert {c["name"] for c in report["checks"]} == {"identity", "records", "log", "tracking", "drift", "retention"}
+    assert {c["name"] for c in report["checks"]} == {
+        "identity", "autovacuum", "records", "log", "tracking", "drift", "retention"}
 
 
 def test_damage_met_while_running_stops_the_worker_with_the_one_error(tmp_path: Path, monkeypatch) -> None:
