@@ -202,16 +202,12 @@ class PostgresDriver:
                 in self._archive_rows("archive_select_receipts_unremoved", [limit])]
 
     def archive_receipts_remove(self, receipts: Sequence[tuple[UUID, int, int]]) -> None:
-        """See ``Archives.archive_receipts_remove``."""
-        later, events, mark = (self._archive_sql(name) for name in
-                               ("archive_select_later", "archive_delete_events", "archive_mark_receipt"))
+        """See ``Archives.archive_receipts_remove``: one statement (``archive_remove_receipts.sql``)."""
+        if not receipts:
+            return
+        ids, segments, versions = (list(column) for column in zip(*receipts, strict=True))
         with self._recorder.datastore.transaction(commit=True) as cursor:
-            for receipt_id, segment, version in receipts:
-                cursor.execute(later, [receipt_id, version])
-                kept = cursor.fetchone() is not None  # reopened since: kept whole (ADR 0010 §4)
-                if not kept:
-                    cursor.execute(events, [receipt_id, version])
-                cursor.execute(mark, [2 if kept else 1, receipt_id, segment])
+            cursor.execute(self._archive_sql("archive_remove_receipts"), [ids, segments, versions])
 
 def reservations_release(conn: Any, cursor: Any, query: str, held: list[UUID]) -> None:
     """Release the advisory locks ``held`` on ``conn`` with ``query`` (``release_operations.sql``),
