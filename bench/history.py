@@ -117,9 +117,9 @@ def table_bytes(database: Database) -> dict[str, int]:
 def wal_counters(database: Database) -> dict[str, float]:
     """PostgreSQL's cumulative WAL counters (``pg_stat_wal``: records, full-page images, bytes)
     and checkpoints started (``pg_stat_bgwriter``), server-wide: the runner is alone on the
-    server while it measures. ``{}`` on SQLite. Subtracted around each e2e run, they say what
-    a big store's random B-tree pages cost in WAL (a page first changed after a checkpoint is
-    logged whole)."""
+    server while it measures (the empty store's runs include creating and dropping it). ``{}`` on
+    SQLite. Subtracted around each e2e run, they say what a big store's random B-tree pages cost
+    in WAL (a page first changed after a checkpoint is logged whole)."""
     if database.backend == "sqlite":
         return {}
     import psycopg
@@ -263,13 +263,14 @@ def run(options: Options, log: Callable[[str], Any] = print) -> list[Result]:
             starts: dict[str, list[float]] = {"empty": [], "big": []}
             wal: dict[str, list[dict[str, float]]] = {"empty": [], "big": []}
             for _ in range(options.repetitions):
-                counted = wal_counters(database)
+                before = wal_counters(database)
                 seconds, extra = e2e(cfg, e2e_n, options, {}, poll=POLL)
-                wal["empty"].append(per_op(counted, counted := wal_counters(database), e2e_n))
+                between = wal_counters(database)
+                wal["empty"].append(per_op(before, between, e2e_n))
                 empty.append(rate(e2e_n, seconds))
                 starts["empty"].append(extra["start_seconds"])
                 seconds, extra = big_run(database, cfg, e2e_n, options, {}, poll=POLL)
-                wal["big"].append(per_op(counted, wal_counters(database), e2e_n))
+                wal["big"].append(per_op(between, wal_counters(database), e2e_n))
                 big.append(rate(e2e_n, seconds))
                 starts["big"].append(extra["start_seconds"])
                 log(f"  {backend}: e2e empty {empty[-1]:.0f}/s, big {big[-1]:.0f}/s; workers ready in "

@@ -91,7 +91,6 @@ def verify(
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         if not problems:
             console.print(f"{directory}: {counted(len(found), 'segment')}, {counted(records, 'record')}: verified",
-                          markup=False,
-                          soft_wrap=True, highlight=False)
+                          markup=False, soft_wrap=True, highlight=False)
     if problems:
         raise typer.Exit(1)

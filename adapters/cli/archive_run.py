@@ -98,10 +98,6 @@ def run(out: Path, before: str | None, dry_run: bool, json_output: bool, databas
                   markup=False, highlight=False, soft_wrap=True)
 
 
-OutOption = typer.Option(None, "--out", help="the archive directory (segments seg-000001, ...); default "
-                         "OPLEDGER_ARCHIVE_DIR; one of the two is required to archive")
-BeforeOption = typer.Option(None, "--before", help="archive operations closed before this time (ISO 8601 with "
-                            "offset) or this long ago (30d); default: each integration's retention policy")
 def _nice(value: float) -> float:
     """``--nice``: a finite ratio from 0 to 100 (a range check alone calls NaN "above 100")."""
     if not (math.isfinite(value) and 0.0 <= value <= 100.0):
@@ -109,6 +105,10 @@ def _nice(value: float) -> float:
     return value
 
 
+OutOption = typer.Option(None, "--out", help="the archive directory (segments seg-000001, ...); default "
+                         "OPLEDGER_ARCHIVE_DIR; one of the two is required to archive")
+BeforeOption = typer.Option(None, "--before", help="archive operations closed before this time (ISO 8601 with "
+                            "offset) or this long ago (30d); default: each integration's retention policy")
 NiceOption = typer.Option(DEFAULT_NICE_RATIO, "--nice", callback=_nice,
                           help="pause this many seconds per second of work, so workers and serve beside the run "
                           "keep their pace (0: flat out, for a store with nothing else running)")

@@ -321,16 +321,23 @@ class PostgresDatabase(ConfiguredStore):
         """None: no file of its own (``DatabaseDriver.journal_mode``)."""
         return None
 
-    def autovacuum(self) -> bool | None:
-        """See ``DatabaseDriver.autovacuum``: ``select_autovacuum.sql`` on a connection of its own."""
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """A connection of its own, in autocommit; an unreachable server is the store's one-line
+        ``ConfigurationError`` (``Database.unreachable``: secrets masked)."""
         import psycopg
 
         d = self._database
         try:
-            with psycopg.connect(d.conninfo(), autocommit=True, connect_timeout=5) as conn:
-                row = conn.execute(load_queries(self.name)["select_autovacuum"]).fetchone()
+            with psycopg.connect(d.conninfo(connect_timeout=5), autocommit=True) as conn:
+                yield conn
         except psycopg.OperationalError as exc:
-            raise ConfigurationError(f"cannot reach PostgreSQL at {d.host}:{d.port}: {exc}") from None
+            raise d.unreachable(exc) from None
+
+    def autovacuum(self) -> bool | None:
+        """See ``DatabaseDriver.autovacuum``: ``select_autovacuum.sql`` on a connection of its own."""
+        with self._connection() as conn:
+            row = conn.execute(load_queries(self.name)["select_autovacuum"]).fetchone()
         return row is not None and row[0] == "on"
 
     def describe(self) -> str:
@@ -340,15 +347,10 @@ class PostgresDatabase(ConfiguredStore):
 
     def schema_drop(self) -> None:
         """See ``DatabaseDriver.schema_drop``: ``drop_schema.sql`` on a connection of its own."""
-        import psycopg
-
-        d = self._database
-        statement = SQL(load_queries(self.name)["drop_schema"]).format(schema=Identifier(d.schema or "public"))
-        try:
-            with psycopg.connect(d.conninfo(), autocommit=True, connect_timeout=5) as conn:
-                conn.execute(statement)
-        except psycopg.OperationalError as exc:
-            raise ConfigurationError(f"cannot reach PostgreSQL at {d.host}:{d.port}: {exc}") from None
+        statement = SQL(load_queries(self.name)["drop_schema"]).format(
+            schema=Identifier(self._database.schema or "public"))
+        with self._connection() as conn:
+            conn.execute(statement)
 
     def wakeups_start(self, wakeups: Mapping[str, Sequence[Callable[[str], None]]], stop: threading.Event) -> bool:
         """See ``DatabaseDriver.wakeups_start``: a ``Listener`` thread LISTENing on a connection
