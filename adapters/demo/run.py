@@ -49,6 +49,7 @@ from ledger.declarations import DeliveryMode
 from ledger.persistence import StoreLock
 from ledger.redaction import mask_url
 from ledger.status import ExecutionState, SettlementState, is_quiescent
+from ledger.store_files import STORE_DIR_MODE
 from migrations import migrate
 from migrations.drivers import database_driver
 from projections.rows import StatusRow
@@ -90,7 +91,7 @@ def run_demo(*, database_url: str | None, as_json: bool, orders: int) -> int:
     """Run the demo. Returns the exit code: 0, or 1 when anything was lost or applied twice."""
     console = Console(stderr=as_json, soft_wrap=True)
     say = (lambda *a: None) if as_json else console.print
-    DEMO_DIR.mkdir(exist_ok=True)
+    DEMO_DIR.mkdir(mode=STORE_DIR_MODE, exist_ok=True)  # it holds the store: doctor's rule for its directory
     run_id = time.strftime("%Y%m%dT%H%M%S")
     database = _fresh_database(database_url)
     migrate(database, OrdersApp)

@@ -32,6 +32,7 @@ def test_demo_loses_nothing_and_applies_nothing_twice(tmp_path: Path) -> None:
     assert set(summary["by_status"]) <= {"settled", "ambiguous"}
     assert not summary["succeeded_without_exactly_one_effect"]
     assert (tmp_path / ".opledger" / "demo.db").exists()
+    assert (tmp_path / ".opledger").stat().st_mode & 0o777 == 0o700, "the store's directory, as doctor wants it"
     # The closing line counts what `ops list` lists in the demo's store.
     listed = subprocess.run([sys.executable, "-m", "adapters.cli", "ops", "list", "--json", "--database-url",
                              f"sqlite:///{tmp_path / '.opledger' / 'demo.db'}"],
