@@ -5,7 +5,7 @@ Standard Webhooks callbacks signed the way the reference partner signs them."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -78,6 +78,13 @@ class CallbackDesk:
     def send(self, body: bytes, headers: dict[str, str], integration: str = INTEGRATION) -> Any:
         """Post exactly these bytes and headers (a replay)."""
         return self.client.post(f"/callbacks/{integration}", content=body, headers=headers)
+
+
+def all_delivered(log: Any) -> Callable[[], bool]:
+    """A ``wait_until`` predicate: the partner's log (``adapters.partner.PartnerLog``) holds every
+    callback as delivered. The partner marks one so only once the receiver's answer is back, which
+    may be after the operation settled (and, when serve died after committing, after its retry)."""
+    return lambda: {row.state for row in log.callbacks()} == {"delivered"}
 
 
 @contextmanager
